@@ -1,0 +1,222 @@
+"""One run of a pipeline: what it reads (new records, whole tables, current outputs) and the changes it stages.
+
+A batch is computed once, staged as Parquet files under the generation's `staging/<batch id>/`, checked
+by the quality suites, marked complete, and only then committed table by table with idempotent writes
+(`txnAppId` = generation, `txnVersion` = batch id). A crash before the mark throws the staged files
+away and the batch is computed again from the same offsets and the same state; a crash after it
+commits the same staged files again, and Delta skips what was already written. So nothing is lost or
+counted twice, even though Delta has no multi-table transaction.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from functools import reduce
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, MapType, StringType
+
+from . import delta_io
+from .errors import QualityGateError
+from .expectations import Suite
+from .lake import Lake, write_json_atomic
+from .pipeline import Pipeline
+from .schema import spark_ddl
+from .tables import LATE_EVENTS, LINE, Table
+
+SOURCE = "_source"  # the input table a record of the micro-batch came from
+VERSION = "_commit_version"  # the Delta version (offset) that brought the record
+PROGRESS = "progress"
+PROGRESS_DDL = ("batch_id BIGINT, run_started_at TIMESTAMP, stream_time TIMESTAMP, records BIGINT, "
+                "input_versions MAP<STRING, BIGINT>, metrics MAP<STRING, BIGINT>")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where one generation of a pipeline reads and writes."""
+
+    spark: SparkSession
+    lake: Lake
+    pipeline: Pipeline
+    generation: int
+    shadow: bool = False  # a reprocess writes its outputs beside the live ones
+
+    @property
+    def app_id(self) -> str:
+        return f"streamtable.{self.pipeline.name}.g{self.generation}"
+
+    @property
+    def dir(self) -> Path:
+        return self.lake.generation_dir(self.pipeline.name, self.generation)
+
+    def path(self, table: str) -> str:
+        """The Delta path this generation uses for an output, a state store, `late_events` or `progress`."""
+        if table == PROGRESS or table in {t.name for t in self.pipeline.state}:
+            return str(self.dir / "state" / table)
+        if self.shadow:
+            return str(self.dir / "shadow" / table)
+        return self.lake.table_path(table)
+
+    def read(self, table: str) -> DataFrame:
+        return self.spark.read.format("delta").load(self.path(table))
+
+    def prepare(self) -> None:
+        """Create this generation's outputs, stores and progress table if they do not exist."""
+        for table in self.pipeline.outputs + self.pipeline.state + (LATE_EVENTS,):
+            delta_io.ensure_table(self.spark, self.path(table.name), table)
+        delta_io.ensure_table(self.spark, self.path(PROGRESS), Table(PROGRESS, (), "stream"), ddl=PROGRESS_DDL)
+
+    def stream_time(self) -> datetime | None:
+        """The largest event time consumed by the committed runs of this generation."""
+        return self.read(PROGRESS).agg(F.max("stream_time")).first()[0]
+
+    def metric_totals(self) -> dict[str, int]:
+        """Each reconciliation metric summed over the committed runs."""
+        rows = (self.read(PROGRESS).select(F.explode("metrics")).groupBy("key").agg(F.sum("value")).collect())
+        return {r[0]: int(r[1]) for r in rows}
+
+
+class Batch:
+    """What `Pipeline.process` sees of one run and the changes it stages."""
+
+    def __init__(self, ctx: RunContext, batch_id: int, records: DataFrame, wall_clock: datetime):
+        self.ctx = ctx
+        self.spark = ctx.spark
+        self.batch_id = batch_id
+        self.wall_clock = wall_clock
+        self.stream_time = ctx.stream_time()
+        self._records = records
+        self._staging = Staging(ctx, batch_id)
+        self._late: list[DataFrame] = []
+        self._metrics: dict[str, int] = {}
+
+    def new(self, input_name: str) -> DataFrame:
+        """The records of a stream input that arrived since the last run, with `_commit_version` and `_line`."""
+        if input_name not in self.ctx.pipeline.streams:
+            raise KeyError(f"{input_name} is not a stream input of {self.ctx.pipeline.name}")
+        return self._records.where(F.col(SOURCE) == input_name).drop(SOURCE)
+
+    def table(self, input_name: str) -> DataFrame:
+        """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins)."""
+        return read_changelog(self.spark, self.ctx.lake.table_path(input_name), input_name)
+
+    def current(self, table: str) -> DataFrame:
+        """The committed content of an output or state store (before this run)."""
+        return self.ctx.read(table)
+
+    def upsert(self, table: str, rows: DataFrame, delete: str | None = None) -> None:
+        """Stage rows that replace the rows with the same keys; where column `delete` is true, remove them."""
+        spec = self.ctx.pipeline.output(table)
+        flag = F.col(delete) if delete else F.lit(False)
+        self._staging.stage(table, "upsert", rows.select(*[c.name for c in spec.columns],
+                                                         flag.cast("boolean").alias(delta_io.DELETE)))
+
+    def append(self, table: str, rows: DataFrame) -> None:
+        """Stage rows appended to a stream output."""
+        spec = self.ctx.pipeline.output(table)
+        self._staging.stage(table, "append", rows.select(*[c.name for c in spec.columns]))
+
+    def late(self, rows: DataFrame) -> None:
+        """Stage records that arrived too late to count (columns `table`, `raw`, `reason`, `event_time`)."""
+        self._late.append(rows.select(F.lit(self.ctx.pipeline.name).alias("pipeline"), "table", "raw", "reason",
+                                      "event_time"))
+
+    def metric(self, name: str, value: int) -> None:
+        """Record a count this run consumed, for reconciliation suites (`sum_equals`)."""
+        self._metrics[name] = int(value or 0)
+
+    def finish(self, versions: dict[str, int], records: int, new_stream_time: datetime | None) -> None:
+        """Stage late records and the progress row, run the quality suites, and mark the batch complete."""
+        if self._late:
+            self._staging.stage(LATE_EVENTS.name, "append", reduce(DataFrame.unionByName, self._late))
+        progress = self.spark.createDataFrame(
+            [(self.batch_id, self.wall_clock, new_stream_time, records, versions, self._metrics)],
+            PROGRESS_DDL)
+        self._staging.stage(PROGRESS, "append", progress)
+        metrics = self.ctx.metric_totals()
+        for name, value in self._metrics.items():
+            metrics[name] = metrics.get(name, 0) + value
+        self._staging.validate(metrics)
+        self._staging.mark_complete()
+
+
+def read_changelog(spark: SparkSession, path: str, name: str) -> DataFrame:
+    """A whole append-only input table with each record's commit version (via Change Data Feed)."""
+    return (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
+            .drop("_change_type", "_commit_timestamp"))
+
+
+class Staging:
+    """The staged changes of one batch, and their commit."""
+
+    def __init__(self, ctx: RunContext, batch_id: int):
+        self.ctx = ctx
+        self.batch_id = batch_id
+        self.dir = ctx.dir / "staging" / str(batch_id)
+        self.manifest = self.dir / "changes.json"
+        self.changes: list[dict] = []
+
+    def complete(self) -> bool:
+        return self.manifest.exists()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def stage(self, table: str, mode: str, rows: DataFrame) -> None:
+        if any(c["table"] == table for c in self.changes):
+            raise ValueError(f"{table} is changed twice in one batch")
+        path = str(self.dir / table)
+        rows.write.mode("overwrite").parquet(path)
+        count = self.ctx.spark.read.parquet(path).count()
+        self.changes.append({"table": table, "mode": mode, "path": path, "rows": count})
+
+    def staged(self, change: dict) -> DataFrame:
+        return self.ctx.spark.read.parquet(change["path"])
+
+    def candidate(self, change: dict) -> DataFrame:
+        """What the output will hold once this change is committed (for tables) or the rows it adds (streams)."""
+        rows = self.staged(change)
+        if change["mode"] == "append":
+            return rows
+        keys = list(self.ctx.pipeline.output(change["table"]).keys)
+        kept = self.ctx.read(change["table"]).join(rows.select(*keys), keys, "left_anti")
+        return kept.unionByName(rows.where(~F.col(delta_io.DELETE)).drop(delta_io.DELETE))
+
+    def validate(self, metrics: dict[str, int]) -> None:
+        """Run each output's suite on its candidate; on a failure nothing is published."""
+        from .quality import validate
+
+        failures: list[str] = []
+        for suite in self.ctx.pipeline.suites:
+            change = next((c for c in self.changes if c["table"] == suite.table), None)
+            frame = self.candidate(change) if change else self.ctx.read(suite.table)
+            report = validate(frame, self.ctx.pipeline.name, suite, self.ctx.lake.quality_dir, metrics)
+            failures.extend(report.failures)
+        if failures:
+            self.discard()
+            raise QualityGateError(f"{self.ctx.pipeline.name}: quality gate failed, nothing published: "
+                                   + "; ".join(failures))
+
+    def mark_complete(self) -> None:
+        write_json_atomic(self.manifest, self.changes)
+
+    def commit(self) -> list[dict]:
+        """Apply the staged changes (each idempotent for this batch), progress last; then drop the staging files."""
+        ctx = self.ctx
+        changes = json.loads(self.manifest.read_text())
+        for change in changes:
+            if change["rows"] == 0:
+                continue
+            rows = self.staged(change)
+            path = ctx.path(change["table"])
+            if change["mode"] == "append":
+                delta_io.append(rows, path, ctx.app_id, self.batch_id)
+            else:
+                keys = ctx.pipeline.output(change["table"]).keys
+                delta_io.upsert(ctx.spark, rows, path, keys, ctx.app_id, self.batch_id)
+        self.discard()
+        return changes

@@ -1,0 +1,179 @@
+"""The `streamtable` command (see the contract in README.md): ingest, run, serve, reprocess, reset, show, query.
+
+Errors print one line to stderr and exit 1 (2 for usage errors); `--debug` shows the traceback.
+Commands that need Spark import it lazily, so `ingest`, `show`, `query` and `pipelines` start fast.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from .errors import BadInputError, QualityGateError, StreamtableError
+from .lake import Lake, resolve_lake
+
+
+def _lake(args: argparse.Namespace) -> Lake:
+    return Lake(resolve_lake(args.lake))
+
+
+def cmd_ingest(args: argparse.Namespace) -> None:
+    from .ingest import ingest_lines
+
+    if args.file == "-":
+        result = ingest_lines(_lake(args), args.table, sys.stdin)
+    else:
+        path = Path(args.file)
+        if not path.is_file():
+            raise BadInputError(f"no such file: {args.file}")
+        with path.open(encoding="utf-8", errors="strict") as handle:
+            try:
+                result = ingest_lines(_lake(args), args.table, handle)
+            except UnicodeDecodeError as e:
+                raise BadInputError(f"{args.file} is not UTF-8 text: {e.reason} at byte {e.start}") from None
+    print(json.dumps(result.as_dict()))
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from .lifecycle import run
+
+    report = run(_lake(args), args.pipeline)
+    print(json.dumps(report.as_dict() | {"data_docs": _docs(args)}))
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    from .lifecycle import run_continuously
+
+    report = run_continuously(_lake(args), args.pipeline, args.interval)
+    print(json.dumps(report.as_dict()))
+
+
+def cmd_reprocess(args: argparse.Namespace) -> None:
+    from .lifecycle import reprocess, version_at
+    from .pipelines import get_pipeline
+    from .timefmt import parse_time
+
+    lake = _lake(args)
+    pipeline = get_pipeline(args.pipeline)
+    if args.from_timestamp is not None:
+        try:
+            moment = parse_time(args.from_timestamp)
+        except ValueError as e:
+            raise BadInputError(f"--from-timestamp: {e}") from None
+        version = version_at(lake, pipeline.primary, moment)
+    else:
+        version = args.from_version
+    report = reprocess(lake, args.pipeline, version, dry_run=args.dry_run)
+    print(json.dumps(report.as_dict() | {"data_docs": _docs(args)}))
+
+
+def cmd_reset(args: argparse.Namespace) -> None:
+    from .lifecycle import reset
+
+    print(json.dumps(reset(_lake(args), args.pipeline, dry_run=args.dry_run)))
+
+
+def cmd_validate(args: argparse.Namespace) -> None:
+    from .lifecycle import validate
+
+    reports = validate(_lake(args), args.pipeline)
+    print(json.dumps({"pipeline": args.pipeline, "suites": {r.suite: r.success for r in reports},
+                      "data_docs": next((r.docs_path for r in reports if r.docs_path), None)}))
+    failures = [f for r in reports for f in r.failures]
+    if failures:
+        raise QualityGateError(f"{args.pipeline}: " + "; ".join(failures))
+
+
+def cmd_show(args: argparse.Namespace) -> None:
+    from .reader import json_lines, rows
+
+    for line in json_lines(rows(_lake(args), args.table)):
+        print(line)
+
+
+def cmd_query(args: argparse.Namespace) -> None:
+    from .reader import json_lines, query
+
+    for line in json_lines(query(_lake(args), args.table, *args.key)):
+        print(line)
+
+
+def cmd_pipelines(args: argparse.Namespace) -> None:
+    from .pipelines import PIPELINES
+
+    for p in PIPELINES.values():
+        print(json.dumps({"pipeline": p.name, "primary": p.primary, "inputs": list(p.inputs),
+                          "outputs": [t.name for t in p.outputs], "doc": p.doc.strip().splitlines()[0]}))
+
+
+def _docs(args: argparse.Namespace) -> str:
+    return str(Path(_lake(args).quality_dir) / "uncommitted" / "data_docs" / "local_site" / "index.html")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="streamtable", description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--lake", help="the lake directory (default: $STREAMTABLE_LAKE, else ./lake)")
+    common.add_argument("--debug", action="store_true", help="show tracebacks and Spark's logs")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def command(name: str, func, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_)
+        p.set_defaults(func=func)
+        return p
+
+    p = command("ingest", cmd_ingest, "append JSON-lines records to an input changelog")
+    p.add_argument("table")
+    p.add_argument("file", help="a JSON-lines file, or - for stdin")
+    command("run", cmd_run, "process everything the inputs hold now, then exit").add_argument("pipeline")
+    p = command("serve", cmd_serve, "run continuously, one run per micro-batch, until SIGTERM")
+    p.add_argument("pipeline")
+    p.add_argument("--interval", default="2 seconds", help="processing-time trigger (default: 2 seconds)")
+    p = command("reprocess", cmd_reprocess, "rebuild outputs from a version (or time) of the primary input")
+    p.add_argument("pipeline")
+    start = p.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from-version", type=int)
+    start.add_argument("--from-timestamp")
+    p.add_argument("--dry-run", action="store_true", help="compute and validate, publish nothing")
+    p = command("reset", cmd_reset, "forget progress and outputs; the next run starts from version 0")
+    p.add_argument("pipeline")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    command("validate", cmd_validate, "run the pipeline's quality suites on its published outputs").add_argument(
+        "pipeline")
+    command("show", cmd_show, "print a table as JSON lines").add_argument("table")
+    p = command("query", cmd_query, "print the current rows whose leading keys equal KEY...")
+    p.add_argument("table")
+    p.add_argument("key", nargs="*")
+    command("pipelines", cmd_pipelines, "list the pipelines, their inputs and outputs")
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.debug:
+        os.environ.setdefault("STREAMTABLE_SPARK_LOG_LEVEL", "warn")
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                            stream=sys.stderr)
+    else:  # PySpark logs failures itself (as JSON); the one line below is what a user needs
+        logging.disable(logging.CRITICAL)
+    try:
+        args.func(args)
+    except StreamtableError as e:
+        if args.debug:
+            raise
+        print(f"streamtable: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # anything else is a bug or an environment problem: still one line
+        if args.debug:
+            raise
+        print(f"streamtable: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+              " (run with --debug for details)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Where a lake keeps things: tables by name, and each pipeline's generations, checkpoints, state and lock.
+
+Layout (everything a pipeline keeps lives inside its lake):
+    <lake>/tables/<table>/                     every Delta table users name (inputs, outputs, system)
+    <lake>/_pipelines/<p>/generation.json      the live generation of the pipeline
+    <lake>/_pipelines/<p>/g<N>/checkpoint/      Structured Streaming checkpoint (the consumer offsets)
+    <lake>/_pipelines/<p>/g<N>/state/<store>/   Delta state stores (stream time, open events, ...)
+    <lake>/_pipelines/<p>/g<N>/staging/         batches computed but not yet committed
+    <lake>/_pipelines/<p>/g<N>/shadow/<table>/  outputs of a reprocess before they are swapped in
+    <lake>/_quality/                            Great Expectations project and Data Docs
+A new generation (reset, reprocess) gets a fresh checkpoint and a fresh `txnAppId`, so its idempotent
+writes are never mistaken for the old generation's.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+
+def resolve_lake(lake: str | None) -> Path:
+    """The lake directory: the argument, else $STREAMTABLE_LAKE, else ./lake (made absolute)."""
+    return Path(lake or os.environ.get("STREAMTABLE_LAKE") or "lake").resolve()
+
+
+@dataclass(frozen=True)
+class Lake:
+    root: Path
+
+    def table_path(self, table: str) -> str:
+        return str(self.root / "tables" / table)
+
+    def pipeline_dir(self, pipeline: str) -> Path:
+        return self.root / "_pipelines" / pipeline
+
+    @property
+    def quality_dir(self) -> str:
+        return str(self.root / "_quality")
+
+    def generation(self, pipeline: str) -> int:
+        """The live generation of a pipeline (0 before its first run)."""
+        path = self.pipeline_dir(pipeline) / "generation.json"
+        return json.loads(path.read_text())["generation"] if path.exists() else 0
+
+    def set_generation(self, pipeline: str, generation: int) -> None:
+        """Make a generation live, atomically (write then rename)."""
+        write_json_atomic(self.pipeline_dir(pipeline) / "generation.json", {"generation": generation})
+
+    def generation_dir(self, pipeline: str, generation: int) -> Path:
+        return self.pipeline_dir(pipeline) / f"g{generation}"
+
+    @contextmanager
+    def lock(self, pipeline: str) -> Iterator[None]:
+        """Hold the pipeline's lock: runs, serves, reprocesses and resets of one pipeline never overlap.
+
+        Waits for the holder to finish (an exclusive `flock` on a file in the lake, released by the
+        kernel if the holder dies).
+        """
+        path = self.pipeline_dir(pipeline) / "lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def write_json_atomic(path: Path, value: object) -> None:
+    """Replace a small JSON file so that readers see the old or the new content, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)

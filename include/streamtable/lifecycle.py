@@ -1,0 +1,181 @@
+"""Run, reprocess and reset a pipeline: generations, the per-pipeline lock, and the shadow-then-swap publish.
+
+Like Kafka Streams' application reset tool plus a seek: a reprocess builds a new generation (fresh
+checkpoint, fresh `txnAppId`, empty state) from the chosen version of the primary input into shadow
+tables, gates them with the quality suites, then swaps each output in one atomic overwrite and makes
+the new generation live, so the next `run` continues from where the reprocess stopped.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from deltalake import DeltaTable
+
+from .batch import RunContext
+from .errors import OffsetOutOfRangeError
+from .ingest import table_version
+from .lake import Lake, write_json_atomic
+from .pipeline import Pipeline
+from .pipelines import get_pipeline
+from .runner import RunReport, drain, serve, system_clock
+from .tables import LATE_EVENTS
+
+SWAP = "swap.json"  # present while a reprocess's outputs are being swapped in
+
+
+def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
+    """One bounded run of a pipeline: everything its inputs hold now, as one micro-batch."""
+    from .spark import get_spark
+
+    pipeline = get_pipeline(name)
+    with lake.lock(name):
+        finish_swap(lake, pipeline)
+        return drain(RunContext(get_spark(), lake, pipeline, lake.generation(name)), clock)
+
+
+def run_continuously(lake: Lake, name: str, interval: str = "2 seconds") -> RunReport:
+    """`serve`: one run per micro-batch until SIGTERM, holding the pipeline's lock."""
+    from .spark import get_spark
+
+    pipeline = get_pipeline(name)
+    with lake.lock(name):
+        finish_swap(lake, pipeline)
+        return serve(RunContext(get_spark(), lake, pipeline, lake.generation(name)), interval)
+
+
+def validate(lake: Lake, name: str) -> list:
+    """Run the pipeline's suites on its live outputs (the quality gate after a run) and build Data Docs."""
+    from .quality import validate as run_suite
+    from .spark import get_spark
+
+    pipeline = get_pipeline(name)
+    ctx = RunContext(get_spark(), lake, pipeline, lake.generation(name))
+    ctx.prepare()
+    metrics = ctx.metric_totals()
+    return [run_suite(ctx.read(s.table), name, s, lake.quality_dir, metrics) for s in pipeline.suites]
+
+
+def version_at(lake: Lake, table: str, timestamp: datetime) -> int:
+    """The first version of `table` committed at or after `timestamp` (Kafka's offsets-for-times)."""
+    path = lake.table_path(table)
+    if table_version(path) is None:
+        raise OffsetOutOfRangeError(f"{table} has no data yet")
+    millis = timestamp.timestamp() * 1000
+    commits = sorted((c["version"], c["timestamp"]) for c in DeltaTable(path).history())
+    for version, committed in commits:
+        if committed >= millis:
+            return version
+    raise OffsetOutOfRangeError(f"no version of {table} was committed at or after {timestamp.isoformat()}")
+
+
+def check_version(lake: Lake, table: str, version: int) -> None:
+    latest = table_version(lake.table_path(table))
+    if version < 0 or latest is None or version > latest:
+        raise OffsetOutOfRangeError(
+            f"version {version} is not in {table} (versions 0..{latest})" if latest is not None
+            else f"{table} has no data yet")
+
+
+@dataclass
+class ReprocessReport:
+    pipeline: str
+    from_version: int
+    generation: int
+    published: bool
+    rows_before: dict[str, int] = field(default_factory=dict)
+    rows_after: dict[str, int] = field(default_factory=dict)
+    run: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"pipeline": self.pipeline, "from_version": self.from_version, "generation": self.generation,
+                "published": self.published, "rows_before": self.rows_before, "rows_after": self.rows_after,
+                "suites": "passed", "run": self.run}
+
+
+def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, clock=system_clock) -> ReprocessReport:
+    """Rebuild the outputs from `from_version` of the primary input with empty state; publish them only if their suites pass."""
+    from .spark import get_spark
+
+    pipeline = get_pipeline(name)
+    check_version(lake, pipeline.primary, from_version)
+    with lake.lock(name):
+        finish_swap(lake, pipeline)
+        discard_generations(lake, name, keep=lake.generation(name))
+        ctx = RunContext(get_spark(), lake, pipeline, next_generation(lake, name), shadow=True)
+        live = RunContext(ctx.spark, lake, pipeline, lake.generation(name))
+        live.prepare()
+        report = drain(ctx, clock, starting={pipeline.primary: from_version})
+        result = ReprocessReport(name, from_version, ctx.generation, published=not dry_run, run=report.as_dict(),
+                                 rows_before=row_counts(live), rows_after=row_counts(ctx))
+        if dry_run:
+            shutil.rmtree(ctx.dir, ignore_errors=True)
+        else:
+            write_json_atomic(lake.pipeline_dir(name) / SWAP, {"generation": ctx.generation})
+            finish_swap(lake, pipeline)
+        return result
+
+
+def row_counts(ctx: RunContext) -> dict[str, int]:
+    counts = {t.name: ctx.read(t.name).count() for t in ctx.pipeline.outputs}
+    counts[LATE_EVENTS.name] = ctx.read(LATE_EVENTS.name).where(f"pipeline = '{ctx.pipeline.name}'").count()
+    return counts
+
+
+def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
+    """Complete a swap a reprocess started (again, if it crashed half-way: each overwrite is idempotent)."""
+    from . import delta_io
+    from .spark import get_spark
+
+    marker = lake.pipeline_dir(pipeline.name) / SWAP
+    if not marker.exists():
+        return
+    generation = json.loads(marker.read_text())["generation"]
+    shadow = RunContext(get_spark(), lake, pipeline, generation, shadow=True)
+    live = RunContext(shadow.spark, lake, pipeline, generation)
+    for table in pipeline.outputs:
+        delta_io.replace(shadow.read(table.name), live.path(table.name))
+    delta_io.replace(shadow.read(LATE_EVENTS.name), live.path(LATE_EVENTS.name),
+                     where=f"pipeline = '{pipeline.name}'")
+    lake.set_generation(pipeline.name, generation)
+    shutil.rmtree(shadow.dir / "shadow", ignore_errors=True)
+    marker.unlink()
+    discard_generations(lake, pipeline.name, keep=generation)
+
+
+def reset(lake: Lake, name: str, dry_run: bool = False) -> dict:
+    """Forget a pipeline's progress, state and outputs, so that the next run starts from version 0."""
+    pipeline = get_pipeline(name)
+    plan = {"pipeline": name, "outputs": [lake.table_path(t.name) for t in pipeline.outputs],
+            "late_events": f"rows with pipeline = {name!r}",
+            "progress": [str(p) for p in sorted(lake.pipeline_dir(name).glob("g*"))]}
+    if dry_run:
+        return plan | {"dry_run": True}
+    from . import delta_io
+    from .spark import get_spark
+
+    with lake.lock(name):
+        finish_swap(lake, pipeline)
+        ctx = RunContext(get_spark(), lake, pipeline, next_generation(lake, name))
+        ctx.prepare()
+        for table in pipeline.outputs:
+            delta_io.replace(ctx.read(table.name).limit(0), ctx.path(table.name))
+        delta_io.replace(ctx.read(LATE_EVENTS.name).limit(0), ctx.path(LATE_EVENTS.name),
+                         where=f"pipeline = '{name}'")
+        lake.set_generation(name, ctx.generation)
+        discard_generations(lake, name, keep=ctx.generation)
+    return plan | {"dry_run": False}
+
+
+def next_generation(lake: Lake, name: str) -> int:
+    existing = [int(p.name[1:]) for p in lake.pipeline_dir(name).glob("g*") if p.name[1:].isdigit()]
+    return max(existing + [lake.generation(name)]) + 1
+
+
+def discard_generations(lake: Lake, name: str, keep: int) -> None:
+    """Delete the checkpoints and state of generations that are not live (abandoned reprocesses, old runs)."""
+    for path in lake.pipeline_dir(name).glob("g*"):
+        if path.is_dir() and path.name != f"g{keep}":
+            shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,19 @@
+"""The registry of pipelines: one short declarative module each."""
+from __future__ import annotations
+
+from ..errors import UnknownPipelineError
+from ..pipeline import Pipeline
+from . import clicks_per_region
+
+PIPELINES: dict[str, Pipeline] = {p.name: p for p in (
+    clicks_per_region.PIPELINE,
+)}
+
+
+def get_pipeline(name: str) -> Pipeline:
+    """The pipeline called `name`, or UnknownPipelineError listing the pipelines."""
+    try:
+        return PIPELINES[name]
+    except KeyError:
+        raise UnknownPipelineError(
+            f"unknown pipeline {name!r}; pipelines are: {', '.join(sorted(PIPELINES))}") from None

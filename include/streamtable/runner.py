@@ -1,0 +1,182 @@
+"""Runs a pipeline as a Spark Structured Streaming query over its Delta inputs, one micro-batch per run.
+
+The stream inputs are read through Change Data Feed (so each record carries its commit version, its
+offset), unioned, and handed to `foreachBatch`, which computes, stages, validates and commits the
+run (see `streamtable.batch`). The query's checkpoint under the live generation is the consumer
+group: it records how far each input was consumed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import reduce
+from typing import Callable
+
+import pyarrow as pa
+from deltalake import write_deltalake
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .batch import SOURCE, VERSION, Batch, RunContext, Staging
+from .ingest import INPUT_TABLE_PROPERTIES, table_version
+from .lake import Lake
+from .schema import arrow_schema
+from .tables import INPUTS
+
+log = logging.getLogger("streamtable")
+
+Clock = Callable[[], datetime]
+ONE_BATCH = str(2**31 - 1)  # a run reads everything available as one micro-batch
+
+
+def system_clock() -> datetime:
+    """Now, or $STREAMTABLE_WALL_CLOCK (ISO-8601) when set: wall-clock time is injectable for tests."""
+    fixed = os.environ.get("STREAMTABLE_WALL_CLOCK")
+    if fixed:
+        from .timefmt import parse_time
+
+        return parse_time(fixed)
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class RunReport:
+    pipeline: str
+    generation: int
+    batches: int = 0
+    records: int = 0
+    stream_time: datetime | None = None
+    changes: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        from .timefmt import format_time
+
+        return {"pipeline": self.pipeline, "generation": self.generation, "batches": self.batches,
+                "records": self.records,
+                "stream_time": format_time(self.stream_time) if self.stream_time else None,
+                "changes": self.changes}
+
+
+def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
+    """Create empty input changelogs that were never ingested into, so a pipeline can start before its data."""
+    for name in names:
+        path = lake.table_path(name)
+        if table_version(path) is None:
+            table = INPUTS[name]
+            write_deltalake(path, pa.Table.from_pylist([], schema=arrow_schema(table.stored_columns)),
+                            mode="append", configuration=INPUT_TABLE_PROPERTIES)
+
+
+def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame:
+    """A streaming read of an input changelog from a version, tagged with its table name."""
+    return (ctx.spark.readStream.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", starting_version).option("maxFilesPerTrigger", ONE_BATCH)
+            .load(ctx.lake.table_path(name))
+            .drop("_change_type", "_commit_timestamp").withColumn(SOURCE, F.lit(name)))
+
+
+class BatchHandler:
+    """The `foreachBatch` function: compute and stage the batch once, then commit it."""
+
+    def __init__(self, ctx: RunContext, report: RunReport, clock: Clock):
+        self.ctx, self.report, self.clock = ctx, report, clock
+        self.lock = threading.Lock()  # held while a batch is in flight (graceful stop waits for it)
+        self.stopping = False
+        self.error: Exception | None = None  # the error that failed the query, to report it as it was raised
+
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
+        try:
+            self._handle(records, batch_id)
+        except Exception as e:
+            self.error = e
+            raise
+
+    def _handle(self, records: DataFrame, batch_id: int) -> None:
+        with self.lock:
+            if self.stopping:
+                raise InterruptedError("stopping")
+            staging = Staging(self.ctx, batch_id)
+            if not staging.complete():
+                staging.discard()
+                self._compute(records, batch_id)
+            changes = staging.commit()
+            self.report.batches += 1
+            for change in changes:
+                self.report.changes[change["table"]] = self.report.changes.get(change["table"], 0) + change["rows"]
+            log.info("%s batch %d committed: %s", self.ctx.pipeline.name, batch_id,
+                     {c["table"]: c["rows"] for c in changes})
+
+    def _compute(self, records: DataFrame, batch_id: int) -> None:
+        records = records.persist()
+        try:
+            batch = Batch(self.ctx, batch_id, records, self.clock())
+            self.ctx.pipeline.process(batch)
+            stats = (records.groupBy(SOURCE)
+                     .agg(F.max(VERSION).alias("version"), F.count("*").alias("n"), F.max("event_time").alias("t"))
+                     .collect())
+            versions = {r[SOURCE]: int(r["version"]) for r in stats}
+            count = sum(r["n"] for r in stats)
+            times = [t for t in [batch.stream_time] + [r["t"] for r in stats] if t is not None]
+            stream_time = max(times) if times else None
+            batch.finish(versions, count, stream_time)
+            self.report.records += count
+            self.report.stream_time = stream_time
+        finally:
+            records.unpersist()
+
+
+def start_query(ctx: RunContext, report: RunReport, clock: Clock, starting: dict[str, int],
+                processing_time: str | None = None):
+    """Start the pipeline's streaming query; AvailableNow unless a processing-time trigger is given."""
+    streams = [input_stream(ctx, name, starting.get(name, 0)) for name in ctx.pipeline.streams]
+    records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), streams)
+    handler = BatchHandler(ctx, report, clock)
+    writer = (records.writeStream.foreachBatch(handler)
+              .option("checkpointLocation", str(ctx.dir / "checkpoint"))
+              .queryName(f"{ctx.pipeline.name}_g{ctx.generation}"))
+    writer = writer.trigger(processingTime=processing_time) if processing_time else writer.trigger(availableNow=True)
+    return writer.start(), handler
+
+
+def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int] | None = None) -> RunReport:
+    """Process everything the inputs hold now (Trigger.AvailableNow) and return what was done."""
+    ensure_inputs(ctx.lake, ctx.pipeline.inputs)
+    ctx.prepare()
+    report = RunReport(ctx.pipeline.name, ctx.generation)
+    query, handler = start_query(ctx, report, clock, starting or {})
+    await_query(query, handler)
+    if report.stream_time is None:
+        report.stream_time = ctx.stream_time()
+    return report
+
+
+def serve(ctx: RunContext, interval: str, clock: Clock = system_clock) -> RunReport:
+    """Run one micro-batch per `interval` until SIGTERM/SIGINT; then finish the batch in flight and return."""
+    ensure_inputs(ctx.lake, ctx.pipeline.inputs)
+    ctx.prepare()
+    report = RunReport(ctx.pipeline.name, ctx.generation)
+    query, handler = start_query(ctx, report, clock, {}, processing_time=interval)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.is_set() and query.isActive:
+        stop.wait(0.5)
+    with handler.lock:  # the batch in flight, if any, has finished and committed
+        handler.stopping = True
+        query.stop()
+    await_query(query, handler)
+    return report
+
+
+def await_query(query, handler: BatchHandler) -> None:
+    """Wait for the query to end; re-raise the error a batch raised as itself, not wrapped by Spark."""
+    try:
+        query.awaitTermination()
+    except Exception:
+        if handler.error is not None:
+            raise handler.error from None
+        raise

@@ -1,0 +1,41 @@
+"""Table schemas declared once and rendered for pyarrow (ingest, reads) and Spark (jobs)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import pyarrow as pa
+
+
+class Type(Enum):
+    STRING = "string"
+    LONG = "long"
+    TIMESTAMP = "timestamp"
+    BOOLEAN = "boolean"
+
+    @property
+    def arrow(self) -> pa.DataType:
+        return {
+            Type.STRING: pa.string(),
+            Type.LONG: pa.int64(),
+            Type.TIMESTAMP: pa.timestamp("us", tz="UTC"),
+            Type.BOOLEAN: pa.bool_(),
+        }[self]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: Type
+    nullable: bool = False
+
+
+def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
+    """The pyarrow schema of these columns (nullability is checked by ingest, not by the file format)."""
+    return pa.schema([pa.field(c.name, c.type.arrow, nullable=True) for c in columns])
+
+
+def spark_ddl(columns: tuple[Column, ...]) -> str:
+    """The Spark DDL string of these columns, e.g. `user STRING, clicks BIGINT`."""
+    names = {Type.STRING: "STRING", Type.LONG: "BIGINT", Type.TIMESTAMP: "TIMESTAMP", Type.BOOLEAN: "BOOLEAN"}
+    return ", ".join(f"`{c.name}` {names[c.type]}" for c in columns)

@@ -1,0 +1,104 @@
+"""The tables of a lake: input changelogs (with their record rules), outputs, and the system tables."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .schema import Column, Type
+
+S, L, TS, B = Type.STRING, Type.LONG, Type.TIMESTAMP, Type.BOOLEAN
+
+# Columns every input row carries besides its declared ones: the line of the ingested file (0-based),
+# which with the Delta commit version orders records exactly as they were ingested.
+LINE = "_line"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A check on one field beyond its type: `non_empty`, `at_least` (value) or `one_of` (values)."""
+
+    kind: str
+    column: str
+    value: object = None
+
+    def error(self, record: dict) -> str | None:
+        """The reason this record breaks the rule, or None."""
+        v = record.get(self.column)
+        if v is None:
+            return None
+        if self.kind == "non_empty" and v == "":
+            return f"{self.column} is empty"
+        if self.kind == "at_least" and v < self.value:
+            return f"{self.column} is {v}, below {self.value}"
+        if self.kind == "one_of" and v not in self.value:
+            return f"{self.column} is {v!r}, not one of {', '.join(map(repr, self.value))}"
+        return None
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Delta table of the lake.
+
+    kind: `input` (an append-only changelog users ingest into), `table` (an output keyed by `keys`,
+    kept by MERGE), or `stream` (an append-only output ordered by `time_column`).
+    """
+
+    name: str
+    columns: tuple[Column, ...]
+    kind: str
+    keys: tuple[str, ...] = ()
+    time_column: str | None = None
+    rules: tuple[Rule, ...] = ()
+    keep_raw: bool = False  # input only: also store the whole JSON object of each record in `raw`
+
+    @property
+    def sort_columns(self) -> tuple[str, ...]:
+        """Columns `show` sorts by: the keys of a table, else the time column then the others."""
+        if self.kind == "table":
+            return self.keys
+        rest = tuple(c.name for c in self.columns if c.name != self.time_column)
+        return ((self.time_column,) if self.time_column else ()) + rest
+
+    @property
+    def stored_columns(self) -> tuple[Column, ...]:
+        """Columns as stored in Delta, including the ingest bookkeeping of inputs."""
+        if self.kind != "input":
+            return self.columns
+        raw = (Column("raw", S),) if self.keep_raw else ()
+        return self.columns + raw + (Column(LINE, L),)
+
+
+def _input(name: str, columns: tuple[Column, ...], keys: tuple[str, ...] = (),
+           rules: tuple[Rule, ...] = (), keep_raw: bool = False) -> Table:
+    return Table(name, columns, "input", keys=keys, time_column="event_time", rules=rules, keep_raw=keep_raw)
+
+
+def _non_empty(*columns: str) -> tuple[Rule, ...]:
+    return tuple(Rule("non_empty", c) for c in columns)
+
+
+EVENT_TIME = Column("event_time", TS)
+
+INPUTS: dict[str, Table] = {t.name: t for t in (
+    _input("user_clicks", (Column("user", S), Column("clicks", L), EVENT_TIME),
+           rules=_non_empty("user") + (Rule("at_least", "clicks", 0),)),
+    _input("user_regions", (Column("user", S), Column("region", S, nullable=True), EVENT_TIME),
+           keys=("user",), rules=_non_empty("user")),
+    _input("user_presence", (Column("user", S), Column("action", S), EVENT_TIME),
+           keys=("user",), rules=_non_empty("user") + (Rule("one_of", "action", ("Open", "Close")),)),
+    _input("ticks", (Column("user", S), EVENT_TIME), rules=_non_empty("user")),
+    _input("call_analytics", (Column("user1", S), Column("user2", S), EVENT_TIME, Column("analytics", S, nullable=True)),
+           rules=_non_empty("user1", "user2")),
+    _input("call_metrics", (Column("user1", S), Column("user2", S), EVENT_TIME, Column("metrics", S, nullable=True)),
+           rules=_non_empty("user1", "user2")),
+    _input("app_logs", (EVENT_TIME, Column("logger_name", S), Column("browserHash", S), Column("message", S)),
+           rules=_non_empty("browserHash"), keep_raw=True),
+    _input("text_lines", (Column("line", S), EVENT_TIME)),
+    _input("inventory_events", (Column("store", S), Column("item", S), Column("quantity", L), EVENT_TIME),
+           rules=_non_empty("store", "item")),
+)}
+
+QUARANTINE = Table("quarantine", (Column("table", S), Column("raw", S), Column("reason", S), Column("ingested_at", TS)),
+                   "stream", time_column="ingested_at")
+LATE_EVENTS = Table("late_events", (Column("pipeline", S), Column("table", S), Column("raw", S), Column("reason", S),
+                                    EVENT_TIME), "stream", time_column="event_time")
+SYSTEM: dict[str, Table] = {t.name: t for t in (QUARANTINE, LATE_EVENTS)}

@@ -1,0 +1,32 @@
+"""Event times: parsed from ISO-8601 (any offset; none means UTC) or epoch milliseconds, printed as ISO-8601 `...sssZ`."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def parse_time(value: object) -> datetime:
+    """Parse an event time: an ISO-8601 string or an integer of epoch milliseconds; raise ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected an ISO-8601 time or epoch milliseconds, got {value!r}")
+    if isinstance(value, int):
+        return datetime.fromtimestamp(value / 1000, tz=timezone.utc).replace(
+            microsecond=(value % 1000) * 1000)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"not an ISO-8601 time: {value!r}") from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        return parsed.astimezone(timezone.utc)
+    raise ValueError(f"expected an ISO-8601 time or epoch milliseconds, got {value!r}")
+
+
+def format_time(value: datetime) -> str:
+    """Format a time as ISO-8601 UTC with milliseconds and `Z`, e.g. `2026-01-01T00:00:05.000Z`."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    value = value.astimezone(timezone.utc)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"

@@ -1,0 +1,297 @@
+"""Run a table's declared rules (`streamtable.expectations`) as a Great Expectations 1.x suite on a Spark DataFrame.
+
+Each lake keeps its own GX file project, validation history and Data Docs under its `quality_dir`
+(`<quality_dir>/gx/...`), so two lakes share nothing. GX is imported on the first `validate` only
+(the import alone takes seconds). Validations of one lake are serialized (a process lock plus an
+flock on `<quality_dir>/.lock`), because GX rewrites `great_expectations.yml` and keeps the current
+project in a process-wide global.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+from urllib.parse import unquote, urlparse
+
+from .expectations import Expectation, Suite
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+DATASOURCE = "streamtable"
+BATCH_DEFINITION = "whole_dataframe"
+SITE = "local_site"
+SITE_DIR = "uncommitted/data_docs/local_site/"
+RESULT_FORMAT = "SUMMARY"  # counts plus a few example values; BOOLEAN_ONLY would drop the counts
+_RULE = "streamtable_rule"  # meta key on each GX expectation: the index of the declared rule
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Report:
+    """The outcome of one validation of one output table."""
+
+    suite: str  # "<pipeline>.<table>"
+    success: bool
+    failures: tuple[str, ...]  # one short human line per failed expectation
+    docs_path: str | None  # the Data Docs index.html showing this validation, or None without docs
+    rows: int
+
+
+def docs_index(quality_dir: str) -> str:
+    """Where `validate` writes the Data Docs index.html of a lake's quality_dir (no GX import)."""
+    return str(Path(quality_dir).resolve() / "gx" / SITE_DIR / "index.html")
+
+
+def validate(df: "DataFrame", pipeline: str, suite: Suite, quality_dir: str,
+             metrics: dict[str, int] | None = None, build_docs: bool = True) -> Report:
+    """Validate `df` with `suite` as the GX suite `<pipeline>.<table>`; store the result (and Data Docs) in quality_dir.
+
+    `metrics` supplies the values `sum_equals` rules reconcile against; a missing one is a ValueError.
+    The frame is cached for the run unless it already is.
+    """
+    name = f"{pipeline}.{suite.table}"
+    params = _parameters(suite.expectations, metrics or {})
+    cache = not df.is_cached
+    if cache:
+        df.persist()
+    try:
+        rows = df.count()
+        with _locked(quality_dir):
+            ctx = _context(quality_dir)
+            checkpoint = _checkpoint(ctx, name, _gx_suite(name, suite.expectations), build_docs)
+            result = checkpoint.run(batch_parameters={"dataframe": df}, expectation_parameters=params)
+            docs = _docs_path(ctx) if build_docs else None
+    finally:
+        if cache:
+            df.unpersist()
+    (validation,) = result.run_results.values()
+    failed = sorted((r for r in validation.results if not r.success),
+                    key=lambda r: r.expectation_config.meta[_RULE])
+    failures = tuple(_failure(suite.table, suite.expectations[r.expectation_config.meta[_RULE]], r.result,
+                              r.exception_info, params) for r in failed)
+    return Report(suite=name, success=bool(result.success), failures=failures, docs_path=docs, rows=rows)
+
+
+@lru_cache(maxsize=1)
+def _gx() -> Any:
+    """The great_expectations module, imported once with analytics off and its logs at WARNING."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations
+
+    log = logging.getLogger("great_expectations")
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.WARNING)
+    return great_expectations
+
+
+@lru_cache(maxsize=1)
+def _null_safe_sum() -> type:
+    """ExpectColumnSumToBeBetween counting the sum of an empty (or all-null) column as 0.
+
+    Spark's SUM over no values is NULL, which the stock expectation always fails.
+    """
+    class ExpectColumnNullSafeSumToBeBetween(_gx().expectations.ExpectColumnSumToBeBetween):
+        def _validate(self, metrics: dict, runtime_configuration: dict | None = None,
+                      execution_engine: Any = None) -> dict:
+            if metrics.get("column.sum") is None:
+                metrics = {**metrics, "column.sum": 0}
+            return super()._validate(metrics, runtime_configuration, execution_engine)
+
+    return ExpectColumnNullSafeSumToBeBetween
+
+
+def _parameter(metric: str) -> str:
+    """The GX suite-parameter name of a run metric (parameters are parsed as expressions: no dots)."""
+    return "metric_" + re.sub(r"\W", "_", metric)
+
+
+def _parameters(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict[str, int]:
+    """The suite parameters of the sum_equals rules, taken from this run's metrics."""
+    params: dict[str, int] = {}
+    for rule in rules:
+        if rule.kind != "sum_equals":
+            continue
+        if rule.metric not in metrics:
+            raise ValueError(f"sum_equals({rule.columns[0]}) needs metric {rule.metric!r}, "
+                             f"which this run did not report (has: {sorted(metrics)})")
+        key = _parameter(rule.metric)
+        if params.get(key, metrics[rule.metric]) != metrics[rule.metric]:
+            raise ValueError(f"metric names collide as suite parameter {key!r}")
+        params[key] = metrics[rule.metric]
+    return params
+
+
+def _gx_expectation(rule: Expectation, index: int) -> Any:
+    """The GX 1.x expectation that checks one declared rule."""
+    gxe = _gx().expectations
+    c, meta = rule.columns, {_RULE: index}
+    mostly = {"mostly": rule.mostly, "meta": meta}
+    if rule.kind == "not_null" or (rule.kind == "any_not_null" and len(c) == 1):
+        return gxe.ExpectColumnValuesToNotBeNull(column=c[0], **mostly)
+    if rule.kind == "unique":
+        if len(c) == 1:
+            return gxe.ExpectColumnValuesToBeUnique(column=c[0], **mostly)
+        return gxe.ExpectCompoundColumnsToBeUnique(column_list=list(c), **mostly)
+    if rule.kind == "between":
+        return gxe.ExpectColumnValuesToBeBetween(column=c[0], min_value=rule.min_value,
+                                                 max_value=rule.max_value, **mostly)
+    if rule.kind == "in_set":
+        return gxe.ExpectColumnValuesToBeInSet(column=c[0], value_set=list(rule.value_set), **mostly)
+    if rule.kind == "sum_equals":
+        bound = {"$PARAMETER": _parameter(rule.metric or "")}
+        return _null_safe_sum()(column=c[0], min_value=bound, max_value=bound, meta=meta)
+    if rule.kind == "column_pair_le":  # left <= right  <=>  right >= left; rows with a null are skipped
+        return gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A=c[1], column_B=c[0], or_equal=True, ignore_row_if="either_value_is_missing", **mostly)
+    if rule.kind == "any_not_null":  # where all but the last are null, the last must not be
+        # (a row condition, not UnexpectedRowsExpectation: that one works on Spark but takes no `mostly`
+        # and registers the frame as the session-wide temp view "tmp_view"; here `mostly` counts among
+        # the rows where the others are null)
+        from great_expectations.expectations.row_conditions import AndCondition, Column
+
+        nulls = [Column(name).is_null() for name in c[:-1]]
+        condition = nulls[0] if len(nulls) == 1 else AndCondition(conditions=nulls)
+        return gxe.ExpectColumnValuesToNotBeNull(column=c[-1], row_condition=condition, **mostly)
+    raise ValueError(f"unknown expectation kind {rule.kind!r}")
+
+
+def _gx_suite(name: str, rules: tuple[Expectation, ...]) -> Any:
+    """A GX ExpectationSuite holding the declared rules, in order."""
+    return _gx().ExpectationSuite(name=name, expectations=[_gx_expectation(r, i) for i, r in enumerate(rules)])
+
+
+@contextmanager
+def _locked(quality_dir: str) -> Iterator[None]:
+    """Hold this process's GX lock and an exclusive flock on the quality_dir."""
+    os.makedirs(quality_dir, exist_ok=True)
+    with _LOCK, open(os.path.join(quality_dir, ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _context(quality_dir: str) -> Any:
+    """The lake's file-mode GX project (created on first use), with analytics and progress bars off."""
+    gx = _gx()
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    ctx = gx.get_context(mode="file", project_root_dir=quality_dir)
+    bars = ctx.variables.progress_bars  # a ProgressBarsConfig when set here, a dict once read back from the yml
+    bars = {} if bars is None else bars if isinstance(bars, dict) else vars(bars)
+    bars_on = any(bars.get(k, True) for k in ("globally", "metric_calculations"))
+    if ctx.variables.analytics_enabled is not False or bars_on:
+        ctx.variables.analytics_enabled = False
+        ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+        ctx.variables.save()
+    if SITE not in ctx.list_data_docs_sites():
+        ctx.add_data_docs_site(SITE, {
+            "class_name": "SiteBuilder",
+            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": SITE_DIR},
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        })
+    return ctx
+
+
+def _checkpoint(ctx: Any, name: str, suite: Any, build_docs: bool) -> Any:
+    """Get-or-create the Spark datasource, asset and batch definition; add-or-update suite, validation, checkpoint."""
+    gx = _gx()
+    try:
+        datasource = ctx.data_sources.get(DATASOURCE)
+    except KeyError:  # add_or_update_spark would drop every existing asset
+        datasource = ctx.data_sources.add_spark(DATASOURCE, persist=False)
+    try:
+        asset = datasource.get_asset(name)
+    except LookupError:
+        asset = datasource.add_dataframe_asset(name)
+    try:
+        batch = asset.get_batch_definition(BATCH_DEFINITION)
+    except KeyError:
+        batch = asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
+    suite = ctx.suites.add_or_update(suite)
+    validation = ctx.validation_definitions.add_or_update(gx.ValidationDefinition(name=name, data=batch, suite=suite))
+    actions = [gx.checkpoint.UpdateDataDocsAction(name="update_data_docs", site_names=[SITE])] if build_docs else []
+    return ctx.checkpoints.add_or_update(gx.Checkpoint(
+        name=name, validation_definitions=[validation], actions=actions, result_format=RESULT_FORMAT))
+
+
+def _docs_path(ctx: Any) -> str | None:
+    """The local path of the site's index.html, or None if it was not built."""
+    for site in ctx.get_docs_sites_urls(site_name=SITE):
+        url = site.get("site_url")
+        if url and url.startswith("file://"):
+            return unquote(urlparse(url).path)
+    return None
+
+
+def _count(n: int, noun: str = "row") -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _rows(rule: Expectation, result: dict, noun: str = "row") -> str:
+    """How many rows broke a rule, with the allowed share when the rule has `mostly`."""
+    text = _count(int(result.get("unexpected_count") or 0), noun)
+    if rule.mostly < 1.0 and result.get("unexpected_percent") is not None:
+        text += f", {result['unexpected_percent']:.2f}% > allowed {100 * (1 - rule.mostly):.2f}%"
+    return text
+
+
+def _examples(result: dict) -> str:
+    values = result.get("partial_unexpected_list") or []
+    shown = ", ".join(repr(v) for v in dict.fromkeys(map(_hashable, values)))[:80]
+    return f", e.g. {shown}" if values else ""
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _number(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _error(exception_info: dict | None) -> str | None:
+    """The first exception message GX recorded for an expectation, if it raised."""
+    infos = [exception_info or {}]
+    infos += [v for v in (exception_info or {}).values() if isinstance(v, dict)]
+    for info in infos:
+        if info.get("raised_exception"):
+            return str(info.get("exception_message") or "error").splitlines()[0]
+    return None
+
+
+def _failure(table: str, rule: Expectation, result: dict, exception_info: dict | None,
+             params: dict[str, int]) -> str:
+    """One short human line for a failed rule."""
+    cols = ", ".join(rule.columns)
+    error = _error(exception_info)
+    if error:
+        return f"{table}: {rule.kind}({cols}) could not be checked: {error}"
+    rows = _rows(rule, result)
+    if rule.kind == "not_null":
+        return f"{table}: {cols} has nulls ({rows})"
+    if rule.kind == "unique":
+        what = cols if len(rule.columns) == 1 else f"({cols})"
+        return f"{table}: {what} is not unique ({_rows(rule, result, 'duplicate row')})"
+    if rule.kind == "between":
+        lo, hi = rule.min_value, rule.max_value
+        bounds = (f"between {lo} and {hi}" if lo is not None and hi is not None
+                  else f">= {lo}" if lo is not None else f"<= {hi}")
+        return f"{table}: {cols} is not {bounds} ({rows}{_examples(result)})"
+    if rule.kind == "in_set":
+        return f"{table}: {cols} has values outside {list(rule.value_set)} ({rows}{_examples(result)})"
+    if rule.kind == "sum_equals":
+        expected = params.get(_parameter(rule.metric or ""))
+        return (f"{table}: sum of {cols} is {_number(result.get('observed_value'))}, "
+                f"but metric {rule.metric} is {expected}")
+    if rule.kind == "column_pair_le":
+        return f"{table}: {rule.columns[0]} > {rule.columns[1]} ({rows})"
+    if rule.kind == "any_not_null":
+        return f"{table}: {cols} are all null ({rows})"
+    return f"{table}: {rule.kind}({cols}) failed"

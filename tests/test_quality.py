@@ -1,0 +1,124 @@
+"""streamtable.quality: declared rules run as Great Expectations suites on Spark frames."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamtable import expectations as expect
+from streamtable.quality import Report, docs_index, validate
+
+ALL_KINDS = expect.Suite("orders", (
+    expect.not_null("id"),
+    expect.unique("id"),
+    expect.unique("id", "region"),
+    expect.between("amount", 0, 100),
+    expect.in_set("region", ("eu", "us")),
+    expect.sum_equals("amount", "amount_in"),
+    expect.column_pair_le("start", "end"),
+    expect.any_not_null("email", "phone"),
+))
+SCHEMA = "id int, region string, amount int, start int, `end` int, email string, phone string"
+
+
+def _validations(quality_dir: Path) -> list[Path]:
+    return sorted((quality_dir / "gx" / "uncommitted" / "validations").rglob("*.json"))
+
+
+def test_passing_suite_builds_docs_under_the_quality_dir(spark, tmp_path):
+    df = spark.createDataFrame([
+        (1, "eu", 10, 1, 2, "a@x", None),
+        (2, "us", 20, 3, None, None, "555"),  # a null end is not compared
+        (3, "eu", 0, 5, 5, "c@x", "556"),
+    ], SCHEMA)
+    quality_dir = tmp_path / "lake" / "_quality"
+
+    report = validate(df, "shop", ALL_KINDS, str(quality_dir), {"amount_in": 30})
+
+    assert report == Report("shop.orders", True, (), report.docs_path, 3)
+    assert report.docs_path == docs_index(str(quality_dir))
+    assert Path(report.docs_path).is_file() and Path(report.docs_path).is_relative_to(quality_dir)
+    assert "shop.orders" in Path(report.docs_path).read_text()
+    assert len(_validations(quality_dir)) == 1
+
+
+def test_each_kind_reports_a_clear_failure_line(spark, tmp_path):
+    df = spark.createDataFrame([
+        (1, "eu", 10, 1, 2, "a@x", None),
+        (1, "eu", 150, 9, 3, None, None),  # duplicate id, amount too big, start > end, no contact
+        (None, "mars", 5, 1, 1, "c@x", None),  # null id, region outside the set
+    ], SCHEMA)
+
+    report = validate(df, "shop", ALL_KINDS, str(tmp_path / "_quality"), {"amount_in": 99}, build_docs=False)
+
+    assert not report.success and report.docs_path is None and report.rows == 3
+    assert report.failures == (
+        "orders: id has nulls (1 row)",
+        "orders: id is not unique (2 duplicate rows)",
+        "orders: (id, region) is not unique (2 duplicate rows)",
+        "orders: amount is not between 0 and 100 (1 row, e.g. 150)",
+        "orders: region has values outside ['eu', 'us'] (1 row, e.g. 'mars')",
+        "orders: sum of amount is 165, but metric amount_in is 99",
+        "orders: start > end (1 row)",
+        "orders: email, phone are all null (1 row)",
+    )
+
+
+def test_mostly_and_missing_columns(spark, tmp_path):
+    df = spark.createDataFrame([(1, None), (2, 5), (3, 6), (4, 7)], "id int, v int")
+    suite = expect.Suite("t", (
+        expect.Expectation("not_null", ("v",), mostly=0.7),  # 1 null in 4 rows: 75% present
+        expect.Expectation("not_null", ("v",), mostly=0.9),
+        expect.not_null("missing"),
+    ))
+
+    report = validate(df, "p", suite, str(tmp_path / "_quality"), build_docs=False)
+
+    assert report.failures[0] == "t: v has nulls (1 row, 25.00% > allowed 10.00%)"
+    assert report.failures[1].startswith("t: not_null(missing) could not be checked: ")
+    assert "missing" in report.failures[1] and len(report.failures) == 2
+
+
+def test_sum_equals_counts_an_empty_frame_as_zero(spark, tmp_path):
+    empty = spark.createDataFrame([], "clicks long")
+    suite = expect.Suite("clicks", (expect.sum_equals("clicks", "clicks"), expect.unique("clicks")))
+    quality_dir = str(tmp_path / "_quality")
+
+    assert validate(empty, "p", suite, quality_dir, {"clicks": 0}, build_docs=False).success
+    report = validate(empty, "p", suite, quality_dir, {"clicks": 3}, build_docs=False)
+    assert report.failures == ("clicks: sum of clicks is 0, but metric clicks is 3",)
+
+
+def test_sum_equals_needs_its_metric(spark, tmp_path):
+    df = spark.createDataFrame([(1,)], "clicks long")
+    with pytest.raises(ValueError, match="metric 'clicks'"):
+        validate(df, "p", expect.Suite("t", (expect.sum_equals("clicks", "clicks"),)), str(tmp_path), {})
+
+
+def test_two_lakes_share_nothing_and_reruns_replace_the_suite(spark, tmp_path):
+    df = spark.createDataFrame([(1, "eu"), (2, "us")], "id int, region string")
+    lake_a, lake_b = tmp_path / "a" / "_quality", tmp_path / "b" / "_quality"
+    narrow = expect.Suite("t", (expect.unique("id"),))
+    wide = expect.Suite("t", (expect.unique("id"), expect.in_set("region", ("eu",))))
+
+    first = validate(df, "p", wide, str(lake_a))
+    second = validate(df, "p", narrow, str(lake_a))
+    other = validate(df, "p", wide, str(lake_b), build_docs=False)
+
+    assert not first.success and second.success and not other.success
+    assert first.docs_path == second.docs_path == docs_index(str(lake_a)) and other.docs_path is None
+    assert len(_validations(lake_a)) == 2 and len(_validations(lake_b)) == 1
+    stored = json.loads((lake_a / "gx" / "expectations" / "p" / "t.json").read_text())
+    assert [e["type"] for e in stored["expectations"]] == ["expect_column_values_to_be_unique"]
+    assert not Path(docs_index(str(lake_b))).exists()
+    for path in (lake_b / "gx").rglob("*"):
+        assert not path.is_file() or str(lake_a) not in path.read_text(errors="ignore")
+
+
+def test_declaring_rules_does_not_import_great_expectations():
+    code = ("import sys, streamtable.expectations, streamtable.quality; "
+            "sys.exit('great_expectations' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -10,6 +10,7 @@ counted twice, even though Delta has no multi-table transaction.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,15 +19,15 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, MapType, StringType
 
 from . import delta_io
 from .errors import QualityGateError
-from .expectations import Suite
+from .faults import crash_point
 from .lake import Lake, write_json_atomic
 from .pipeline import Pipeline
-from .schema import spark_ddl
-from .tables import LATE_EVENTS, LINE, Table
+from .tables import LATE_EVENTS, Table
+
+log = logging.getLogger("streamtable")
 
 SOURCE = "_source"  # the input table a record of the micro-batch came from
 VERSION = "_commit_version"  # the Delta version (offset) that brought the record
@@ -140,7 +141,9 @@ class Batch:
         metrics = self.ctx.metric_totals()
         for name, value in self._metrics.items():
             metrics[name] = metrics.get(name, 0) + value
+        log.info("batch %d staged", self.batch_id)
         self._staging.validate(metrics)
+        log.info("batch %d validated", self.batch_id)
         self._staging.mark_complete()
 
 
@@ -173,6 +176,7 @@ class Staging:
         rows.write.mode("overwrite").parquet(path)
         count = self.ctx.spark.read.parquet(path).count()
         self.changes.append({"table": table, "mode": mode, "path": path, "rows": count})
+        log.info("staged %s: %d rows", table, count)
 
     def staged(self, change: dict) -> DataFrame:
         return self.ctx.spark.read.parquet(change["path"])
@@ -203,6 +207,7 @@ class Staging:
 
     def mark_complete(self) -> None:
         write_json_atomic(self.manifest, self.changes)
+        crash_point("staged")
 
     def commit(self) -> list[dict]:
         """Apply the staged changes (each idempotent for this batch), progress last; then drop the staging files."""
@@ -218,5 +223,6 @@ class Staging:
             else:
                 keys = ctx.pipeline.output(change["table"]).keys
                 delta_io.upsert(ctx.spark, rows, path, keys, ctx.app_id, self.batch_id)
+            crash_point(f"committed:{change['table']}")
         self.discard()
         return changes

@@ -110,7 +110,9 @@ def cmd_pipelines(args: argparse.Namespace) -> None:
 
 
 def _docs(args: argparse.Namespace) -> str:
-    return str(Path(_lake(args).quality_dir) / "uncommitted" / "data_docs" / "local_site" / "index.html")
+    from .quality import docs_index
+
+    return docs_index(_lake(args).quality_dir)
 
 
 def parser() -> argparse.ArgumentParser:

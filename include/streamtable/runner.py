@@ -113,6 +113,7 @@ class BatchHandler:
     def _compute(self, records: DataFrame, batch_id: int) -> None:
         records = records.persist()
         try:
+            log.info("batch %d computing", batch_id)
             batch = Batch(self.ctx, batch_id, records, self.clock())
             self.ctx.pipeline.process(batch)
             stats = (records.groupBy(SOURCE)
@@ -146,6 +147,7 @@ def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int]
     """Process everything the inputs hold now (Trigger.AvailableNow) and return what was done."""
     ensure_inputs(ctx.lake, ctx.pipeline.inputs)
     ctx.prepare()
+    log.info("%s prepared", ctx.pipeline.name)
     report = RunReport(ctx.pipeline.name, ctx.generation)
     query, handler = start_query(ctx, report, clock, starting or {})
     await_query(query, handler)

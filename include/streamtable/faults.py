@@ -1,0 +1,14 @@
+"""Crash points, so tests can kill a run at the worst moments: `STREAMTABLE_KILL_AT=<point>` SIGKILLs the process there.
+
+Points: `staged` (batch computed and marked complete, nothing committed) and `committed:<table>`
+(that table committed, the rest of the batch not). Unset, a crash point costs one dict lookup.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+
+def crash_point(name: str) -> None:
+    if os.environ.get("STREAMTABLE_KILL_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,135 @@
+"""clicks_per_region against the pure-Python reference (tests/reference.py) and hand-computed totals."""
+from __future__ import annotations
+
+import pytest
+from deltalake import DeltaTable
+
+from reference import clicks_per_region as expected
+from helpers import ingest, table
+from streamtable.lifecycle import reprocess, run
+
+P = "clicks_per_region"
+
+
+def region(user, name, t):
+    return {"user": user, "region": name, "event_time": t}
+
+
+def click(user, n, t):
+    return {"user": user, "clicks": n, "event_time": t}
+
+
+def totals(lake):
+    return table(lake, P, "region", "clicks")
+
+
+def test_region_change_between_two_clicks_deletion_and_unknown_user(spark, lake):
+    regions = [region("alice", "asia", "2026-03-01T10:00:00Z"), region("alice", "europe", "2026-03-01T10:02:00Z"),
+               region("bob", "americas", "2026-03-01T10:00:00Z"), region("bob", None, "2026-03-01T10:04:00Z")]
+    clicks = [click("alice", 13, "2026-03-01T10:01:00Z"), click("alice", 40, "2026-03-01T10:03:00Z"),
+              click("bob", 4, "2026-03-01T10:03:00Z"), click("bob", 19, "2026-03-01T10:05:00Z"),
+              click("zed", 7, "2026-03-01T10:05:00Z"), click("alice", 1, "2026-03-01T09:00:00Z")]
+    ingest(lake, "user_regions", regions)
+    ingest(lake, "user_clicks", clicks)
+    run(lake, P)
+    assert totals(lake) == {"asia": 13, "europe": 40, "americas": 4, "UNKNOWN": 19 + 7 + 1}
+    assert totals(lake) == expected([regions], clicks)
+
+
+def test_equal_timestamps_later_ingest_wins(spark, lake):
+    t = "2026-03-01T10:00:00Z"
+    first = [region("alice", "asia", t), region("alice", "africa", t)]  # same file: the later line wins
+    second = [region("bob", "asia", t)]
+    third = [region("bob", "europe", t)]  # a later ingest wins over an earlier one
+    for records in (first, second, third):
+        ingest(lake, "user_regions", records)
+    clicks = [click("alice", 5, t), click("bob", 3, t)]
+    ingest(lake, "user_clicks", clicks)
+    run(lake, P)
+    assert totals(lake) == {"africa": 5, "europe": 3} == expected([first, second, third], clicks)
+
+
+def test_out_of_order_ingestion_within_a_run(spark, lake):
+    regions = [region("u", "late-region", "2026-03-01T10:05:00Z"), region("u", "early-region", "2026-03-01T10:00:00Z")]
+    clicks = [click("u", 2, "2026-03-01T10:06:00Z"), click("u", 3, "2026-03-01T10:01:00Z")]
+    ingest(lake, "user_regions", regions)
+    ingest(lake, "user_clicks", clicks)
+    run(lake, P)
+    assert totals(lake) == {"late-region": 2, "early-region": 3} == expected([regions], clicks)
+
+
+def scenario():
+    regions = [[region("alice", "asia", "2026-03-01T10:00:00Z"), region("bob", "americas", "2026-03-01T10:00:00Z")],
+               [region("alice", "europe", "2026-03-01T10:02:00Z")],
+               [region("bob", None, "2026-03-01T10:04:00Z")]]
+    clicks = [[click("alice", 13, "2026-03-01T10:01:00Z"), click("bob", 4, "2026-03-01T10:01:00Z")],
+              [click("alice", 40, "2026-03-01T10:03:00Z")],
+              [click("bob", 19, "2026-03-01T10:05:00Z"), click("chao", 25, "2026-03-01T10:05:00Z")]]
+    return regions, clicks
+
+
+def test_one_run_and_three_runs_give_the_same_table_and_a_second_run_changes_nothing(spark, tmp_path):
+    from streamtable.lake import Lake
+
+    regions, clicks = scenario()
+    one, three = Lake(tmp_path / "one"), Lake(tmp_path / "three")
+    for r, c in zip(regions, clicks):
+        ingest(one, "user_regions", r)
+        ingest(one, "user_clicks", c)
+        ingest(three, "user_regions", r)
+        ingest(three, "user_clicks", c)
+        run(three, P)
+    run(one, P)
+    want = expected(regions, [c for batch in clicks for c in batch])
+    assert totals(one) == totals(three) == want == {"asia": 13, "americas": 4, "europe": 40, "UNKNOWN": 44}
+
+    version = DeltaTable(one.table_path(P)).version()
+    report = run(one, P)
+    assert report.batches == 0 and DeltaTable(one.table_path(P)).version() == version
+    assert totals(one) == want
+
+
+def test_reprocess_from_version_rebuilds_from_that_offset_and_the_next_run_goes_on(spark, lake):
+    regions, clicks = scenario()
+    ingest(lake, "user_regions", [r for batch in regions for r in batch])
+    versions = [ingest(lake, "user_clicks", c).version for c in clicks]
+    run(lake, P)
+    report = reprocess(lake, P, from_version=versions[1])
+    later = [c for batch in clicks[1:] for c in batch]
+    assert totals(lake) == expected(regions, later) == {"europe": 40, "UNKNOWN": 44}
+    assert report.published and report.rows_after[P] == 2
+
+    extra = [click("alice", 2, "2026-03-01T10:09:00Z")]
+    ingest(lake, "user_clicks", extra)
+    run(lake, P)
+    assert totals(lake) == expected(regions, later + extra) == {"europe": 42, "UNKNOWN": 44}
+
+
+def test_reprocess_dry_run_publishes_nothing(spark, lake):
+    regions, clicks = scenario()
+    ingest(lake, "user_regions", regions[0])
+    ingest(lake, "user_clicks", clicks[0])
+    run(lake, P)
+    before = totals(lake)
+    report = reprocess(lake, P, from_version=0, dry_run=True)
+    assert not report.published and totals(lake) == before
+
+
+@pytest.mark.parametrize("bad, reason", [
+    ('{"user": "bob"', "malformed JSON"),
+    ('{"user": "bob", "event_time": "2026-03-01T10:00:00Z"}', "missing field clicks"),
+    ('{"user": "bob", "clicks": "4", "event_time": "2026-03-01T10:00:00Z"}', "clicks should be a long"),
+    ('{"user": "bob", "clicks": 4.5, "event_time": "2026-03-01T10:00:00Z"}', "clicks should be a long"),
+    ('{"user": "bob", "clicks": -1, "event_time": "2026-03-01T10:00:00Z"}', "clicks is -1, below 0"),
+    ('{"user": "", "clicks": 1, "event_time": "2026-03-01T10:00:00Z"}', "user is empty"),
+    ('{"user": "bob", "clicks": 1, "event_time": "yesterday"}', "not an ISO-8601 time"),
+    ('[1, 2]', "expected a JSON object"),
+])
+def test_bad_records_go_to_quarantine_with_a_reason(lake, bad, reason):
+    from streamtable.reader import rows
+
+    good = click("bob", 1, "2026-03-01T10:00:00Z")
+    result = ingest(lake, "user_clicks", [good, bad, "", "   "])
+    assert (result.appended, result.quarantined) == (1, 1)
+    [q] = rows(lake, "quarantine")
+    assert q["table"] == "user_clicks" and q["raw"] == bad and reason in q["reason"]

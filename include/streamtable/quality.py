@@ -182,6 +182,7 @@ def _context(quality_dir: str) -> Any:
     gx = _gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    _null_safe_sum()  # register the custom type before GX reads a stored suite or result that uses it
     ctx = gx.get_context(mode="file", project_root_dir=quality_dir)
     bars = ctx.variables.progress_bars  # a ProgressBarsConfig when set here, a dict once read back from the yml
     bars = {} if bars is None else bars if isinstance(bars, dict) else vars(bars)

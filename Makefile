@@ -1,0 +1,67 @@
+# streamtable: `make demo` and `make test` are all a fresh machine needs (see README.md).
+# Every target runs with the environment below; override any of it on the command line or in the env.
+
+SHELL := /bin/bash
+ROOT := $(CURDIR)
+VENV := $(ROOT)/.venv
+PY := $(VENV)/bin/python
+
+export AIRFLOW_HOME ?= $(ROOT)/airflow_home
+export AIRFLOW__CORE__DAGS_FOLDER ?= $(ROOT)/dags
+export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
+# SparkSubmitHook: conn_type spark with a host and no port -> `--master local[2]`.
+export AIRFLOW_CONN_SPARK_DEFAULT ?= {"conn_type": "spark", "host": "local[2]", "description": "spark-submit on this machine"}
+export PYSPARK_PYTHON ?= $(VENV)/bin/python
+export PYSPARK_DRIVER_PYTHON ?= $(VENV)/bin/python
+export STREAMTABLE_LAKE ?= $(ROOT)/lake
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export GX_ANALYTICS_ENABLED ?= false
+export PATH := $(VENV)/bin:$(PATH)
+ifndef JAVA_HOME
+  JAVA_HOME := $(shell j=$$(command -v java 2>/dev/null) && dirname "$$(dirname "$$(readlink -f "$$j")")")
+endif
+ifneq ($(JAVA_HOME),)
+  export JAVA_HOME
+endif
+
+DEMO_LAKE ?= $(ROOT)/build/demo_lake
+PYTEST_ARGS ?=
+
+.PHONY: help setup demo test test-all bench env clean distclean
+
+help:
+	@echo "make setup     install everything into the project (.venv, jars/, airflow_home/); fast when done"
+	@echo "make demo      run the clicks_per_region example through Airflow on a fresh demo lake"
+	@echo "make test      the test suite without integration tests (needs no cluster)"
+	@echo "make test-all  every test, integration ones included"
+	@echo "make bench     the benchmarks (bench/run.py)"
+	@echo "make env       print the environment as shell exports: eval \"\$$(make -s env)\""
+	@echo "make clean     remove airflow_home/, build/ (the demo lake) and caches; ./lake is kept"
+	@echo "make distclean clean, and remove .venv and jars/ too"
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	@DEMO_LAKE="$(DEMO_LAKE)" bash scripts/demo.sh
+
+test: setup
+	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+test-all: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	@if [ -f bench/run.py ]; then $(PY) bench/run.py $(BENCH_ARGS); else echo "bench: no bench/run.py yet"; fi
+
+ENV_VARS := AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW_CONN_SPARK_DEFAULT \
+	PYSPARK_PYTHON PYSPARK_DRIVER_PYTHON STREAMTABLE_LAKE SPARK_LOCAL_IP GX_ANALYTICS_ENABLED JAVA_HOME PATH
+env:
+	@$(foreach v,$(ENV_VARS),printf "export %s=%q\n" $(v) "$$$(v)";)
+
+clean:
+	rm -rf airflow_home build spark-warehouse metastore_db derby.log .pytest_cache $(VENV)/.streamtable-setup
+	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) jars/*.jar

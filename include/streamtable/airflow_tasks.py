@@ -1,0 +1,130 @@
+"""Building blocks for streamtable's Airflow DAGs: a pipeline's Spark tasks, its output Assets, the lake.
+
+Only files in dags/ import this module. It imports Airflow's Task SDK and the Spark provider, and from
+streamtable only light modules (`lake`, `pipelines`): never pyspark, so a DAG file parses in well
+under a second of our own code. Every task is a `SparkSubmitOperator` that runs
+`jobs/streamtable_job.py COMMAND PIPELINE --lake LAKE` with the project's Delta jars, on the master of
+the `spark_default` connection (`local[2]` for `make setup`, `spark://spark-master:7077` in
+docker-compose.yaml).
+
+The lake is chosen when a task runs, not when the DAG is parsed: the Airflow Variable
+`streamtable_lake` if it is set, else the task's env `STREAMTABLE_LAKE`, else `<project>/lake`
+(the `LAKE` template below). Asset URIs, which Airflow needs at parse time, use the env (never the
+Variable: reading Variables while parsing hits the metadata DB on every parse).
+
+A DAG for another pipeline is one short file:
+
+    with DAG(dag_id="word_count", doc_md=__doc__, schedule="*/5 * * * *",
+             start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False, max_active_runs=1,
+             user_defined_macros=MACROS):
+        pipeline_tasks("word_count")   # run >> quality_gate
+"""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset
+
+from .lake import Lake
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+PROJECT_ROOT = PACKAGE_DIR.parents[1]
+JOB = PROJECT_ROOT / "jobs" / "streamtable_job.py"
+LAKE_VARIABLE = "streamtable_lake"
+CONN_ID = "spark_default"
+
+# Rendered when the task runs (Jinja): the Variable, else the env of the task, else <project>/lake.
+LAKE = "{{ var.value.get('%s', streamtable_env_lake()) }}" % LAKE_VARIABLE
+
+
+def env_lake() -> str:
+    """The lake a task uses when the `streamtable_lake` Variable is not set: $STREAMTABLE_LAKE, else <project>/lake."""
+    return str(Path(os.environ.get("STREAMTABLE_LAKE") or PROJECT_ROOT / "lake").resolve())
+
+
+# Pass as `user_defined_macros=MACROS` to every streamtable DAG (the `LAKE` template calls it).
+MACROS: dict[str, Any] = {"streamtable_env_lake": env_lake}
+
+
+def jar_dir() -> Path:
+    return Path(os.environ.get("STREAMTABLE_JARS") or PROJECT_ROOT / "jars")
+
+
+def delta_jars() -> str | None:
+    """The project's Delta jars (fetched by `make setup`) as spark-submit's comma-separated `--jars`.
+
+    None when there are none yet: the DAG still parses, and the task fails with the job's own
+    "no Delta jars ... run `make setup`" message.
+    """
+    jars = sorted(glob.glob(str(jar_dir() / "*.jar")))
+    return ",".join(jars) or None
+
+
+def spark_submit_binary() -> str:
+    """spark-submit from the environment Airflow runs in (the project's .venv has pyspark's), else PATH's.
+
+    $STREAMTABLE_SPARK_SUBMIT overrides it.
+    """
+    override = os.environ.get("STREAMTABLE_SPARK_SUBMIT")
+    if override:
+        return override
+    beside = Path(sys.executable).parent / "spark-submit"
+    return str(beside) if beside.exists() else "spark-submit"
+
+
+def output_assets(pipeline: str) -> list[Asset]:
+    """One Asset per output table of `pipeline`: the `file://` URI of its Delta table in the env's lake."""
+    from .pipelines import get_pipeline
+
+    lake = Lake(Path(env_lake()))
+    return [Asset(name=f"streamtable.{table.name}", uri=Path(lake.table_path(table.name)).as_uri(),
+                  extra={"pipeline": pipeline, "keys": list(table.keys)})
+            for table in get_pipeline(pipeline).outputs]
+
+
+def spark_conf() -> dict[str, str]:
+    """Spark settings that must be on spark-submit's command line (the driver JVM starts before our code)."""
+    log_level = os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "warn")
+    return {
+        "spark.driver.extraJavaOptions": (
+            f"-Duser.timezone=UTC -Dstreamtable.spark.log.level={log_level}"
+            f" -Dlog4j2.configurationFile={PACKAGE_DIR / 'log4j2.properties'}"),
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    }
+
+
+def streamtable_task(task_id: str, command: str, pipeline: str, **kwargs: Any) -> SparkSubmitOperator:
+    """A task that runs `streamtable COMMAND PIPELINE --lake LAKE` inside spark-submit.
+
+    Extra keyword arguments go to SparkSubmitOperator (outlets, retries, ...). Call it inside a DAG
+    whose `user_defined_macros` include MACROS.
+    """
+    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    options: dict[str, Any] = dict(
+        application=str(JOB),
+        application_args=[command, pipeline, "--lake", LAKE],
+        conn_id=CONN_ID,
+        jars=delta_jars(),
+        spark_binary=spark_submit_binary(),
+        conf=spark_conf(),
+        driver_memory=os.environ.get("STREAMTABLE_DRIVER_MEMORY", "2g"),
+        name=f"streamtable-{pipeline}-{command}",
+        env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python},
+        execution_timeout=timedelta(minutes=30),
+    )
+    options.update(kwargs)
+    return SparkSubmitOperator(task_id=task_id, **options)
+
+
+def pipeline_tasks(pipeline: str, **kwargs: Any) -> tuple[SparkSubmitOperator, SparkSubmitOperator]:
+    """The two tasks of a pipeline's micro-batch DAG: `run` >> `quality_gate` (which publishes the Assets)."""
+    run = streamtable_task("run", "run", pipeline, **kwargs)
+    gate = streamtable_task("quality_gate", "validate", pipeline, outlets=output_assets(pipeline), **kwargs)
+    run >> gate
+    return run, gate

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# `make setup`: everything streamtable needs on this machine, inside the project directory.
+#
+#   1. checks Java >= 17 and python3.11 (says what is missing; installs nothing system-wide itself,
+#      except Maven when it is root and Maven is missing);
+#   2. .venv with requirements.txt under the constraints.txt lock, plus the editable package;
+#   3. Delta's jars in jars/ (mvn, from jars/pom.xml) when they are missing;
+#   4. an Airflow home in airflow_home/ (SQLite, `airflow db migrate`) with the spark_default connection.
+#
+# Idempotent. A stamp (.venv/.streamtable-setup) records a hash of the inputs of steps 2-4: when
+# nothing changed, a second run only re-checks the tools and exits in about a second.
+# Environment (the Makefile exports it; defaults here let the script run on its own):
+#   AIRFLOW_HOME, STREAMTABLE_PYTHON (the interpreter for .venv, default python3.11), SETUP_FORCE=1.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/airflow_home}"
+export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$ROOT/dags}"
+export AIRFLOW__CORE__LOAD_EXAMPLES="${AIRFLOW__CORE__LOAD_EXAMPLES:-False}"
+PYTHON="${STREAMTABLE_PYTHON:-python3.11}"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.streamtable-setup"
+started=$(date +%s)
+
+say() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- 1. tools
+missing=()
+java_bin=""
+if [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then
+  java_bin="$JAVA_HOME/bin/java"
+elif command -v java >/dev/null 2>&1; then
+  java_bin="$(command -v java)"
+fi
+if [[ -z "$java_bin" ]]; then
+  missing+=("Java 17 or newer (no java on PATH nor in \$JAVA_HOME): on Debian, apt-get install openjdk-17-jre-headless")
+else
+  java_version="$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([^"]*\)".*/\1/p' | head -1)"
+  java_major="${java_version%%.*}"
+  [[ "$java_major" == 1 ]] && java_major="$(echo "$java_version" | cut -d. -f2)"  # 1.8.0 -> 8
+  if ! [[ "$java_major" =~ ^[0-9]+$ ]] || (( java_major < 17 )); then
+    missing+=("Java 17 or newer ($java_bin is version '${java_version:-unknown}'): on Debian, apt-get install openjdk-17-jre-headless, or point JAVA_HOME at a JDK 17+")
+  fi
+fi
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  missing+=("$PYTHON (Python 3.11, the version the lock was made for): on Debian 12, apt-get install python3.11 python3.11-venv; or set STREAMTABLE_PYTHON to a Python 3.11 interpreter")
+elif ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+  missing+=("Python 3.11: '$PYTHON' is $("$PYTHON" -V 2>&1)")
+fi
+if (( ${#missing[@]} )); then
+  for m in "${missing[@]}"; do printf 'setup: MISSING: %s\n' "$m" >&2; done
+  exit 1
+fi
+
+# ---------------------------------------------------------------- up to date?
+delta_version="$(sed -n '/<artifactId>delta-spark/{n;s/.*<version>\(.*\)<\/version>.*/\1/p}' jars/pom.xml)"
+[[ -n "$delta_version" ]] || die "cannot read Delta's version from jars/pom.xml"
+inputs_hash="$(cat requirements.txt constraints.txt pyproject.toml jars/pom.xml scripts/setup.sh \
+  | sha256sum | cut -d' ' -f1) $AIRFLOW_HOME"
+jars_present() { compgen -G "jars/delta-spark_*-${delta_version}.jar" >/dev/null && compgen -G "jars/delta-storage-${delta_version}.jar" >/dev/null; }
+if [[ "${SETUP_FORCE:-0}" != 1 && -f "$STAMP" && "$(cat "$STAMP")" == "$inputs_hash" \
+      && -x "$VENV/bin/streamtable" && -f "$AIRFLOW_HOME/airflow.db" ]] && jars_present; then
+  say "up to date (java $java_version, $("$VENV/bin/python" -V), Delta $delta_version jars, AIRFLOW_HOME=$AIRFLOW_HOME); SETUP_FORCE=1 to redo"
+  exit 0
+fi
+rm -f "$STAMP"
+
+# ---------------------------------------------------------------- 2. .venv
+if [[ -x "$VENV/bin/python" ]] && ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+  say ".venv is not Python 3.11: recreating it"
+  rm -rf "$VENV"
+fi
+if [[ ! -x "$VENV/bin/python" ]]; then
+  say "creating .venv with $("$PYTHON" -V)"
+  "$PYTHON" -m venv "$VENV" || die "'$PYTHON -m venv' failed: on Debian, apt-get install python3.11-venv"
+fi
+say "installing requirements.txt under the constraints.txt lock (a few minutes on a fresh machine)"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
+"$VENV/bin/python" -m pip check >/dev/null || say "warning: 'pip check' reports conflicts (see .venv/bin/pip check)"
+
+# ---------------------------------------------------------------- 3. Delta jars
+if jars_present; then
+  say "Delta $delta_version jars already in jars/"
+else
+  if ! command -v mvn >/dev/null 2>&1; then
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+      say "Maven is missing: installing it with apt-get"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven >/dev/null
+    else
+      die "Maven (mvn) is needed once, to fetch Delta's jars into jars/: install it (Debian: sudo apt-get install maven) and run make setup again"
+    fi
+  fi
+  say "fetching Delta $delta_version jars into jars/ with Maven"
+  rm -f jars/delta-*.jar
+  (cd jars && mvn -q -B dependency:copy-dependencies -DoutputDirectory=. -DincludeScope=runtime -DincludeGroupIds=io.delta) \
+    || die "mvn could not fetch Delta's jars (see jars/pom.xml)"
+  jars_present || die "mvn ran but jars/ has no delta-spark/delta-storage $delta_version jar"
+fi
+
+# ---------------------------------------------------------------- 4. Airflow home
+mkdir -p "$AIRFLOW_HOME"
+say "initialising Airflow's metadata DB in $AIRFLOW_HOME (SQLite)"
+"$VENV/bin/airflow" db migrate >"$AIRFLOW_HOME/setup-db-migrate.log" 2>&1 \
+  || { tail -20 "$AIRFLOW_HOME/setup-db-migrate.log" >&2; die "airflow db migrate failed (log: $AIRFLOW_HOME/setup-db-migrate.log)"; }
+# The connection in the DB is what the UI shows; $AIRFLOW_CONN_SPARK_DEFAULT (exported by the
+# Makefile) overrides it for every command run through make.
+"$VENV/bin/airflow" connections delete spark_default >/dev/null 2>&1 || true
+"$VENV/bin/airflow" connections add spark_default --conn-type spark --conn-host 'local[2]' \
+  --conn-description 'streamtable: spark-submit on this machine (local[2])' >/dev/null \
+  || die "could not create the spark_default connection"
+
+echo "$inputs_hash" >"$STAMP"
+say "done in $(( $(date +%s) - started )) s"

@@ -77,7 +77,7 @@ def test_dagbag_imports_every_dag_without_errors(airflow_home):
     proc = run_python(f"""
 import json
 from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(dag_folder={str(DAGS)!r}, include_examples=False)
+bag = DagBag(dag_folder={str(DAGS)!r})
 print("RESULT " + json.dumps({{
     "errors": {{str(k): str(v) for k, v in bag.import_errors.items()}},
     "dags": {{d.dag_id: {{"file": d.fileloc, "doc_md": bool(d.doc_md), "tasks": len(d.tasks)}}
@@ -114,12 +114,12 @@ tasks = {{}}
 for t in dag.tasks:
     tasks[t.task_id] = {{
         "type": type(t).__name__, "application": t.application, "args": t.application_args,
-        "conn_id": t._conn_id, "jars": t._jars, "binary": t._spark_binary,
+        "conn_id": t._conn_id, "jars": t.jars, "binary": t._spark_binary,
         "downstream": sorted(t.downstream_task_ids),
         "outlets": [{{"uri": a.uri, "name": a.name}} for a in t.outlets],
     }}
 print("RESULT " + json.dumps({{
-    "schedule": str(dag.timetable.summary), "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
+    "schedule": str(dag.schedule), "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
     "macros": sorted(dag.user_defined_macros or {{}}), "tasks": tasks,
 }}))
 """, airflow_env(airflow_home, lake))
@@ -161,14 +161,14 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.models.asset import AssetEvent, AssetModel
 from airflow.utils.session import create_session
 
-dag = DagBag(dag_folder={str(DAGS)!r}, include_examples=False).get_dag("clicks_per_region")
+dag = DagBag(dag_folder={str(DAGS)!r}).get_dag("clicks_per_region")
 run = dag.test()
+from airflow.models.taskinstance import TaskInstance
 with create_session() as session:
-    from airflow.models.taskinstance import TaskInstance
     states = {{ti.task_id: str(ti.state) for ti in session.scalars(
         select(TaskInstance).where(TaskInstance.dag_id == "clicks_per_region", TaskInstance.run_id == run.run_id))}}
-    events = [e.asset.uri for e in session.scalars(select(AssetEvent).join(AssetModel)
-              .where(AssetEvent.source_run_id == run.run_id))]
+    events = list(session.scalars(select(AssetModel.uri).join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
+                                  .where(AssetEvent.source_run_id == run.run_id)))
 print("RESULT " + json.dumps({{"state": str(run.state), "tasks": states, "asset_events": events}}))
 """, env, timeout=1500)
     result = last_json(proc)

@@ -20,3 +20,10 @@ def clicks_per_region(region_ingests: list[list[dict]], clicks: list[dict]) -> d
         region = max(candidates)[3] if candidates else None
         totals[region or "UNKNOWN"] += c["clicks"]
     return dict(totals)
+
+
+def hopping_windows(t: datetime, size_s: int, advance_s: int) -> list[tuple[int, int]]:
+    """The windows [k*advance, k*advance + size) with k >= 0 that contain t, as (start, end) epoch seconds."""
+    seconds = t.timestamp()
+    return [(k * advance_s, k * advance_s + size_s) for k in range(0, int(seconds // advance_s) + 1)
+            if k * advance_s <= seconds < k * advance_s + size_s]

@@ -97,8 +97,10 @@ else
   fi
   say "fetching Delta $delta_version jars into jars/ with Maven"
   rm -f jars/delta-*.jar
+  mvn_log="$(mktemp)"
   (cd jars && mvn -q -B dependency:copy-dependencies -DoutputDirectory=. -DincludeScope=runtime -DincludeGroupIds=io.delta) \
-    || die "mvn could not fetch Delta's jars (see jars/pom.xml)"
+    >"$mvn_log" 2>&1 || { cat "$mvn_log" >&2; die "mvn could not fetch Delta's jars (see jars/pom.xml)"; }
+  rm -f "$mvn_log"
   jars_present || die "mvn ran but jars/ has no delta-spark/delta-storage $delta_version jar"
 fi
 

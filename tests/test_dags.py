@@ -143,6 +143,7 @@ print("RESULT " + json.dumps({{
                                 "name": "streamtable.clicks_per_region"}]
 
 
+@pytest.mark.timeout(1800)  # two cold spark-submits: ~3 min on an idle 2-core machine, 7 under load
 def test_clicks_per_region_dag_test_run(airflow_home, tmp_path):
     """`dag.test()` on a fresh lake holding the example: the run succeeds and the table is the hand-computed one."""
     lake = tmp_path / "lake"

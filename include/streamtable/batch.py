@@ -71,14 +71,24 @@ class RunContext:
             delta_io.ensure_table(self.spark, self.path(table.name), table)
         delta_io.ensure_table(self.spark, self.path(PROGRESS), Table(PROGRESS, (), "stream"), ddl=PROGRESS_DDL)
 
+    def progress(self) -> list[dict]:
+        """The progress rows of the committed runs of this generation (read with delta-rs: no Spark job)."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path(PROGRESS)).to_pyarrow_dataset().to_table(
+            columns=["stream_time", "metrics"]).to_pylist()
+
     def stream_time(self) -> datetime | None:
         """The largest event time consumed by the committed runs of this generation."""
-        return self.read(PROGRESS).agg(F.max("stream_time")).first()[0]
+        return max((r["stream_time"] for r in self.progress() if r["stream_time"]), default=None)
 
     def metric_totals(self) -> dict[str, int]:
         """Each reconciliation metric summed over the committed runs."""
-        rows = (self.read(PROGRESS).select(F.explode("metrics")).groupBy("key").agg(F.sum("value")).collect())
-        return {r[0]: int(r[1]) for r in rows}
+        totals: dict[str, int] = {}
+        for row in self.progress():
+            for name, value in row["metrics"] or ():
+                totals[name] = totals.get(name, 0) + value
+        return totals
 
 
 class Batch:

@@ -26,6 +26,7 @@ from .ingest import INPUT_TABLE_PROPERTIES, table_version
 from .lake import Lake
 from .schema import arrow_schema
 from .tables import INPUTS
+from .timefmt import as_utc
 
 log = logging.getLogger("streamtable")
 
@@ -121,7 +122,7 @@ class BatchHandler:
                      .collect())
             versions = {r[SOURCE]: int(r["version"]) for r in stats}
             count = sum(r["n"] for r in stats)
-            times = [t for t in [batch.stream_time] + [r["t"] for r in stats] if t is not None]
+            times = [as_utc(t) for t in [batch.stream_time] + [r["t"] for r in stats] if t is not None]
             stream_time = max(times) if times else None
             batch.finish(versions, count, stream_time)
             self.report.records += count

@@ -30,3 +30,8 @@ def format_time(value: datetime) -> str:
         value = value.replace(tzinfo=timezone.utc)
     value = value.astimezone(timezone.utc)
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def as_utc(value: datetime) -> datetime:
+    """An aware UTC datetime; a naive one (as PySpark returns timestamps) is taken as the process's local time."""
+    return value.astimezone(timezone.utc)

@@ -101,6 +101,17 @@ def cmd_query(args: argparse.Namespace) -> None:
         print(line)
 
 
+def cmd_emit_ticks(args: argparse.Namespace) -> None:
+    from .ticks import emit_ticks
+    from .timefmt import parse_time
+
+    try:
+        at = parse_time(args.at) if args.at is not None else None
+    except ValueError as e:
+        raise BadInputError(f"--at: {e}") from None
+    print(json.dumps(emit_ticks(_lake(args), at).as_dict()))
+
+
 def cmd_pipelines(args: argparse.Namespace) -> None:
     from .pipelines import PIPELINES
 
@@ -150,6 +161,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("table")
     p.add_argument("key", nargs="*")
     command("pipelines", cmd_pipelines, "list the pipelines, their inputs and outputs")
+    command("emit-ticks", cmd_emit_ticks, "append a tick per user ever seen in user_presence").add_argument(
+        "--at", help="the ticks' time, ISO-8601 (default: now)")
     return top
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 from ..errors import UnknownPipelineError
 from ..pipeline import Pipeline
 from . import clicks_per_region
+from . import presence_notifications
 
 PIPELINES: dict[str, Pipeline] = {p.name: p for p in (
     clicks_per_region.PIPELINE,
+    presence_notifications.PIPELINE,
 )}
 
 

@@ -80,3 +80,82 @@ def presence_notifications(runs: list[list[tuple[str, list[dict]]]], size_s: int
         if times:
             stream_time = max(times + ([stream_time] if stream_time is not None else []))
     return {"notifications": sorted(notifications), "counts": dict(counts), "late": sorted(late)}
+
+
+def words(line: str) -> list[str]:
+    """The contract's words: runs of Unicode letters and digits (combining marks stay inside a word), lower-cased."""
+    import unicodedata
+
+    found, word = [], ""
+    for ch in line:
+        kind = unicodedata.category(ch)[0]
+        if kind in "LN" or (kind == "M" and word):
+            word += ch
+        elif word:
+            found.append(word)
+            word = ""
+    return [w.lower() for w in found + ([word] if word else [])]
+
+
+def word_count(lines: list[str]) -> dict[str, int]:
+    """How often each word occurs in all the lines."""
+    totals: dict[str, int] = defaultdict(int)
+    for line in lines:
+        for w in words(line):
+            totals[w] += 1
+    return dict(totals)
+
+
+def inventory(events: list[dict]) -> dict[tuple[str, str], int]:
+    """The running sum of the signed quantities per (store, item)."""
+    totals: dict[tuple[str, str], int] = defaultdict(int)
+    for e in events:
+        totals[(e["store"], e["item"])] += e["quantity"]
+    return dict(totals)
+
+
+def windows_containing(t: datetime, size_s: int, advance_s: int) -> list[tuple[int, int]]:
+    """Like hopping_windows (same definition), without scanning every window since the epoch: fast for real dates."""
+    import math
+
+    seconds = t.timestamp()
+    first = max(0, math.floor((seconds - size_s) / advance_s) + 1)
+    return [(k * advance_s, k * advance_s + size_s) for k in range(first, math.floor(seconds / advance_s) + 1)
+            if k * advance_s <= seconds < k * advance_s + size_s]
+
+
+def browser_captcha(runs: list[list[dict]], size_s: int = 5, advance_s: int = 2, grace_s: int = 10,
+                    threshold: int = 5) -> dict:
+    """The contract's browser_captcha, run by run (`runs`: the log events each run consumes).
+
+    A CaptchaValidator "verified" event verifies its browser for good; every other event is an action.
+    Returns actions {browser: n}, captcha {browser: n} (n >= threshold and never verified up to the
+    last run), windows {(browser, window_start epoch s): n} counted in windows open at their run's start
+    (end + grace > stream time, the largest event time of earlier runs), and late
+    [(browser, event_time, [closed window starts])] sorted.
+    """
+    actions: dict[str, int] = defaultdict(int)
+    windows: dict[tuple[str, int], int] = defaultdict(int)
+    verified: set[str] = set()
+    late: list[tuple[str, datetime, list[int]]] = []
+    stream_time: float | None = None
+    for events in runs:
+        for e in events:
+            browser, t = e["browserHash"], parse_time(e["event_time"])
+            if e["logger_name"] == "CaptchaValidator" and e["message"] == "verified":
+                verified.add(browser)
+                continue
+            actions[browser] += 1
+            missed = []
+            for start, end in windows_containing(t, size_s, advance_s):
+                if stream_time is not None and end + grace_s <= stream_time:
+                    missed.append(start)
+                else:
+                    windows[(browser, start)] += 1
+            if missed:
+                late.append((browser, t, sorted(missed)))
+        times = [parse_time(e["event_time"]).timestamp() for e in events]
+        if times:
+            stream_time = max(times + ([stream_time] if stream_time is not None else []))
+    captcha = {b: n for b, n in actions.items() if n >= threshold and b not in verified}
+    return {"actions": dict(actions), "captcha": captcha, "windows": dict(windows), "late": sorted(late)}

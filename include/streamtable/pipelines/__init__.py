@@ -3,11 +3,15 @@ from __future__ import annotations
 
 from ..errors import UnknownPipelineError
 from ..pipeline import Pipeline
+from . import browser_captcha, inventory, word_count
 from . import clicks_per_region
 from . import presence_notifications
 
 PIPELINES: dict[str, Pipeline] = {p.name: p for p in (
     clicks_per_region.PIPELINE,
+    browser_captcha.PIPELINE,
+    word_count.PIPELINE,
+    inventory.PIPELINE,
     presence_notifications.PIPELINE,
 )}
 

@@ -1,0 +1,46 @@
+"""Inventory (seed 004's interactive-query example): the running stock of each item in each store.
+
+inventory_events (KStream) is grouped by (store, item) and its signed `quantity` changes summed
+(Kafka's groupByKey().aggregate() into a queryable store): `streamtable query inventory STORE [ITEM]`
+answers from the table without Spark. A quantity may go negative (more sold than received is
+reported, not hidden), and an item whose stock returns to 0 keeps its row.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .. import expectations as expect
+from ..pipeline import Pipeline
+from ..schema import Column, Type
+from ..tables import Table
+
+if TYPE_CHECKING:
+    from ..batch import Batch
+
+
+def process(batch: "Batch") -> None:
+    from pyspark.sql import functions as F
+
+    from ..operators.aggregate import add_to_totals
+
+    events = batch.new("inventory_events").select("store", "item", "quantity")
+    batch.upsert("inventory", add_to_totals(batch.current("inventory"), events, ["store", "item"], "quantity"))
+    batch.metric("quantity", events.agg(F.sum("quantity")).first()[0])
+
+
+PIPELINE = Pipeline(
+    name="inventory",
+    doc=__doc__,
+    streams=("inventory_events",),
+    outputs=(Table("inventory", (Column("store", Type.STRING), Column("item", Type.STRING),
+                                 Column("quantity", Type.LONG)), "table", keys=("store", "item")),),
+    process=process,
+    metrics=("quantity",),
+    suites=(expect.Suite("inventory", (
+        expect.not_null("store"),
+        expect.not_null("item"),
+        expect.not_null("quantity"),
+        expect.unique("store", "item"),
+        expect.sum_equals("quantity", metric="quantity"),
+    )),),
+)

@@ -1,14 +1,20 @@
-"""streamtable.quality: declared rules run as Great Expectations suites on Spark frames."""
+"""streamtable.quality: declared rules run as Great Expectations suites on Spark frames.
+
+Every rule test runs on both GX engines (the `engine` fixture): validate() must give the same Report.
+"""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from streamtable import expectations as expect
+from streamtable import quality
 from streamtable.quality import Report, docs_index, validate
 
 ALL_KINDS = expect.Suite("orders", (
@@ -24,11 +30,22 @@ ALL_KINDS = expect.Suite("orders", (
 SCHEMA = "id int, region string, amount int, start int, `end` int, email string, phone string"
 
 
+@pytest.fixture(params=sorted(quality.ENGINES))
+def engine(request) -> str:
+    return request.param
+
+
 def _validations(quality_dir: Path) -> list[Path]:
     return sorted((quality_dir / "gx" / "uncommitted" / "validations").rglob("*.json"))
 
 
-def test_passing_suite_builds_docs_under_the_quality_dir(spark, tmp_path):
+def _datasources(quality_dir: Path) -> list[str]:
+    """The GX datasource (so the engine) of each stored validation, oldest first."""
+    return [json.loads(path.read_text())["meta"]["active_batch_definition"]["datasource_name"]
+            for path in _validations(quality_dir)]
+
+
+def test_passing_suite_builds_docs_under_the_quality_dir(spark, tmp_path, engine):
     df = spark.createDataFrame([
         (1, "eu", 10, 1, 2, "a@x", None),
         (2, "us", 20, 3, None, None, "555"),  # a null end is not compared
@@ -36,23 +53,24 @@ def test_passing_suite_builds_docs_under_the_quality_dir(spark, tmp_path):
     ], SCHEMA)
     quality_dir = tmp_path / "lake" / "_quality"
 
-    report = validate(df, "shop", ALL_KINDS, str(quality_dir), {"amount_in": 30})
+    report = validate(df, "shop", ALL_KINDS, str(quality_dir), {"amount_in": 30}, engine=engine)
 
     assert report == Report("shop.orders", True, (), report.docs_path, 3)
     assert report.docs_path == docs_index(str(quality_dir))
     assert Path(report.docs_path).is_file() and Path(report.docs_path).is_relative_to(quality_dir)
     assert "shop.orders" in Path(report.docs_path).read_text()
-    assert len(_validations(quality_dir)) == 1
+    assert _datasources(quality_dir) == [quality.ENGINES[engine]]
 
 
-def test_each_kind_reports_a_clear_failure_line(spark, tmp_path):
+def test_each_kind_reports_a_clear_failure_line(spark, tmp_path, engine):
     df = spark.createDataFrame([
         (1, "eu", 10, 1, 2, "a@x", None),
         (1, "eu", 150, 9, 3, None, None),  # duplicate id, amount too big, start > end, no contact
         (None, "mars", 5, 1, 1, "c@x", None),  # null id, region outside the set
     ], SCHEMA)
 
-    report = validate(df, "shop", ALL_KINDS, str(tmp_path / "_quality"), {"amount_in": 99}, build_docs=False)
+    report = validate(df, "shop", ALL_KINDS, str(tmp_path / "_quality"), {"amount_in": 99}, build_docs=False,
+                      engine=engine)
 
     assert not report.success and report.docs_path is None and report.rows == 3
     assert report.failures == (
@@ -67,7 +85,7 @@ def test_each_kind_reports_a_clear_failure_line(spark, tmp_path):
     )
 
 
-def test_mostly_and_missing_columns(spark, tmp_path):
+def test_mostly_and_missing_columns(spark, tmp_path, engine):
     df = spark.createDataFrame([(1, None), (2, 5), (3, 6), (4, 7)], "id int, v int")
     suite = expect.Suite("t", (
         expect.Expectation("not_null", ("v",), mostly=0.7),  # 1 null in 4 rows: 75% present
@@ -75,21 +93,23 @@ def test_mostly_and_missing_columns(spark, tmp_path):
         expect.not_null("missing"),
     ))
 
-    report = validate(df, "p", suite, str(tmp_path / "_quality"), build_docs=False)
+    report = validate(df, "p", suite, str(tmp_path / "_quality"), build_docs=False, engine=engine)
 
     assert report.failures[0] == "t: v has nulls (1 row, 25.00% > allowed 10.00%)"
     assert report.failures[1].startswith("t: not_null(missing) could not be checked: ")
     assert "missing" in report.failures[1] and len(report.failures) == 2
 
 
-def test_sum_equals_counts_an_empty_frame_as_zero(spark, tmp_path):
+def test_sum_equals_counts_an_empty_frame_as_zero(spark, tmp_path, engine):
     empty = spark.createDataFrame([], "clicks long")
     suite = expect.Suite("clicks", (expect.sum_equals("clicks", "clicks"), expect.unique("clicks")))
     quality_dir = str(tmp_path / "_quality")
 
-    assert validate(empty, "p", suite, quality_dir, {"clicks": 0}, build_docs=False).success
-    report = validate(empty, "p", suite, quality_dir, {"clicks": 3}, build_docs=False)
+    assert validate(empty, "p", suite, quality_dir, {"clicks": 0}, build_docs=False, engine=engine).success
+    report = validate(empty, "p", suite, quality_dir, {"clicks": 3}, build_docs=False, engine=engine)
     assert report.failures == ("clicks: sum of clicks is 0, but metric clicks is 3",)
+    nulls = spark.createDataFrame([(None,)], "clicks long")  # an all-null sum is 0 too
+    assert validate(nulls, "p", suite, quality_dir, {"clicks": 0}, build_docs=False, engine=engine).success
 
 
 def test_sum_equals_needs_its_metric(spark, tmp_path):
@@ -98,15 +118,15 @@ def test_sum_equals_needs_its_metric(spark, tmp_path):
         validate(df, "p", expect.Suite("t", (expect.sum_equals("clicks", "clicks"),)), str(tmp_path), {})
 
 
-def test_two_lakes_share_nothing_and_reruns_replace_the_suite(spark, tmp_path):
+def test_two_lakes_share_nothing_and_reruns_replace_the_suite(spark, tmp_path, engine):
     df = spark.createDataFrame([(1, "eu"), (2, "us")], "id int, region string")
     lake_a, lake_b = tmp_path / "a" / "_quality", tmp_path / "b" / "_quality"
     narrow = expect.Suite("t", (expect.unique("id"),))
     wide = expect.Suite("t", (expect.unique("id"), expect.in_set("region", ("eu",))))
 
-    first = validate(df, "p", wide, str(lake_a))
-    second = validate(df, "p", narrow, str(lake_a))
-    other = validate(df, "p", wide, str(lake_b), build_docs=False)
+    first = validate(df, "p", wide, str(lake_a), engine=engine)
+    second = validate(df, "p", narrow, str(lake_a), engine=engine)
+    other = validate(df, "p", wide, str(lake_b), build_docs=False, engine=engine)
 
     assert not first.success and second.success and not other.success
     assert first.docs_path == second.docs_path == docs_index(str(lake_a)) and other.docs_path is None
@@ -116,6 +136,71 @@ def test_two_lakes_share_nothing_and_reruns_replace_the_suite(spark, tmp_path):
     assert not Path(docs_index(str(lake_b))).exists()
     for path in (lake_b / "gx").rglob("*"):
         assert not path.is_file() or str(lake_a) not in path.read_text(errors="ignore")
+
+
+def test_nullable_ints_longs_bools_and_timestamps_compare_as_in_spark(spark, tmp_path, engine):
+    # as float64 (what toPandas makes of an int column with nulls) the two longs would be equal
+    big, t = 2**53, dt.datetime(2024, 1, 1, 12)
+    df = spark.createDataFrame([
+        (big, 1, 5, True, "x", t, t + dt.timedelta(hours=1), t.date()),
+        (big + 1, None, None, None, None, t + dt.timedelta(hours=2), t, None),  # end before start
+        (None, 1, 150, False, "x", None, t, t.date()),
+        (None, 1, 7, True, None, t, None, dt.date(2024, 1, 2)),
+    ], "l long, k int, n int, b boolean, s string, start timestamp, end timestamp_ntz, d date")
+    suite = expect.Suite("t", (
+        expect.unique("l"),
+        expect.in_set("l", (big,)),
+        expect.unique("k", "s"),  # nulls are values here: (1, "x") twice; (1, null) and (null, null) once
+        expect.between("n", 0, 100),
+        expect.Expectation("between", ("n",), max_value=100, mostly=0.6),
+        expect.sum_equals("n", "n"),
+        expect.column_pair_le("k", "n"),  # rows with a missing side are skipped
+        expect.in_set("b", (True,)),
+        expect.column_pair_le("start", "end"),
+        expect.between("start", t, t + dt.timedelta(hours=1)),
+        expect.between("end", None, t),
+        expect.between("d", t.date(), t.date()),
+        expect.unique("d"),
+        expect.any_not_null("l", "s", "end"),  # an AndCondition over two null checks
+    ))
+
+    report = validate(df, "p", suite, str(tmp_path / "_quality"), {"n": 162}, build_docs=False, engine=engine)
+
+    assert report.failures == (
+        "t: l has values outside [9007199254740992] (1 row, e.g. 9007199254740993)",
+        "t: (k, s) is not unique (2 duplicate rows)",
+        "t: n is not between 0 and 100 (1 row, e.g. 150)",
+        "t: b has values outside [True] (1 row, e.g. False)",
+        "t: start > end (1 row)",
+        "t: start is not between 2024-01-01 12:00:00 and 2024-01-01 13:00:00 "
+        "(1 row, e.g. datetime.datetime(2024, 1, 1, 14, 0))",
+        "t: end is not <= 2024-01-01 12:00:00 (1 row, e.g. datetime.datetime(2024, 1, 1, 13, 0))",
+        "t: d is not between 2024-01-01 and 2024-01-01 (1 row, e.g. datetime.date(2024, 1, 2))",
+        "t: d is not unique (2 duplicate rows)",
+        "t: l, s, end are all null (1 row)",
+    )
+
+
+def test_engine_none_uses_pandas_for_small_frames_it_checks_exactly(spark, tmp_path, monkeypatch):
+    quality_dir, day = tmp_path / "_quality", dt.date(2024, 1, 1)
+    small = spark.createDataFrame([(1.0, day), (2.0, day)], "v double, d date")
+    nan = spark.createDataFrame([(1.0,), (float("nan"),)], "v double")  # Spark: not null, above every number
+    money = spark.createDataFrame([(Decimal("1.50"),)], "v decimal(5,2)")
+
+    def check(df, *rules: expect.Expectation) -> Report:
+        return validate(df, "p", expect.Suite("t", rules), str(quality_dir), build_docs=False)
+
+    v = (expect.not_null("v"), expect.between("v", 0, 100))
+    assert check(small, expect.between("d", day, day), *v).success
+    assert check(small, expect.in_set("d", (day,))).success  # a date in_set: Spark
+    assert check(nan, *v).failures == ("t: v is not between 0 and 100 (1 row)",)
+    assert check(money, *v).success
+    monkeypatch.setattr(quality, "PANDAS_MAX_ROWS", 1)
+    assert check(small, *v).success
+
+    assert _datasources(quality_dir) == ["streamtable_pandas"] + 4 * ["streamtable"]
+    with pytest.raises(ValueError, match="engine"):
+        validate(small, "p", expect.Suite("t", v), str(quality_dir), engine="duckdb")
 
 
 def test_declaring_rules_does_not_import_great_expectations():

@@ -1,5 +1,8 @@
 """Run a table's declared rules (`streamtable.expectations`) as a Great Expectations 1.x suite on a Spark DataFrame.
 
+GX on Spark costs ~40 small Spark jobs per suite, so a small frame (most outputs are aggregates) is collected
+once through Arrow and validated by GX on pandas instead, with the same suite and the same results.
+
 Each lake keeps its own GX file project, validation history and Data Docs under its `quality_dir`
 (`<quality_dir>/gx/...`), so two lakes share nothing. GX is imported on the first `validate` only
 (the import alone takes seconds). Validations of one lake are serialized (a process lock plus an
@@ -26,6 +29,15 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 DATASOURCE = "streamtable"
+ENGINES = {"spark": DATASOURCE, "pandas": f"{DATASOURCE}_pandas"}  # engine -> its GX datasource
+PANDAS_MAX_ROWS = 200_000  # validate(engine=None) collects frames up to this size to pandas
+# Spark types (typeName) whose values GX on pandas compares, counts and sums as GX on Spark does. Not among them:
+# float (numpy compares float32 with a bound in float32, Spark in double) and decimal (GX on pandas sums it as
+# floats and fails on nulls). GX stores in_set values as JSON, dates and timestamps as ISO strings, which
+# Spark casts back; pandas does not for dates and is dropping it for timestamps, so such rules run in Spark.
+_PANDAS_TYPES = {"boolean", "byte", "short", "integer", "long", "double", "string", "date", "timestamp",
+                 "timestamp_ntz"}
+_TEMPORAL = {"date", "timestamp", "timestamp_ntz"}
 BATCH_DEFINITION = "whole_dataframe"
 SITE = "local_site"
 SITE_DIR = "uncommitted/data_docs/local_site/"
@@ -51,12 +63,16 @@ def docs_index(quality_dir: str) -> str:
 
 
 def validate(df: "DataFrame", pipeline: str, suite: Suite, quality_dir: str,
-             metrics: dict[str, int] | None = None, build_docs: bool = True) -> Report:
+             metrics: dict[str, int] | None = None, build_docs: bool = True, engine: str | None = None) -> Report:
     """Validate `df` with `suite` as the GX suite `<pipeline>.<table>`; store the result (and Data Docs) in quality_dir.
 
     `metrics` supplies the values `sum_equals` rules reconcile against; a missing one is a ValueError.
     The frame is cached for the run unless it already is.
+    `engine` picks where GX computes: "spark", "pandas" (the frame collected once, see `_to_pandas`), or
+    None: pandas for frames of at most PANDAS_MAX_ROWS rows that pandas can check exactly, else Spark.
     """
+    if engine is not None and engine not in ENGINES:
+        raise ValueError(f"engine must be one of {sorted(ENGINES)} or None, not {engine!r}")
     name = f"{pipeline}.{suite.table}"
     params = _parameters(suite.expectations, metrics or {})
     cache = not df.is_cached
@@ -64,10 +80,15 @@ def validate(df: "DataFrame", pipeline: str, suite: Suite, quality_dir: str,
         df.persist()
     try:
         rows = df.count()
+        frame = None
+        if engine == "pandas" or (engine is None and rows <= PANDAS_MAX_ROWS):
+            frame = _to_pandas(df, None if engine == "pandas" else suite.expectations)
         with _locked(quality_dir):
             ctx = _context(quality_dir)
-            checkpoint = _checkpoint(ctx, name, _gx_suite(name, suite.expectations), build_docs)
-            result = checkpoint.run(batch_parameters={"dataframe": df}, expectation_parameters=params)
+            checkpoint = _checkpoint(ctx, name, _gx_suite(name, suite.expectations), build_docs,
+                                     "spark" if frame is None else "pandas")
+            result = checkpoint.run(batch_parameters={"dataframe": df if frame is None else frame},
+                                    expectation_parameters=params)
             docs = _docs_path(ctx) if build_docs else None
     finally:
         if cache:
@@ -78,6 +99,36 @@ def validate(df: "DataFrame", pipeline: str, suite: Suite, quality_dir: str,
     failures = tuple(_failure(suite.table, suite.expectations[r.expectation_config.meta[_RULE]], r.result,
                               r.exception_info, params) for r in failed)
     return Report(suite=name, success=bool(result.success), failures=failures, docs_path=docs, rows=rows)
+
+
+def _to_pandas(df: "DataFrame", rules: tuple[Expectation, ...] | None) -> Any:
+    """`df` collected in one Spark job (through Arrow) as a pandas frame on which GX checks rules as on Spark.
+
+    Unlike `df.toPandas()`, integer and boolean columns keep their type when they hold nulls (nullable
+    Int*/boolean, not float64, which rounds longs beyond 2**53, or object); like it, timestamps become naive
+    datetime64[ns] in the session time zone and dates datetime.date. Given `rules`, None (validate in Spark)
+    unless GX on pandas checks them exactly as on Spark: every column has a type of _PANDAS_TYPES, no in_set
+    rule reads a date or timestamp, and no double is NaN (Spark: a value above every number; pandas: a null).
+    """
+    types = {f.name: f.dataType.typeName() for f in df.schema.fields}
+    if rules is not None and (not set(types.values()) <= _PANDAS_TYPES or any(
+            r.kind == "in_set" and types.get(r.columns[0]) in _TEMPORAL for r in rules)):
+        return None
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = df.toArrow()
+    if rules is not None and any(pa.types.is_floating(c.type) and pc.any(pc.is_nan(c)).as_py() for c in table.columns):
+        return None
+    nullable = {pa.bool_(): pd.BooleanDtype(), pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
+                pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
+    frame = table.to_pandas(types_mapper=nullable.get, date_as_object=True, coerce_temporal_nanoseconds=True)
+    zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+    for i, dtype in enumerate(frame.dtypes):
+        if isinstance(dtype, pd.DatetimeTZDtype):
+            frame.isetitem(i, frame.iloc[:, i].dt.tz_convert(zone).dt.tz_localize(None))
+    return frame
 
 
 @lru_cache(maxsize=1)
@@ -200,13 +251,15 @@ def _context(quality_dir: str) -> Any:
     return ctx
 
 
-def _checkpoint(ctx: Any, name: str, suite: Any, build_docs: bool) -> Any:
-    """Get-or-create the Spark datasource, asset and batch definition; add-or-update suite, validation, checkpoint."""
+def _checkpoint(ctx: Any, name: str, suite: Any, build_docs: bool, engine: str) -> Any:
+    """Get-or-create the engine's datasource, asset, batch definition; add-or-update suite, validation, checkpoint."""
     gx = _gx()
+    source = ENGINES[engine]
     try:
-        datasource = ctx.data_sources.get(DATASOURCE)
-    except KeyError:  # add_or_update_spark would drop every existing asset
-        datasource = ctx.data_sources.add_spark(DATASOURCE, persist=False)
+        datasource = ctx.data_sources.get(source)
+    except KeyError:  # add_or_update_* would drop every existing asset
+        datasource = (ctx.data_sources.add_spark(source, persist=False) if engine == "spark"
+                      else ctx.data_sources.add_pandas(source))
     try:
         asset = datasource.get_asset(name)
     except LookupError:
@@ -250,7 +303,13 @@ def _examples(result: dict) -> str:
 
 
 def _hashable(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
+    """An example value as GX on Spark reports it (pandas gives numpy scalars and Timestamps), lists as tuples."""
+    if isinstance(value, list):
+        return tuple(value)
+    for plain in ("to_pydatetime", "item"):  # pandas Timestamp, numpy scalar
+        if hasattr(value, plain):
+            return getattr(value, plain)()
+    return value
 
 
 def _number(value: Any) -> str:

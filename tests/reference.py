@@ -159,3 +159,54 @@ def browser_captcha(runs: list[list[dict]], size_s: int = 5, advance_s: int = 2,
             stream_time = max(times + ([stream_time] if stream_time is not None else []))
     captcha = {b: n for b, n in actions.items() if n >= threshold and b not in verified}
     return {"actions": dict(actions), "captcha": captcha, "windows": dict(windows), "late": sorted(late)}
+
+
+def call_analytics(runs: list[tuple[list[dict], list[dict], datetime]], within_s: int = 60, grace_s: int = 180
+                   ) -> tuple[list[tuple], list[dict]]:
+    """Calls and late events from runs of (analytics, metrics, wall clock), by the contract's rules.
+
+    Each run matches all open events in time order (each event at most once, |dt| <= T, the earliest
+    waiting partner first), then closes unmatched events whose ts + T + grace is before the stream time
+    after the run or the run's wall clock. A new unmatched event with an emitted partner within T is late.
+    """
+    open_: list[dict] = []
+    emitted: list[dict] = []
+    calls: list[tuple] = []
+    late: list[dict] = []
+    stream_time = None
+    for analytics, metrics, wall in runs:
+        new = [dict(e, side="a", t=parse_time(e["event_time"]), new=True) for e in analytics] + \
+              [dict(e, side="m", t=parse_time(e["event_time"]), new=True) for e in metrics]
+        for e in new:
+            stream_time = e["t"] if stream_time is None else max(stream_time, e["t"])
+        events = sorted(open_ + new, key=lambda e: (e["t"], e["side"]))
+        earlier = list(emitted)  # lateness is judged against calls closed by earlier runs only
+        waiting: dict[tuple, list[dict]] = defaultdict(list)
+        matched = set()
+        for e in events:
+            key = (e["user1"], e["user2"], "m" if e["side"] == "a" else "a")
+            queue = [w for w in waiting[key] if (e["t"] - w["t"]).total_seconds() <= within_s]
+            if queue:
+                w = queue[0]
+                waiting[key].remove(w)
+                a, m = (e, w) if e["side"] == "a" else (w, e)
+                calls.append((e["user1"], e["user2"], min(a["t"], m["t"]), a["analytics"], m["metrics"]))
+                emitted += [a, m]
+                matched |= {id(a), id(m)}
+            else:
+                waiting[(e["user1"], e["user2"], e["side"])].append(e)
+        open_ = []
+        for e in events:
+            if id(e) in matched:
+                continue
+            if e.get("new") and any(h["user1"] == e["user1"] and h["user2"] == e["user2"] and h["side"] != e["side"]
+                                    and abs((h["t"] - e["t"]).total_seconds()) <= within_s for h in earlier):
+                late.append(e)
+                continue
+            deadline = (e["t"] - parse_time(0)).total_seconds() + within_s + grace_s
+            if deadline < (wall - parse_time(0)).total_seconds() or deadline < (stream_time - parse_time(0)).total_seconds():
+                calls.append((e["user1"], e["user2"], e["t"], e.get("analytics"), e.get("metrics")))
+                emitted.append(e)
+            else:
+                open_.append(dict(e, new=False))
+    return sorted(calls), late

@@ -31,6 +31,7 @@ log = logging.getLogger("streamtable")
 
 SOURCE = "_source"  # the input table a record of the micro-batch came from
 VERSION = "_commit_version"  # the Delta version (offset) that brought the record
+HEARTBEAT = "_heartbeat"  # the platform's wall-clock input of pipelines that close results by wall clock
 PROGRESS = "progress"
 PROGRESS_DDL = ("batch_id BIGINT, run_started_at TIMESTAMP, stream_time TIMESTAMP, records BIGINT, "
                 "input_versions MAP<STRING, BIGINT>, metrics MAP<STRING, BIGINT>")
@@ -54,6 +55,10 @@ class RunContext:
     def dir(self) -> Path:
         return self.lake.generation_dir(self.pipeline.name, self.generation)
 
+    @property
+    def heartbeat_path(self) -> str:
+        return str(self.dir / "state" / HEARTBEAT)
+
     def path(self, table: str) -> str:
         """The Delta path this generation uses for an output, a state store, `late_events` or `progress`."""
         if table == PROGRESS or table in {t.name for t in self.pipeline.state}:
@@ -67,9 +72,11 @@ class RunContext:
 
     def prepare(self) -> None:
         """Create this generation's outputs, stores and progress table if they do not exist."""
-        for table in self.pipeline.outputs + self.pipeline.state + (LATE_EVENTS,):
+        for table in self.pipeline.outputs + (LATE_EVENTS,):
             delta_io.ensure_table(self.spark, self.path(table.name), table)
-        delta_io.ensure_table(self.spark, self.path(PROGRESS), Table(PROGRESS, (), "stream"), ddl=PROGRESS_DDL)
+        for table in self.pipeline.state + (Table(PROGRESS, (), "stream"),):
+            delta_io.ensure_table(self.spark, self.path(table.name), table, change_feed=False,
+                                  ddl=PROGRESS_DDL if table.name == PROGRESS else None)
 
     def progress(self) -> list[dict]:
         """The progress rows of the committed runs of this generation (read with delta-rs: no Spark job)."""
@@ -94,12 +101,15 @@ class RunContext:
 class Batch:
     """What `Pipeline.process` sees of one run and the changes it stages."""
 
-    def __init__(self, ctx: RunContext, batch_id: int, records: DataFrame, wall_clock: datetime):
+    def __init__(self, ctx: RunContext, batch_id: int, records: DataFrame, wall_clock: datetime,
+                 newest: datetime | None):
         self.ctx = ctx
         self.spark = ctx.spark
         self.batch_id = batch_id
         self.wall_clock = wall_clock
-        self.stream_time = ctx.stream_time()
+        self.stream_time = ctx.stream_time()  # as of the start of this run: windows close against it
+        # ... and once this run's records are consumed (what the next run will start from)
+        self.next_stream_time = max((t for t in (self.stream_time, newest) if t is not None), default=None)
         self._records = records
         self._staging = Staging(ctx, batch_id)
         self._late: list[DataFrame] = []
@@ -140,12 +150,12 @@ class Batch:
         """Record a count this run consumed, for reconciliation suites (`sum_equals`)."""
         self._metrics[name] = int(value or 0)
 
-    def finish(self, versions: dict[str, int], records: int, new_stream_time: datetime | None) -> None:
+    def finish(self, versions: dict[str, int], records: int) -> None:
         """Stage late records and the progress row, run the quality suites, and mark the batch complete."""
         if self._late:
             self._staging.stage(LATE_EVENTS.name, "append", reduce(DataFrame.unionByName, self._late))
         progress = self.spark.createDataFrame(
-            [(self.batch_id, self.wall_clock, new_stream_time, records, versions, self._metrics)],
+            [(self.batch_id, self.wall_clock, self.next_stream_time, records, versions, self._metrics)],
             PROGRESS_DDL)
         self._staging.stage(PROGRESS, "append", progress)
         metrics = self.ctx.metric_totals()

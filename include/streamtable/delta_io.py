@@ -20,14 +20,19 @@ OUTPUT_TABLE_PROPERTIES = {
 }
 
 
-def ensure_table(spark: SparkSession, path: str, table: Table, ddl: str | None = None) -> None:
-    """Create the Delta table at `path` with `table`'s columns (or `ddl`) if it does not exist yet."""
+def ensure_table(spark: SparkSession, path: str, table: Table, ddl: str | None = None,
+                 change_feed: bool = True) -> None:
+    """Create the Delta table at `path` with `table`'s columns (or `ddl`) if it does not exist yet.
+
+    Internal state stores have no change feed (they may keep their records' `_commit_version`).
+    """
     if DeltaTable.isDeltaTable(spark, path):
         return
     schema = spark.createDataFrame([], ddl or spark_ddl(table.columns)).schema
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     for key, value in OUTPUT_TABLE_PROPERTIES.items():
-        builder = builder.property(key, value)
+        if change_feed or key != "delta.enableChangeDataFeed":
+            builder = builder.property(key, value)
     if table.name == "late_events":
         builder = builder.partitionedBy("pipeline")
     builder.execute()

@@ -1,7 +1,7 @@
 """A pipeline: its inputs, outputs, quality suites and the function that turns one run's records into changes."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from .expectations import Suite
@@ -20,6 +20,9 @@ class Pipeline:
     tables: inputs read whole at each run, as versioned tables (the KTable side of an as-of join).
     outputs: tables the pipeline publishes; state: internal Delta stores it keeps between runs.
     process: called once per run with the run's Batch; it stages changes (upserts, appends, late records).
+    metrics: names of the counts `process` reports with `batch.metric` (for `sum_equals` suites).
+    wall_clock: the pipeline closes results by wall clock too, so every run gets a batch even when its
+        inputs are idle (see `runner.beat`).
     """
 
     name: str
@@ -30,7 +33,8 @@ class Pipeline:
     tables: tuple[str, ...] = ()
     state: tuple[Table, ...] = ()
     suites: tuple[Suite, ...] = ()
-    metrics: tuple[str, ...] = field(default=())
+    metrics: tuple[str, ...] = ()
+    wall_clock: bool = False
 
     @property
     def primary(self) -> str:

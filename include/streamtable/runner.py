@@ -21,7 +21,7 @@ from deltalake import write_deltalake
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .batch import SOURCE, VERSION, Batch, RunContext, Staging
+from .batch import HEARTBEAT, SOURCE, VERSION, Batch, RunContext, Staging
 from .ingest import INPUT_TABLE_PROPERTIES, table_version
 from .lake import Lake
 from .schema import arrow_schema
@@ -32,6 +32,7 @@ log = logging.getLogger("streamtable")
 
 Clock = Callable[[], datetime]
 ONE_BATCH = str(2**31 - 1)  # a run reads everything available as one micro-batch
+HEARTBEAT_EVERY_S = 10.0  # `serve`: how often a wall-clock pipeline gets a batch when its inputs are idle
 
 
 def system_clock() -> datetime:
@@ -74,10 +75,24 @@ def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
 
 def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame:
     """A streaming read of an input changelog from a version, tagged with its table name."""
+    path = ctx.heartbeat_path if name == HEARTBEAT else ctx.lake.table_path(name)
     return (ctx.spark.readStream.format("delta").option("readChangeFeed", "true")
             .option("startingVersion", starting_version).option("maxFilesPerTrigger", ONE_BATCH)
-            .load(ctx.lake.table_path(name))
+            .load(path)
             .drop("_change_type", "_commit_timestamp").withColumn(SOURCE, F.lit(name)))
+
+
+def beat(ctx: RunContext, clock: Clock) -> None:
+    """Append a heartbeat for a pipeline that closes results by wall clock, so the next trigger has a batch.
+
+    Kafka Streams' wall-clock punctuator, written by the platform: it makes time pass for such a
+    pipeline when its inputs are idle, through the same exactly-once batch path as data. Heartbeats
+    carry no event time, so they never move stream time.
+    """
+    if ctx.pipeline.wall_clock:
+        write_deltalake(ctx.heartbeat_path, pa.table({"at": pa.array([clock()], pa.timestamp("us", tz="UTC")),
+                                                      "_line": pa.array([0], pa.int64())}),
+                        mode="append", configuration=INPUT_TABLE_PROPERTIES)
 
 
 class BatchHandler:
@@ -115,18 +130,16 @@ class BatchHandler:
         records = records.persist()
         try:
             log.info("batch %d computing", batch_id)
-            batch = Batch(self.ctx, batch_id, records, self.clock())
-            self.ctx.pipeline.process(batch)
-            stats = (records.groupBy(SOURCE)
+            stats = (records.where(F.col(SOURCE) != HEARTBEAT).groupBy(SOURCE)
                      .agg(F.max(VERSION).alias("version"), F.count("*").alias("n"), F.max("event_time").alias("t"))
                      .collect())
-            versions = {r[SOURCE]: int(r["version"]) for r in stats}
+            batch = Batch(self.ctx, batch_id, records, self.clock(),
+                          newest=max((as_utc(r["t"]) for r in stats if r["t"] is not None), default=None))
+            self.ctx.pipeline.process(batch)
             count = sum(r["n"] for r in stats)
-            times = [as_utc(t) for t in [batch.stream_time] + [r["t"] for r in stats] if t is not None]
-            stream_time = max(times) if times else None
-            batch.finish(versions, count, stream_time)
+            batch.finish({r[SOURCE]: int(r["version"]) for r in stats}, count)
             self.report.records += count
-            self.report.stream_time = stream_time
+            self.report.stream_time = batch.next_stream_time
         finally:
             records.unpersist()
 
@@ -134,7 +147,8 @@ class BatchHandler:
 def start_query(ctx: RunContext, report: RunReport, clock: Clock, starting: dict[str, int],
                 processing_time: str | None = None):
     """Start the pipeline's streaming query; AvailableNow unless a processing-time trigger is given."""
-    streams = [input_stream(ctx, name, starting.get(name, 0)) for name in ctx.pipeline.streams]
+    names = ctx.pipeline.streams + ((HEARTBEAT,) if ctx.pipeline.wall_clock else ())
+    streams = [input_stream(ctx, name, starting.get(name, 0)) for name in names]
     records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), streams)
     handler = BatchHandler(ctx, report, clock)
     writer = (records.writeStream.foreachBatch(handler)
@@ -148,7 +162,7 @@ def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int]
     """Process everything the inputs hold now (Trigger.AvailableNow) and return what was done."""
     ensure_inputs(ctx.lake, ctx.pipeline.inputs)
     ctx.prepare()
-    log.info("%s prepared", ctx.pipeline.name)
+    beat(ctx, clock)
     report = RunReport(ctx.pipeline.name, ctx.generation)
     query, handler = start_query(ctx, report, clock, starting or {})
     await_query(query, handler)
@@ -161,13 +175,14 @@ def serve(ctx: RunContext, interval: str, clock: Clock = system_clock) -> RunRep
     """Run one micro-batch per `interval` until SIGTERM/SIGINT; then finish the batch in flight and return."""
     ensure_inputs(ctx.lake, ctx.pipeline.inputs)
     ctx.prepare()
+    beat(ctx, clock)
     report = RunReport(ctx.pipeline.name, ctx.generation)
     query, handler = start_query(ctx, report, clock, {}, processing_time=interval)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    while not stop.is_set() and query.isActive:
-        stop.wait(0.5)
+    while not stop.wait(HEARTBEAT_EVERY_S) and query.isActive:
+        beat(ctx, clock)
     with handler.lock:  # the batch in flight, if any, has finished and committed
         handler.stopping = True
         query.stop()

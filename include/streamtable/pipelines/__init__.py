@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..errors import UnknownPipelineError
 from ..pipeline import Pipeline
 from . import browser_captcha, inventory, word_count
-from . import clicks_per_region
+from . import call_analytics, clicks_per_region
 from . import presence_notifications
 
 PIPELINES: dict[str, Pipeline] = {p.name: p for p in (
@@ -13,6 +13,7 @@ PIPELINES: dict[str, Pipeline] = {p.name: p for p in (
     word_count.PIPELINE,
     inventory.PIPELINE,
     presence_notifications.PIPELINE,
+    call_analytics.PIPELINE,
 )}
 
 

@@ -38,6 +38,7 @@ PIPELINE = Pipeline(
     outputs=(Table("clicks_per_region", (Column("region", Type.STRING), Column("clicks", Type.LONG)), "table",
                    keys=("region",)),),
     process=process,
+    metrics=("clicks",),
     suites=(expect.Suite("clicks_per_region", (
         expect.not_null("region"),
         expect.unique("region"),

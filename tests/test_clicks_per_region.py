@@ -133,3 +133,24 @@ def test_bad_records_go_to_quarantine_with_a_reason(lake, bad, reason):
     assert (result.appended, result.quarantined) == (1, 1)
     [q] = rows(lake, "quarantine")
     assert q["table"] == "user_clicks" and q["raw"] == bad and reason in q["reason"]
+
+
+def test_a_failing_suite_fails_the_run_and_publishes_nothing(spark, lake):
+    from streamtable.errors import QualityGateError
+    from streamtable.reader import rows
+
+    regions, clicks = scenario()
+    ingest(lake, "user_regions", regions[0])
+    ingest(lake, "user_clicks", clicks[0])
+    run(lake, P)
+    # Someone corrupts the published table: a second row for a region breaks "region is unique".
+    spark.createDataFrame([("asia", 1)], "region STRING, clicks BIGINT").write.format("delta").mode("append").save(
+        lake.table_path(P))
+    corrupted = rows(lake, P)
+    version = DeltaTable(lake.table_path(P)).version()
+    ingest(lake, "user_clicks", clicks[1])
+    with pytest.raises(QualityGateError, match="region"):
+        run(lake, P)
+    assert DeltaTable(lake.table_path(P)).version() == version and rows(lake, P) == corrupted
+    with pytest.raises(QualityGateError):  # the batch was not consumed: it is tried again, and refused again
+        run(lake, P)

@@ -49,3 +49,18 @@ def test_counts_add_to_the_current_windows(spark):
     changed, late = count_in_windows(frame(spark, [4.5, 4.6]), current, ["key"], W, None)
     got = {r.window_start.timestamp(): r["count"] for r in changed.collect()}
     assert got == {0: 2, 2: 2, 4: 5} and late.count() == 0
+
+
+def test_a_record_before_the_epoch_is_in_no_window_and_reported(spark):
+    current = spark.createDataFrame([], "key STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT")
+    changed, late = count_in_windows(frame(spark, [-3]), current, ["key"], W, None, table="t")
+    assert changed.count() == 0
+    [row] = late.collect()
+    assert "before 1970" in row.reason
+
+
+def test_missed_windows_are_listed_in_time_order(spark):
+    current = spark.createDataFrame([], "key STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT")
+    _, late = count_in_windows(frame(spark, [4.5]), current, ["key"], W, at(100), table="t")
+    reason = late.first().reason
+    assert reason.index("00:00:00.000Z") < reason.index("00:00:02.000Z") < reason.index("00:00:04.000Z")

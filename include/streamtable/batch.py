@@ -25,7 +25,7 @@ from .errors import QualityGateError
 from .faults import crash_point
 from .lake import Lake, write_json_atomic
 from .pipeline import Pipeline
-from .tables import LATE_EVENTS, Table
+from .tables import INPUTS, LATE_EVENTS, Table
 
 log = logging.getLogger("streamtable")
 
@@ -119,7 +119,8 @@ class Batch:
         """The records of a stream input that arrived since the last run, with `_commit_version` and `_line`."""
         if input_name not in self.ctx.pipeline.streams:
             raise KeyError(f"{input_name} is not a stream input of {self.ctx.pipeline.name}")
-        return self._records.where(F.col(SOURCE) == input_name).drop(SOURCE)
+        columns = [c.name for c in INPUTS[input_name].stored_columns] + [VERSION]
+        return self._records.where(F.col(SOURCE) == input_name).select(*columns)
 
     def table(self, input_name: str) -> DataFrame:
         """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins)."""

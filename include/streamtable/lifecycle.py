@@ -20,7 +20,8 @@ from .ingest import table_version
 from .lake import Lake, write_json_atomic
 from .pipeline import Pipeline
 from .pipelines import get_pipeline
-from .runner import RunReport, drain, serve, system_clock
+from .runner import RunReport, drain, serve
+from .timefmt import system_clock
 from .tables import LATE_EVENTS
 
 SWAP = "swap.json"  # present while a reprocess's outputs are being swapped in

@@ -8,11 +8,10 @@ group: it records how far each input was consumed.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from functools import reduce
 from typing import Callable
 
@@ -26,23 +25,13 @@ from .ingest import INPUT_TABLE_PROPERTIES, table_version
 from .lake import Lake
 from .schema import arrow_schema
 from .tables import INPUTS
-from .timefmt import as_utc
+from .timefmt import as_utc, system_clock
 
 log = logging.getLogger("streamtable")
 
 Clock = Callable[[], datetime]
 ONE_BATCH = str(2**31 - 1)  # a run reads everything available as one micro-batch
 HEARTBEAT_EVERY_S = 10.0  # `serve`: how often a wall-clock pipeline gets a batch when its inputs are idle
-
-
-def system_clock() -> datetime:
-    """Now, or $STREAMTABLE_WALL_CLOCK (ISO-8601) when set: wall-clock time is injectable for tests."""
-    fixed = os.environ.get("STREAMTABLE_WALL_CLOCK")
-    if fixed:
-        from .timefmt import parse_time
-
-        return parse_time(fixed)
-    return datetime.now(timezone.utc)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Event times: parsed from ISO-8601 (any offset; none means UTC) or epoch milliseconds, printed as ISO-8601 `...sssZ`."""
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -35,3 +36,9 @@ def format_time(value: datetime) -> str:
 def as_utc(value: datetime) -> datetime:
     """An aware UTC datetime; a naive one (as PySpark returns timestamps) is taken as the process's local time."""
     return value.astimezone(timezone.utc)
+
+
+def system_clock() -> datetime:
+    """Now, or $STREAMTABLE_WALL_CLOCK (ISO-8601) when set: wall-clock time is injectable for tests."""
+    fixed = os.environ.get("STREAMTABLE_WALL_CLOCK")
+    return parse_time(fixed) if fixed else datetime.now(timezone.utc)

@@ -33,7 +33,8 @@ class Windows:
         t = F.unix_micros(F.col(time))
         first = F.greatest(F.lit(0), F.floor((t - size) / advance) + 1)
         last = F.floor(t / advance)
-        k = F.explode(F.sequence(first.cast("long"), last.cast("long")))
+        # A record before the epoch is in no window (and F.sequence would count down).
+        k = F.explode(F.when(last >= first, F.sequence(first.cast("long"), last.cast("long"))))
         return (records.select("*", k.alias("_k"))
                 .withColumn("window_start", F.timestamp_micros(F.col("_k") * advance))
                 .withColumn("window_end", F.timestamp_micros(F.col("_k") * advance + size))
@@ -52,23 +53,27 @@ def count_in_windows(records: DataFrame, current: DataFrame, keys: Sequence[str]
     """Count records per key and window into `current`: returns (new rows for the windows that changed, late records).
 
     A record is counted in each of its windows that is still open; for windows already final it is
-    not counted there, and the record goes to the late records with the windows it missed in the reason.
+    not counted there, and the record goes to the late records with the windows it missed in the reason
+    (as does a record before the epoch, which is in no window).
     """
     raw = raw if raw is not None else F.to_json(F.struct(*[F.col(c) for c in records.columns if not c.startswith("_")]))
-    assigned = (windows.assign(records.withColumn("_raw", raw).withColumn("_record", F.monotonically_increasing_id()))
-                .withColumn("_closed", windows.closed(stream_time)))
+    tagged = records.withColumn("_raw", raw).withColumn("_record", F.monotonically_increasing_id())
+    assigned = windows.assign(tagged).withColumn("_closed", windows.closed(stream_time))
     open_ = assigned.where(~F.col("_closed")).withColumn("_one", F.lit(1))
     totals = add_to_totals(current, open_.select(*keys, "window_start", "_one").withColumnRenamed("_one", count),
                            [*keys, "window_start"], count)
     ends = open_.select(*keys, "window_start", "window_end").distinct()
     changed = totals.join(ends, [*keys, "window_start"]).select(*keys, "window_start", "window_end", count)
-    missed = F.concat_ws(", ", F.collect_list(F.concat(
+    missed = F.concat_ws(", ", F.array_sort(F.collect_list(F.concat(
         F.lit("["), F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"), F.lit(", "),
-        F.date_format("window_end", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"), F.lit(")"))))
+        F.date_format("window_end", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"), F.lit(")")))))
     late = (assigned.where("_closed").groupBy("_record", "_raw", "event_time")
             .agg(missed.alias("_missed"))
             .select(F.lit(table).alias("table"), F.col("_raw").alias("raw"),
                     F.concat(F.lit("late: window(s) "), F.col("_missed"),
                              F.lit(f" already closed (grace {windows.grace})")).alias("reason"),
                     "event_time"))
-    return changed, late
+    before_epoch = tagged.where(F.unix_micros("event_time") < 0).select(
+        F.lit(table).alias("table"), F.col("_raw").alias("raw"),
+        F.lit("in no window: event time before 1970-01-01 (windows start at the epoch)").alias("reason"), "event_time")
+    return changed, late.unionByName(before_epoch)

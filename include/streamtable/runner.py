@@ -25,7 +25,7 @@ from .ingest import INPUT_TABLE_PROPERTIES, table_version
 from .lake import Lake
 from .schema import arrow_schema
 from .tables import INPUTS
-from .timefmt import as_utc, system_clock
+from .timefmt import as_utc, format_time, system_clock
 
 log = logging.getLogger("streamtable")
 
@@ -44,8 +44,6 @@ class RunReport:
     changes: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        from .timefmt import format_time
-
         return {"pipeline": self.pipeline, "generation": self.generation, "batches": self.batches,
                 "records": self.records,
                 "stream_time": format_time(self.stream_time) if self.stream_time else None,

@@ -190,5 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def entry() -> None:
+    """The console script. Commands that never started Spark leave with `os._exit`: delta-rs's native
+    threads can abort the interpreter's normal shutdown ("terminate called without an active exception")
+    after the output is complete, which must not turn a good answer into exit code 134."""
+    code = main()
+    if "pyspark" not in sys.modules:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -42,7 +42,6 @@ def _read(lake: Lake, spec: Table) -> pa.Table:
     path = lake.table_path(spec.name)
     if table_version(path) is None:
         return arrow_schema(spec.columns).empty_table()
-    # Through a pyarrow dataset: DeltaTable.to_pyarrow_table() intermittently aborts the interpreter at exit.
     data = DeltaTable(path).to_pyarrow_dataset().to_table()
     return data.select([c for c in data.column_names if c != LINE])
 

@@ -70,7 +70,7 @@ def presence_notifications(runs: list[list[tuple[str, list[dict]]]], size_s: int
         for table, user, t in fresh:
             notifications.append((user, t, "close" if table == "user_presence" else "tick"))
             missed = []
-            for start, end in hopping_windows(t, size_s, advance_s):
+            for start, end in windows_containing(t, size_s, advance_s):
                 if stream_time is not None and end + grace_s <= stream_time:
                     missed.append(start)
                 else:

@@ -46,3 +46,19 @@ def test_killed_from_outside_mid_batch_then_rerun_gives_exactly_the_right_table(
     proc.wait()
     cli(lake, "run", P)
     assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS)
+
+
+@pytest.mark.parametrize("point", ["committed:calls", "committed:call_history"])
+def test_call_analytics_killed_between_its_tables_then_rerun_has_no_duplicate_or_missing_call(lake, point):
+    from streamtable.reader import rows
+
+    ingest(lake, "call_analytics", [{"user1": "x", "user2": "y", "event_time": "2026-03-01T10:00:00Z", "analytics": "a"},
+                                    {"user1": "p", "user2": "q", "event_time": "2026-03-01T10:00:00Z", "analytics": "b"}])
+    ingest(lake, "call_metrics", [{"user1": "x", "user2": "y", "event_time": "2026-03-01T10:00:30Z", "metrics": "m"}])
+    wall = {"STREAMTABLE_WALL_CLOCK": "2026-03-01T10:10:00Z"}  # p/q's lone event is past its deadline
+    killed = cli(lake, "run", "call_analytics", env={**wall, "STREAMTABLE_KILL_AT": point}, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    cli(lake, "run", "call_analytics", env=wall)
+    cli(lake, "run", "call_analytics", env=wall)
+    got = sorted((r["user1"], r["analytics"], r["metrics"]) for r in rows(lake, "calls"))
+    assert got == [("p", "b", None), ("x", "a", "m")]

@@ -5,7 +5,8 @@
 #      except Maven when it is root and Maven is missing);
 #   2. .venv with requirements.txt under the constraints.txt lock, plus the editable package;
 #   3. Delta's jars in jars/ (mvn, from jars/pom.xml) when they are missing;
-#   4. an Airflow home in airflow_home/ (SQLite, `airflow db migrate`) with the spark_default connection.
+#   4. an Airflow home in airflow_home/ (SQLite, `airflow db migrate`) with the spark_default connection
+#      and one pool per pipeline (`streamtable_<pipeline>`, one slot: its runs and reprocesses take turns).
 #
 # Idempotent. A stamp (.venv/.streamtable-setup) records a hash of the inputs of steps 2-4: when
 # nothing changed, a second run only re-checks the tools and exits in about a second.
@@ -58,7 +59,7 @@ fi
 # ---------------------------------------------------------------- up to date?
 delta_version="$(sed -n '/<artifactId>delta-spark/{n;s/.*<version>\(.*\)<\/version>.*/\1/p}' jars/pom.xml)"
 [[ -n "$delta_version" ]] || die "cannot read Delta's version from jars/pom.xml"
-inputs_hash="$(cat requirements.txt constraints.txt pyproject.toml jars/pom.xml scripts/setup.sh \
+inputs_hash="$( (cat requirements.txt constraints.txt pyproject.toml jars/pom.xml scripts/setup.sh; ls include/streamtable/pipelines) \
   | sha256sum | cut -d' ' -f1) $AIRFLOW_HOME"
 jars_present() { compgen -G "jars/delta-spark_*-${delta_version}.jar" >/dev/null && compgen -G "jars/delta-storage-${delta_version}.jar" >/dev/null; }
 if [[ "${SETUP_FORCE:-0}" != 1 && -f "$STAMP" && "$(cat "$STAMP")" == "$inputs_hash" \
@@ -115,6 +116,10 @@ say "initialising Airflow's metadata DB in $AIRFLOW_HOME (SQLite)"
 "$VENV/bin/airflow" connections add spark_default --conn-type spark --conn-host 'local[2]' \
   --conn-description 'streamtable: spark-submit on this machine (local[2])' >/dev/null \
   || die "could not create the spark_default connection"
+# One pool per pipeline (streamtable.airflow_tasks puts every Spark task of a pipeline in it).
+"$VENV/bin/python" -m streamtable.airflow_tasks pools >"$AIRFLOW_HOME/streamtable-pools.json" \
+  && "$VENV/bin/airflow" pools import "$AIRFLOW_HOME/streamtable-pools.json" >/dev/null \
+  || die "could not create the pipelines' Airflow pools ($AIRFLOW_HOME/streamtable-pools.json)"
 
 echo "$inputs_hash" >"$STAMP"
 say "done in $(( $(date +%s) - started )) s"

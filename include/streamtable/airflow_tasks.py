@@ -12,6 +12,11 @@ The lake is chosen when a task runs, not when the DAG is parsed: the Airflow Var
 (the `LAKE` template below). Asset URIs, which Airflow needs at parse time, use the env (never the
 Variable: reading Variables while parsing hits the metadata DB on every parse).
 
+Every task of a pipeline runs in the Airflow pool `streamtable_<pipeline>` (one slot, made by `make setup`;
+`python -m streamtable.airflow_tasks pools > pools.json && airflow pools import pools.json` elsewhere), so
+Airflow never runs a pipeline's micro-batch, reprocess or reset at the same time; the pipeline's lock in the
+lake (`Lake.lock`) makes them wait for each other outside Airflow too.
+
 A DAG for another pipeline is one short file:
 
     with DAG(dag_id="word_count", doc_md=__doc__, schedule="*/5 * * * *",
@@ -22,6 +27,7 @@ A DAG for another pipeline is one short file:
 from __future__ import annotations
 
 import glob
+import json
 import os
 import sys
 from datetime import timedelta
@@ -78,6 +84,25 @@ def spark_submit_binary() -> str:
     return str(beside) if beside.exists() else "spark-submit"
 
 
+def pipeline_names() -> list[str]:
+    """The registered pipelines (their declarations import no pyspark, so DAG files may call this when parsed)."""
+    from .pipelines import PIPELINES
+
+    return sorted(PIPELINES)
+
+
+def pipeline_pool(pipeline: str) -> str:
+    """The Airflow pool of a pipeline's Spark tasks (one slot: its runs, reprocesses and resets take turns)."""
+    return f"streamtable_{pipeline}"
+
+
+def pools() -> dict[str, dict[str, Any]]:
+    """Every pipeline's pool, in the format of `airflow pools import`."""
+    return {pipeline_pool(p): {"slots": 1, "include_deferred": False,
+                               "description": f"streamtable: {p}'s run, reprocess and reset take turns"}
+            for p in pipeline_names()}
+
+
 def output_assets(pipeline: str) -> list[Asset]:
     """One Asset per output table of `pipeline`: the `file://` URI of its Delta table in the env's lake."""
     from .pipelines import get_pipeline
@@ -99,10 +124,63 @@ def spark_conf() -> dict[str, str]:
     }
 
 
-def streamtable_task(task_id: str, command: str, pipeline: str, **kwargs: Any) -> SparkSubmitOperator:
-    """A task that runs `streamtable COMMAND PIPELINE --lake LAKE` inside spark-submit.
+class StreamtableSubmitOperator(SparkSubmitOperator):
+    """A SparkSubmitOperator that returns the JSON report the command prints (its XCom `return_value`, also logged).
 
-    Extra keyword arguments go to SparkSubmitOperator (outlets, retries, ...). Call it inside a DAG
+    With `args_from`, the arguments an upstream task checked and pushed as its XCom `args` (a list of
+    strings) are appended to the command line when the task runs (see `streamtable.offsets`).
+    """
+
+    def __init__(self, *, args_from: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.args_from = args_from
+
+    def execute(self, context: Any) -> dict | None:
+        args = list(self.application_args or [])
+        if self.args_from:
+            extra = context["ti"].xcom_pull(task_ids=self.args_from, key="args")
+            if not isinstance(extra, list):
+                raise ValueError(f"task {self.args_from} pushed no argument list (XCom `args`): {extra!r}")
+            self.application_args = [*args, *map(str, extra)]
+        reports: list[dict] = []
+        hook = self._hook = self._get_hook()
+        process_log = hook._process_spark_submit_log  # logs spark-submit's output line by line
+
+        def keep_reports(lines: Any) -> None:
+            process_log(_json_objects(lines, reports))
+
+        hook._process_spark_submit_log = keep_reports
+        try:
+            super().execute(context)
+        finally:
+            self.application_args = args  # as rendered, should this operator object run again (dag.test)
+        if not reports:
+            return None
+        self.log.info("streamtable report:\n%s", json.dumps(reports[-1], indent=2))
+        return reports[-1]
+
+
+def _json_objects(lines: Any, found: list[dict]) -> Any:
+    """Pass lines through, keeping those that are JSON objects (what streamtable commands print on stdout)."""
+    for line in lines:
+        text = line.strip()
+        if text.startswith("{") and text.endswith("}"):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                value = None
+            if isinstance(value, dict):
+                found.append(value)
+        yield line
+
+
+def streamtable_task(task_id: str, command: str, pipeline: str, args_from: str | None = None,
+                     **kwargs: Any) -> SparkSubmitOperator:
+    """A task that runs `streamtable COMMAND PIPELINE --lake LAKE` inside spark-submit, in the pipeline's pool.
+
+    With `args_from` (the task whose XCom `args` are appended to the command line) it is a
+    StreamtableSubmitOperator, whose XCom is the command's JSON report.
+    Extra keyword arguments go to SparkSubmitOperator (outlets, retries, pool, ...). Call it inside a DAG
     whose `user_defined_macros` include MACROS.
     """
     python = os.environ.get("PYSPARK_PYTHON") or sys.executable
@@ -117,8 +195,11 @@ def streamtable_task(task_id: str, command: str, pipeline: str, **kwargs: Any) -
         name=f"streamtable-{pipeline}-{command}",
         env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python},
         execution_timeout=timedelta(minutes=30),
+        pool=pipeline_pool(pipeline),
     )
     options.update(kwargs)
+    if args_from:
+        return StreamtableSubmitOperator(task_id=task_id, args_from=args_from, **options)
     return SparkSubmitOperator(task_id=task_id, **options)
 
 
@@ -128,3 +209,9 @@ def pipeline_tasks(pipeline: str, **kwargs: Any) -> tuple[SparkSubmitOperator, S
     gate = streamtable_task("quality_gate", "validate", pipeline, outlets=output_assets(pipeline), **kwargs)
     run >> gate
     return run, gate
+
+
+if __name__ == "__main__":  # `python -m streamtable.airflow_tasks pools`: the pools file for `airflow pools import`
+    if sys.argv[1:] != ["pools"]:
+        sys.exit("usage: python -m streamtable.airflow_tasks pools  (prints the pools for `airflow pools import`)")
+    print(json.dumps(pools(), indent=2, sort_keys=True))

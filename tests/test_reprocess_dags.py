@@ -1,0 +1,437 @@
+"""Reprocessing and backfills driven from Airflow: the `reprocess`, `reprocess_daily_*` and `reset` DAGs, the pools,
+backfill-style runs of a pipeline DAG, and the pipeline lock between a reprocess and a run in two processes.
+
+DAG runs are `dag.test()` in subprocesses against the session's temporary AIRFLOW_HOME of test_dags.py (its
+`airflow_home` fixture). Every spark-submit costs one to a few minutes on 2 cores, so each test submits as
+little as it can: set-up runs happen in this process (the `spark` fixture), and the checks that need no
+Spark (refused requests, the look-back, the DAGs' shape) run together without any.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from helpers import CLI, ingest, table
+from reference import clicks_per_region as expected
+from streamtable.lake import Lake
+from test_dags import BIN, DAGS, ROOT, airflow_env, airflow_home, last_json, run_python  # noqa: F401 (a fixture)
+
+P = "clicks_per_region"
+
+
+def region(user, name, t):
+    return {"user": user, "region": name, "event_time": t}
+
+
+def click(user, n, t):
+    return {"user": user, "clicks": n, "event_time": t}
+
+
+REGIONS = [region("alice", "asia", "2026-03-01T10:00:00Z"), region("bob", "americas", "2026-03-01T10:00:00Z"),
+           region("alice", "europe", "2026-03-01T10:02:00Z"), region("bob", None, "2026-03-01T10:04:00Z")]
+CLICKS = [[click("alice", 13, "2026-03-01T10:01:00Z"), click("bob", 4, "2026-03-01T10:01:00Z")],
+          [click("alice", 40, "2026-03-01T10:03:00Z"), click("chao", 7, "2026-03-01T10:03:00Z")],
+          [click("bob", 19, "2026-03-01T10:05:00Z"), click("alice", 2, "2026-03-01T10:06:00Z")],
+          [click("alice", 100, "2026-03-01T10:07:00Z"), click("bob", 1, "2026-03-01T10:07:00Z")]]
+
+
+def totals(lake: Lake) -> dict:
+    return table(lake, P, "region", "clicks")
+
+
+def want(*batches: list[dict]) -> dict:
+    """The independent computation: the reference model over these click batches (all regions known)."""
+    return expected([REGIONS], [c for batch in batches for c in batch])
+
+
+def fill(lake: Lake, batches: int, gap_s: float = 0.0) -> list[int]:
+    """Ingest the regions, then `batches` click batches (one commit each, `gap_s` apart); their versions."""
+    ingest(lake, "user_regions", REGIONS)
+    versions = []
+    for batch in CLICKS[:batches]:
+        if versions and gap_s:
+            time.sleep(gap_s)
+        versions.append(ingest(lake, "user_clicks", batch).version)
+    return versions
+
+
+def commit_millis(lake: Lake, table_name: str) -> dict[int, int]:
+    return {c["version"]: c["timestamp"] for c in DeltaTable(lake.table_path(table_name)).history()}
+
+
+def iso_millis(millis: float) -> str:
+    return datetime.fromtimestamp(millis / 1000, tz=timezone.utc).isoformat()
+
+
+def dag_tests(env: dict, runs: list[dict], timeout: float = 1800) -> tuple[list[dict], str]:
+    """`dag.test()` each run in one subprocess; return each run's state, task states and XComs, and the output.
+
+    A run is {"file", "dag_id", "conf", "logical_date", "run_after", "mark_success"}. Each run parses its DAG
+    file again: in one process dag.test() would otherwise carry one run's params over into the next run.
+    A run refused before it starts (its conf breaks the params' schema) gives {"refused": message}.
+    """
+    proc = run_python(f"""
+import json
+from datetime import datetime
+from sqlalchemy import select
+from airflow.dag_processing.dagbag import DagBag
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.xcom import XComModel
+from airflow.utils.session import create_session
+
+results = []
+for spec in json.loads({json.dumps(json.dumps(runs))}):
+    dag = DagBag(dag_folder=str({str(DAGS)!r} + "/" + spec["file"])).get_dag(spec["dag_id"])
+    kwargs = {{"run_conf": spec.get("conf")}}
+    for key in ("logical_date", "run_after"):
+        if spec.get(key):
+            kwargs[key] = datetime.fromisoformat(spec[key])
+    if spec.get("mark_success"):
+        kwargs["mark_success_pattern"] = spec["mark_success"]
+    try:
+        run = dag.test(**kwargs)
+    except Exception as e:
+        results.append({{"refused": f"{{type(e).__name__}}: {{e}}"}})
+        continue
+    with create_session() as session:
+        where = (TaskInstance.dag_id == spec["dag_id"], TaskInstance.run_id == run.run_id)
+        states = {{ti.task_id: str(ti.state) for ti in session.scalars(select(TaskInstance).where(*where))}}
+        xcoms = {{f"{{x.task_id}}.{{x.key}}": x.value for x in session.scalars(
+            select(XComModel).where(XComModel.dag_id == spec["dag_id"], XComModel.run_id == run.run_id))}}
+    results.append({{"state": str(run.state), "tasks": states, "xcom": xcoms}})
+print("RESULT " + json.dumps(results, default=str))
+""", env, timeout=timeout)
+    return last_json(proc), proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- no Spark
+
+
+def test_check_of_a_reprocess_request(lake):
+    """The Spark-free check the DAGs run first: messages, arguments, and the same version as `version_at`."""
+    from streamtable.errors import StreamtableError
+    from streamtable.lifecycle import version_at
+    from streamtable.offsets import first_version_since, reprocess_arguments, reset_arguments
+
+    def refused(**request) -> str:
+        with pytest.raises(StreamtableError) as e:
+            reprocess_arguments(lake, **request)
+        return str(e.value)
+
+    assert "has no data yet" in refused(pipeline=P, from_version=0)
+    versions = fill(lake, 3, gap_s=1.1)
+    assert versions == [0, 1, 2]
+    assert "unknown pipeline 'nope'; pipelines are: " in refused(pipeline="nope", from_version=0)
+    assert "../etc" in refused(pipeline="../etc", from_version=0)  # never a path
+    assert "neither was given" in refused(pipeline=P)
+    assert "not both" in refused(pipeline=P, from_version=1, from_timestamp="2026-03-01T00:00:00Z")
+    assert refused(pipeline=P, from_version=3) == "from_version 3 is beyond the latest version of user_clicks (versions 0..2)"
+    assert "integer >= 0" in refused(pipeline=P, from_version=-1)
+    assert "integer >= 0" in refused(pipeline=P, from_version="1")
+    assert "not an ISO-8601 time" in refused(pipeline=P, from_timestamp="yesterday")
+    assert "no version of user_clicks was committed at or after 2999" in refused(
+        pipeline=P, from_timestamp="2999-01-01T00:00:00Z")
+    assert "dry_run" in refused(pipeline=P, from_version=0, dry_run="yes")
+
+    assert reprocess_arguments(lake, P, from_version=2)[0] == ["--from-version", "2"]
+    assert reprocess_arguments(lake, P, from_version=0, dry_run=True)[0] == ["--from-version", "0", "--dry-run"]
+    committed = commit_millis(lake, "user_clicks")
+    for version in versions:
+        # just after the previous commit, and exactly at this one: both seek to this version
+        for millis in ((committed[version - 1] + 1) if version else 0, committed[version]):
+            moment = datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
+            args, summary = reprocess_arguments(lake, P, from_timestamp=moment.isoformat())
+            assert args == ["--from-timestamp", moment.isoformat()] and f"(version {version})" in summary
+            assert first_version_since(lake, "user_clicks", moment) == version_at(lake, "user_clicks", moment) == version
+
+    assert reset_arguments(P) == (["--dry-run"], f"dry run: list what a reset of {P} would delete")
+    assert reset_arguments(P, dry_run=False)[0] == []
+
+
+def test_dags_shape_pools_and_params(airflow_home):
+    """Every streamtable Spark task runs in its pipeline's one-slot pool; the forms' schemas; pools import."""
+    proc = run_python(f"""
+import json
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder={str(DAGS)!r})
+out = {{"errors": {{str(k): str(v) for k, v in bag.import_errors.items()}}, "dags": {{}}}}
+for dag_id, dag in bag.dags.items():
+    out["dags"][dag_id] = {{
+        "schedule": str(dag.schedule), "paused": dag.is_paused_upon_creation,
+        "params": {{k: dag.params.get_param(k).dump() for k in dag.params}},
+        "tasks": {{t.task_id: {{"type": type(t).__name__, "pool": t.pool,
+                              "args": getattr(t, "application_args", None),
+                              "args_from": getattr(t, "args_from", None),
+                              "upstream": sorted(t.upstream_task_ids)}} for t in dag.tasks}},
+    }}
+print("RESULT " + json.dumps(out, default=str))
+""", airflow_env(airflow_home))
+    result = last_json(proc)
+    assert result["errors"] == {}
+    dags = result["dags"]
+    from streamtable.pipelines import PIPELINES
+
+    names = sorted(PIPELINES)
+    for dag_id, dag in dags.items():
+        for task_id, t in dag["tasks"].items():
+            if t["type"] in ("SparkSubmitOperator", "StreamtableSubmitOperator"):
+                command, pipeline = t["args"][:2]
+                assert t["pool"] == f"streamtable_{pipeline}", (dag_id, task_id)
+                # bounded runs do not depend on the run's interval: a backfilled interval is just another run
+                assert not any("ds" in a or "logical_date" in a or "data_interval" in a for a in t["args"]), t["args"]
+
+    reprocess = dags["reprocess"]
+    assert reprocess["schedule"] == "None"
+    params = reprocess["params"]
+    assert set(params) == {"pipeline", "from_version", "from_timestamp", "dry_run"}
+    assert all(p["description"] for p in params.values())
+    assert params["pipeline"]["schema"]["enum"] == names
+    assert params["from_version"]["schema"] == {"type": ["null", "integer"], "minimum": 0,
+                                                "title": "From version"}
+    assert params["from_timestamp"]["schema"]["format"] == "date-time"
+    assert params["dry_run"]["schema"]["type"] == "boolean" and params["dry_run"]["value"] is False
+    assert set(reprocess["tasks"]) == {"check_params"} | {f"reprocess_{n}" for n in names}
+    for n in names:
+        t = reprocess["tasks"][f"reprocess_{n}"]
+        assert t["args"][:2] == ["reprocess", n] and t["args_from"] == "check_params"
+        assert t["upstream"] == ["check_params"]
+
+    reset = dags["reset"]
+    assert reset["params"]["dry_run"]["value"] is True  # a reset only lists what it would delete unless asked
+    assert set(reset["tasks"]) == {"check_params"} | {f"reset_{n}" for n in names}
+
+    for n in names:
+        daily = dags[f"reprocess_daily_{n}"]
+        assert daily["schedule"] == "@daily" and daily["paused"] is True
+        assert daily["tasks"]["reprocess"]["args"][:2] == ["reprocess", n]
+        assert daily["tasks"]["reprocess"]["upstream"] == ["since"]
+
+    # the pools `make setup` imports: one slot per pipeline, and `airflow pools import` takes the file
+    env = airflow_env(airflow_home)
+    made = subprocess.run([str(BIN / "python"), "-m", "streamtable.airflow_tasks", "pools"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    pools = json.loads(made.stdout)
+    assert {name: p["slots"] for name, p in pools.items()} == {f"streamtable_{n}": 1 for n in names}
+    path = Path(airflow_home) / "pools.json"
+    path.write_text(made.stdout)
+    imported = subprocess.run([str(BIN / "airflow"), "pools", "import", str(path)], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    listed = subprocess.run([str(BIN / "airflow"), "pools", "list", "-o", "json"], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert {p["pool"]: int(p["slots"]) for p in json.loads(listed.stdout) if p["pool"].startswith("streamtable_")} == \
+        {f"streamtable_{n}": 1 for n in names}
+
+
+@pytest.mark.timeout(1800)
+def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_submit(airflow_home, tmp_path):
+    lake = Lake(tmp_path / "lake")
+    fill(lake, 2)
+    env = airflow_env(airflow_home, lake.root)
+    latest_commit = max(commit_millis(lake, "user_clicks").values())
+    bad = [
+        ({"pipeline": "nope", "from_version": 0}, "form", "'nope' is not one of"),
+        ({"pipeline": P, "from_version": -1}, "form", "-1 is less than the minimum of 0"),
+        ({"pipeline": P, "dry_run": "yes"}, "form", "is not of type 'boolean'"),
+        ({"pipeline": P}, "check", "neither was given"),
+        ({"pipeline": P, "from_version": 1, "from_timestamp": "2026-03-01T00:00:00Z"}, "check", "not both"),
+        ({"pipeline": P, "from_version": 2}, "check", "from_version 2 is beyond the latest version of user_clicks (versions 0..1)"),
+        ({"pipeline": P, "from_timestamp": iso_millis(latest_commit + 60_000)}, "check",
+         "no version of user_clicks was committed at or after"),
+        ({"pipeline": "word_count", "from_version": 0}, "check", "text_lines, word_count's primary input, has no data yet"),
+    ]
+    runs = [{"file": "reprocess.py", "dag_id": "reprocess", "conf": conf} for conf, _, _ in bad]
+    runs.append({"file": "reset.py", "dag_id": "reset", "conf": {"pipeline": "../lake"}})
+    # the daily reprocess: nothing committed in the look-back (the run skips), then a look-back that starts
+    # between version 0 and version 1 (the reprocess is marked success instead of spark-submitted)
+    committed = commit_millis(lake, "user_clicks")
+    after_all = datetime.fromtimestamp(latest_commit / 1000, tz=timezone.utc) + timedelta(hours=1, seconds=1)
+    between = datetime.fromtimestamp((committed[0] + committed[1]) / 2000, tz=timezone.utc)
+    daily = {"file": "reprocess_daily.py", "dag_id": f"reprocess_daily_{P}"}
+    runs.append(daily | {"conf": {"lookback_hours": 1}, "run_after": after_all.isoformat()})
+    runs.append(daily | {"conf": {"lookback_hours": 2}, "run_after": (between + timedelta(hours=2)).isoformat(),
+                         "mark_success": "^reprocess$"})
+    results, output = dag_tests(env, runs)
+
+    for (conf, where, message), result in zip(bad, results):
+        if where == "form":
+            assert "refused" in result and message in result["refused"], (conf, result)
+        else:
+            assert result["state"] == "failed", (conf, result)
+            assert result["tasks"]["check_params"] == "failed"
+            assert {s for t, s in result["tasks"].items() if t != "check_params"} == {"upstream_failed"}
+            assert any("refused: " in line and message in line for line in output.splitlines()), (conf, message)
+    assert "'../lake' is not one of" in results[len(bad)]["refused"]
+
+    skipped, resolved = results[len(bad) + 1:]
+    assert skipped["state"] == "success" and skipped["tasks"] == {"since": "skipped", "reprocess": "skipped"}
+    assert f"nothing was committed to {P}'s primary input since" in output
+    assert resolved["state"] == "success", resolved
+    assert resolved["xcom"]["since.args"] == ["--from-timestamp", between.isoformat()]
+    assert "version 1 of user_clicks (the first committed since then)" in resolved["xcom"]["since.return_value"]
+    assert not (lake.root / "tables" / P).exists()  # nothing ran
+
+
+# ---------------------------------------------------------------- with Spark
+
+
+@pytest.mark.timeout(1800)
+def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_run_goes_on(
+        spark, airflow_home, lake):
+    from streamtable.lifecycle import run
+
+    versions = fill(lake, 3, gap_s=1.1)
+    run(lake, P)
+    assert totals(lake) == want(*CLICKS[:3])
+    committed = commit_millis(lake, "user_clicks")
+    moment = iso_millis((committed[versions[0]] + committed[versions[1]]) / 2)  # between the 1st and 2nd commits
+
+    started = time.monotonic()
+    [result], output = dag_tests(airflow_env(airflow_home, lake.root),
+                                 [{"file": "reprocess.py", "dag_id": "reprocess",
+                                   "conf": {"pipeline": P, "from_timestamp": moment}}])
+    print(f"reprocess DAG run: {time.monotonic() - started:.0f} s")
+    assert result["state"] == "success", output[-5000:]
+    assert result["tasks"][f"reprocess_{P}"] == "success" and result["tasks"]["reprocess_word_count"] == "skipped"
+    report = result["xcom"][f"reprocess_{P}.return_value"]
+    assert report["from_version"] == versions[1] and report["published"] is True and report["suites"] == "passed"
+    assert report["rows_before"][P] == len(want(*CLICKS[:3]))
+    assert report["rows_after"][P] == len(want(*CLICKS[1:3]))
+    assert "streamtable report:" in output  # the report is in the task log too
+    assert totals(lake) == want(*CLICKS[1:3]) == {"europe": 42, "UNKNOWN": 26}
+
+    ingest(lake, "user_clicks", CLICKS[3])
+    later = run(lake, P)
+    assert later.generation == report["generation"] and later.records == len(CLICKS[3])
+    assert totals(lake) == want(*CLICKS[1:4])
+
+
+@pytest.mark.timeout(1800)
+def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark, airflow_home, lake):
+    from streamtable.ingest import append_rows
+    from streamtable.lifecycle import run
+    from streamtable.reader import rows
+    from streamtable.tables import INPUTS, LINE
+
+    fill(lake, 2)
+    run(lake, P)
+    live, live_version, generation = rows(lake, P), DeltaTable(lake.table_path(P)).version(), lake.generation(P)
+    assert totals(lake) == want(*CLICKS[:2])
+    # bad data: a writer that bypassed `ingest`'s checks appends a negative count, which drives asia below 0
+    append_rows(lake, INPUTS["user_clicks"], [{**click("alice", -1000, "2026-03-01T10:01:30Z"),
+                                               "event_time": datetime(2026, 3, 1, 10, 1, 30, tzinfo=timezone.utc),
+                                               LINE: 0}])
+
+    [result], output = dag_tests(airflow_env(airflow_home, lake.root),
+                                 [{"file": "reprocess.py", "dag_id": "reprocess", "conf": {"pipeline": P, "from_version": 0}}])
+    assert result["state"] == "failed"
+    assert result["tasks"]["check_params"] == "success" and result["tasks"][f"reprocess_{P}"] == "failed"
+    assert f"reprocess_{P}.return_value" not in result["xcom"]
+    assert "quality gate failed, nothing published" in output
+    assert rows(lake, P) == live and DeltaTable(lake.table_path(P)).version() == live_version
+    assert lake.generation(P) == generation
+
+
+@pytest.mark.timeout(1800)
+def test_a_run_waits_for_a_reprocess_holding_the_lock_and_nothing_is_counted_twice_or_skipped(spark, lake):
+    """Two real processes: `reprocess` holds the pipeline's lock; a `run` started meanwhile waits, then goes on."""
+    from streamtable.lifecycle import run
+
+    versions = fill(lake, 2)
+    run(lake, P)
+    env = {**os.environ, "PYSPARK_PYTHON": str(BIN / "python")}
+    env.pop("PYSPARK_GATEWAY_PORT", None)
+    env.pop("PYSPARK_GATEWAY_SECRET", None)
+    lock = lake.pipeline_dir(P) / "lock"
+
+    def start(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([CLI, *args, "--lake", str(lake.root)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def held_by_another() -> bool:
+        with open(lock, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return False
+
+    reprocess = start("reprocess", P, "--from-version", str(versions[1]))
+    deadline = time.monotonic() + 600
+    while not held_by_another():
+        assert reprocess.poll() is None, f"reprocess ended before it was seen holding the lock: {reprocess.communicate()}"
+        assert time.monotonic() < deadline, "reprocess never took the lock"
+        time.sleep(0.2)
+    ingest(lake, "user_clicks", CLICKS[2])  # new input while the reprocess runs
+    live = start("run", P)
+    assert reprocess.poll() is None, "the reprocess ended before the run started: nothing was tested"
+    ended: dict[str, float] = {}
+    while len(ended) < 2:
+        for name, proc in (("reprocess", reprocess), ("run", live)):
+            if name not in ended and proc.poll() is not None:
+                ended[name] = time.monotonic()
+        time.sleep(0.2)
+    out_reprocess, err_reprocess = reprocess.communicate()
+    out_run, err_run = live.communicate()
+    assert reprocess.returncode == 0, err_reprocess
+    assert live.returncode == 0, err_run
+    assert ended["run"] > ended["reprocess"], "the run finished before the reprocess released the lock"
+    rebuilt, went_on = json.loads(out_reprocess.splitlines()[-1]), json.loads(out_run.splitlines()[-1])
+    assert rebuilt["published"] and went_on["generation"] == rebuilt["generation"]
+    # every click from versions[1] on is consumed exactly once, by the reprocess or by the run after it
+    assert rebuilt["run"]["records"] + went_on["records"] == len(CLICKS[1]) + len(CLICKS[2])
+    assert totals(lake) == want(*CLICKS[1:3])
+
+
+@pytest.mark.timeout(2400)
+def test_backfill_style_runs_of_a_pipeline_dag_are_bounded_runs_that_count_nothing_twice(
+        spark, airflow_home, lake):
+    """What `airflow backfill create` does to clicks_per_region: each interval's run is one bounded run.
+
+    dag.test() with logical dates in the past stands for backfilled intervals (in the past, out of order).
+    The quality gate is marked success instead of submitted: test_dags.py runs it, and it changes no table.
+    """
+    fill(lake, 1)
+    env = airflow_env(airflow_home, lake.root)
+    past = {"file": "clicks_per_region.py", "dag_id": P, "mark_success": "^quality_gate$"}
+    [first], output = dag_tests(env, [past | {"logical_date": "2026-02-01T00:05:00+00:00"}])
+    assert first["state"] == "success" and first["tasks"] == {"run": "success", "quality_gate": "success"}, output[-3000:]
+    assert totals(lake) == want(CLICKS[0])
+
+    ingest(lake, "user_clicks", CLICKS[1])
+    [second], output = dag_tests(env, [past | {"logical_date": "2026-02-01T00:00:00+00:00"}])
+    assert second["state"] == "success", output[-3000:]
+    assert totals(lake) == want(*CLICKS[:2])
+
+
+@pytest.mark.timeout(2400)
+def test_reset_dag_lists_then_forgets_and_the_next_run_starts_from_version_0(spark, airflow_home, lake):
+    from streamtable.lifecycle import run
+
+    fill(lake, 2)
+    run(lake, P)
+    before, generation = totals(lake), lake.generation(P)
+    env = airflow_env(airflow_home, lake.root)
+    reset = {"file": "reset.py", "dag_id": "reset"}
+    (listed, done), output = dag_tests(env, [reset | {"conf": {"pipeline": P}},
+                                             reset | {"conf": {"pipeline": P, "dry_run": False}}])
+    assert listed["state"] == "success", output[-5000:]
+    plan = listed["xcom"][f"reset_{P}.return_value"]
+    assert plan["dry_run"] is True and plan["outputs"] == [lake.table_path(P)]
+    assert done["state"] == "success", output[-5000:]
+    assert done["xcom"][f"reset_{P}.return_value"]["dry_run"] is False
+    assert before == want(*CLICKS[:2]) and totals(lake) == {} and lake.generation(P) > generation
+
+    ingest(lake, "user_clicks", CLICKS[2])
+    run(lake, P)
+    assert totals(lake) == want(*CLICKS[:3])

@@ -108,7 +108,11 @@ def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, c
         ctx = RunContext(get_spark(), lake, pipeline, next_generation(lake, name), shadow=True)
         live = RunContext(ctx.spark, lake, pipeline, lake.generation(name))
         live.prepare()
-        report = drain(ctx, clock, starting={pipeline.primary: from_version})
+        try:
+            report = drain(ctx, clock, starting={pipeline.primary: from_version})
+        except Exception:
+            shutil.rmtree(ctx.dir, ignore_errors=True)  # a refused rebuild leaves nothing behind
+            raise
         result = ReprocessReport(name, from_version, ctx.generation, published=not dry_run, run=report.as_dict(),
                                  rows_before=row_counts(live), rows_after=row_counts(ctx))
         if dry_run:

@@ -149,6 +149,8 @@ class Batch:
 
     def metric(self, name: str, value: int) -> None:
         """Record a count this run consumed, for reconciliation suites (`sum_equals`)."""
+        if name not in self.ctx.pipeline.metrics:
+            raise KeyError(f"{self.ctx.pipeline.name} reports the undeclared metric {name!r}")
         self._metrics[name] = int(value or 0)
 
     def finish(self, versions: dict[str, int], records: int) -> None:

@@ -1,0 +1,258 @@
+"""Supervision of `serve` jobs without Spark: the stall rule, stopping a job's processes, the operator.
+
+The jobs here are fakes: a `spark-submit` that starts `jobs/streamtable_job.py` (a small Python
+script that prints progress lines and obeys, ignores or never sees SIGTERM) and waits for it, like
+spark-submit's JVM waits for the PySpark driver. The operator runs in a subprocess (importing Airflow
+configures the whole process; see test_dags.py), with a fake `streamtable.status`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from streamtable.supervise import find_driver, find_drivers, group_alive, guard, stalled, start_guardian, stop_job
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def status(behind: bool, finished_at: datetime | None = None, inputs=None):
+    last = None if finished_at is None else {"batch_id": 7, "finished_at": finished_at}
+    return SimpleNamespace(pipeline="word_count", behind=behind, last_batch=last,
+                           inputs=inputs if inputs is not None else
+                           [{"table": "text_lines", "consumed_version": 3, "latest_version": 5, "records_behind": 12}])
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+# ----------------------------------------------------------------------------------------- the stall rule
+
+def test_idle_pipeline_is_never_stalled():
+    assert stalled(status(False, finished_at=at(0)), since=at(0), now=at(10_000), timeout_s=60) is None
+    assert stalled(status(False), since=at(0), now=at(10_000), timeout_s=60) is None
+
+
+def test_behind_counts_from_the_last_finished_batch():
+    s = status(True, finished_at=at(100))
+    assert stalled(s, since=at(0), now=at(159), timeout_s=60) is None
+    reason = stalled(s, since=at(0), now=at(160), timeout_s=60)  # exactly the timeout: stalled
+    assert reason is not None
+    assert "word_count" in reason and "60 s" in reason and "text_lines 12 records behind" in reason
+    assert "batch (7) finished" in reason
+
+
+def test_a_restarted_job_gets_the_full_timeout_from_the_start_of_supervision():
+    s = status(True, finished_at=at(0))  # the last batch is old: the job was down for a while
+    assert stalled(s, since=at(1000), now=at(1059), timeout_s=60) is None
+    reason = stalled(s, since=at(1000), now=at(1061), timeout_s=60)
+    assert reason is not None and "supervision started" in reason
+
+
+def test_no_batch_ever_counts_from_the_start_of_supervision():
+    assert stalled(status(True), since=at(0), now=at(599), timeout_s=600) is None
+    assert "no batch finished for 600 s" in stalled(status(True), since=at(0), now=at(600), timeout_s=600)
+
+
+# ----------------------------------------------------------------------------------------- fake jobs
+
+FAKE_DRIVER = '''
+import json, os, signal, sys, time
+mode = os.environ.get("FAKE_MODE", "serve")
+marker = os.environ.get("FAKE_MARKER")
+def note(text):
+    if marker:
+        with open(marker, "a") as f:
+            f.write(text + "\\n")
+stop = []
+if mode == "ignore-term":
+    signal.signal(signal.SIGTERM, lambda *_: note("sigterm-ignored"))
+else:
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+note("started " + " ".join(sys.argv[1:]))
+batch = 0
+while not stop:
+    if mode == "exit":
+        break
+    print(json.dumps({"progress": {"batch_id": batch}}), flush=True)
+    batch += 1
+    time.sleep(0.2)
+note("stopping")
+print(json.dumps({"pipeline": "word_count", "batches": batch}), flush=True)
+sys.exit(0)
+'''
+
+FAKE_SUBMIT = '''
+import subprocess, sys
+args = sys.argv[1:]
+i = next(i for i, a in enumerate(args) if a.endswith("streamtable_job.py"))
+proc = subprocess.Popen([sys.executable, *args[i:]])
+code = proc.wait()
+sys.exit(128 - code if code < 0 else code)
+'''
+
+
+@pytest.fixture
+def fake(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "streamtable_job.py").write_text(FAKE_DRIVER)
+    (tmp_path / "spark-submit").write_text(f"#!{sys.executable}\n" + FAKE_SUBMIT)
+    (tmp_path / "spark-submit").chmod(0o755)
+    return tmp_path
+
+
+def start_job(fake: Path, mode: str, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "FAKE_MODE": mode, "FAKE_MARKER": str(fake / "marker")}
+    proc = subprocess.Popen([str(fake / "spark-submit"), "--master", "local[2]", str(fake / "jobs" / "streamtable_job.py"),
+                             "serve", "word_count", *args], env=env, stdout=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 30
+    while find_driver(proc.pid) is None or "started" not in marker(fake):  # its SIGTERM handler is set
+        assert time.monotonic() < deadline, "the fake driver did not start"
+        time.sleep(0.05)
+    return proc
+
+
+def marker(fake: Path) -> str:
+    return (fake / "marker").read_text() if (fake / "marker").exists() else ""
+
+
+def test_find_driver_and_graceful_stop(fake):
+    job = start_job(fake, "serve", "--lake", str(fake / "lake"))
+    driver = find_driver(job.pid)
+    assert driver is not None and driver.pid != job.pid and driver.ppid() == job.pid
+    assert [p.pid for p in find_drivers("serve", "word_count", str(fake / "lake"))] == [driver.pid]
+    assert find_drivers("serve", "some_other_pipeline") == []
+    started = time.monotonic()
+    assert stop_job(job.pid, grace_s=20, log=lambda _: None) is True
+    assert time.monotonic() - started < 10
+    assert job.wait(5) == 0 and "stopping" in marker(fake)
+    assert not group_alive(job.pid)
+
+
+def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(fake):
+    job = start_job(fake, "ignore-term")
+    started = time.monotonic()
+    assert stop_job(job.pid, grace_s=2, log=lambda _: None) is False
+    assert 2 <= time.monotonic() - started < 10
+    assert job.wait(5) != 0
+    assert "sigterm-ignored" in marker(fake) and "stopping" not in marker(fake)
+    assert not group_alive(job.pid)
+
+
+def test_a_frozen_driver_is_killed_after_the_grace_period(fake):
+    job = start_job(fake, "serve")
+    find_driver(job.pid).suspend()  # SIGSTOP: SIGTERM stays pending
+    assert stop_job(job.pid, grace_s=1, log=lambda _: None) is False
+    job.wait(5)
+    assert not group_alive(job.pid)
+
+
+def test_guardian_stops_the_job_when_its_supervisor_is_gone(fake):
+    job = start_job(fake, "ignore-term")
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    guardian = start_guardian(supervisor.pid, job.pid, grace_s=1)
+    time.sleep(1.5)
+    assert guardian.poll() is None and job.poll() is None  # both wait while the supervisor lives
+    supervisor.kill()
+    supervisor.wait()
+    assert guardian.wait(30) == 0
+    job.wait(5)
+    assert not group_alive(job.pid) and "sigterm-ignored" in marker(fake)
+
+
+def test_guardian_leaves_when_the_job_ends():
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"], start_new_session=True)
+    assert guard(os.getpid(), job.pid, grace_s=1, poll_s=0.1, log=lambda _: None) == 0
+    assert job.poll() is not None or job.wait(1) == 0
+
+
+# ----------------------------------------------------------------------------------------- the operator
+
+OPERATOR = '''
+import json, sys, threading, time, types
+from datetime import datetime, timezone
+state = {"behind": False, "finished_at": None}
+fake_status = types.ModuleType("streamtable.status")
+def pipeline_status(lake, pipeline, now=None):
+    return types.SimpleNamespace(pipeline=pipeline, behind=state["behind"], inputs=[],
+                                 last_batch={"batch_id": 1, "finished_at": state["finished_at"]} if state["finished_at"] else None)
+fake_status.pipeline_status = pipeline_status
+sys.modules["streamtable.status"] = fake_status
+import streamtable
+streamtable.status = fake_status
+
+from streamtable.airflow_tasks import StreamServeOperator
+from airflow.sdk.exceptions import AirflowException
+
+scenario, fake = sys.argv[1], sys.argv[2]
+op = StreamServeOperator(task_id="serve", pipeline="word_count", application=fake + "/jobs/streamtable_job.py",
+                         application_args=["serve", "word_count", "--lake", fake + "/lake", "--interval", "2 seconds"],
+                         spark_binary=fake + "/spark-submit", conn_id="spark_default",
+                         stall_timeout_s="3", stop_grace_s="2", poll_s=0.3)
+if scenario == "stall":
+    state["behind"] = True
+elif scenario == "kill":
+    threading.Timer(1.5, op.on_kill).start()
+started = time.monotonic()
+try:
+    result = {"returned": op.execute({})}
+except AirflowException as e:
+    result = {"raised": str(e)}
+result["seconds"] = time.monotonic() - started
+print("RESULT " + json.dumps(result))
+'''
+
+
+def run_operator(fake: Path, scenario: str, mode: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
+    env.update({"AIRFLOW_HOME": str(fake / "airflow_home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+                "FAKE_MODE": mode, "FAKE_MARKER": str(fake / "marker")})
+    proc = subprocess.run([sys.executable, "-c", OPERATOR, scenario, str(fake)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=180)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return json.loads(lines[-1][len("RESULT "):]) | {"log": proc.stdout + proc.stderr}
+
+
+def no_fake_driver_left(fake: Path) -> bool:
+    deadline = time.monotonic() + 15  # the guardian may still be reaping
+    while time.monotonic() < deadline:
+        if not any(str(fake) in " ".join(p.info.get("cmdline") or []) for p in psutil.process_iter(["cmdline"])):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_operator_fails_a_stalled_job_after_stopping_it(fake):
+    result = run_operator(fake, "stall", "ignore-term")
+    assert result.get("raised", "").startswith("stalled: word_count has unconsumed input"), result
+    assert 3 <= result["seconds"] < 60
+    assert "sigterm-ignored" in marker(fake)  # asked first, killed after the grace period
+    assert no_fake_driver_left(fake)
+
+
+def test_operator_on_kill_stops_the_driver_gracefully_and_fails_the_task(fake):
+    result = run_operator(fake, "kill", "serve")
+    assert result.get("raised", "").startswith("stopped: the task was killed; the job finished its batch"), result
+    assert "stopping" in marker(fake)
+    assert no_fake_driver_left(fake)
+
+
+def test_operator_returns_the_report_when_the_job_ends_by_itself(fake):
+    result = run_operator(fake, "none", "exit")
+    assert result.get("returned") == {"pipeline": "word_count", "batches": 0}, result
+    assert "started serve word_count --lake" in marker(fake)

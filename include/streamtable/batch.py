@@ -4,8 +4,9 @@ A batch is computed once, staged as Parquet files under the generation's `stagin
 by the quality suites, marked complete, and only then committed table by table with idempotent writes
 (`txnAppId` = generation, `txnVersion` = batch id). A crash before the mark throws the staged files
 away and the batch is computed again from the same offsets and the same state; a crash after it
-commits the same staged files again, and Delta skips what was already written. So nothing is lost or
-counted twice, even though Delta has no multi-table transaction.
+commits the same staged files again, and Delta skips what was already written (the files are kept
+until the next batch starts). So nothing is lost or counted twice, even though Delta has no
+multi-table transaction.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from pyspark.sql import functions as F
 from . import delta_io
 from .errors import QualityGateError
 from .faults import crash_point
-from .lake import Lake, write_json_atomic
+from .lake import PROGRESS, Lake, write_json_atomic
 from .pipeline import Pipeline
 from .tables import INPUTS, LATE_EVENTS, Table
 
@@ -31,8 +32,8 @@ log = logging.getLogger("streamtable")
 
 SOURCE = "_source"  # the input table a record of the micro-batch came from
 VERSION = "_commit_version"  # the Delta version (offset) that brought the record
+COMMITTED_AT = "_commit_timestamp"  # when that version was committed (ingested)
 HEARTBEAT = "_heartbeat"  # the platform's wall-clock input of pipelines that close results by wall clock
-PROGRESS = "progress"
 PROGRESS_DDL = ("batch_id BIGINT, run_started_at TIMESTAMP, stream_time TIMESTAMP, records BIGINT, "
                 "input_versions MAP<STRING, BIGINT>, metrics MAP<STRING, BIGINT>")
 
@@ -57,12 +58,12 @@ class RunContext:
 
     @property
     def heartbeat_path(self) -> str:
-        return str(self.dir / "state" / HEARTBEAT)
+        return self.lake.state_path(self.pipeline.name, self.generation, HEARTBEAT)
 
     def path(self, table: str) -> str:
         """The Delta path this generation uses for an output, a state store, `late_events` or `progress`."""
         if table == PROGRESS or table in {t.name for t in self.pipeline.state}:
-            return str(self.dir / "state" / table)
+            return self.lake.state_path(self.pipeline.name, self.generation, table)
         if self.shadow:
             return str(self.dir / "shadow" / table)
         return self.lake.table_path(table)
@@ -85,14 +86,15 @@ class RunContext:
         return DeltaTable(self.path(PROGRESS)).to_pyarrow_dataset().to_table(
             columns=["stream_time", "metrics"]).to_pylist()
 
-    def stream_time(self) -> datetime | None:
-        """The largest event time consumed by the committed runs of this generation."""
-        return max((r["stream_time"] for r in self.progress() if r["stream_time"]), default=None)
+    def stream_time(self, progress: list[dict] | None = None) -> datetime | None:
+        """The largest event time consumed by the committed runs of this generation (or of `progress` rows)."""
+        rows = self.progress() if progress is None else progress
+        return max((r["stream_time"] for r in rows if r["stream_time"]), default=None)
 
-    def metric_totals(self) -> dict[str, int]:
-        """Each reconciliation metric summed over the committed runs."""
+    def metric_totals(self, progress: list[dict] | None = None) -> dict[str, int]:
+        """Each reconciliation metric summed over the committed runs (or over `progress` rows)."""
         totals: dict[str, int] = {}
-        for row in self.progress():
+        for row in self.progress() if progress is None else progress:
             for name, value in row["metrics"] or ():
                 totals[name] = totals.get(name, 0) + value
         return totals
@@ -107,7 +109,8 @@ class Batch:
         self.spark = ctx.spark
         self.batch_id = batch_id
         self.wall_clock = wall_clock
-        self.stream_time = ctx.stream_time()  # as of the start of this run: windows close against it
+        self._committed = ctx.progress()  # the progress rows of the runs before this one
+        self.stream_time = ctx.stream_time(self._committed)  # as of the start of this run: windows close against it
         # ... and once this run's records are consumed (what the next run will start from)
         self.next_stream_time = max((t for t in (self.stream_time, newest) if t is not None), default=None)
         self._records = records
@@ -153,7 +156,7 @@ class Batch:
             raise KeyError(f"{self.ctx.pipeline.name} reports the undeclared metric {name!r}")
         self._metrics[name] = int(value or 0)
 
-    def finish(self, versions: dict[str, int], records: int) -> None:
+    def finish(self, versions: dict[str, int], records: int, oldest_input_at: datetime | None) -> None:
         """Stage late records and the progress row, run the quality suites, and mark the batch complete."""
         if self._late:
             self._staging.stage(LATE_EVENTS.name, "append", reduce(DataFrame.unionByName, self._late))
@@ -161,19 +164,41 @@ class Batch:
             [(self.batch_id, self.wall_clock, self.next_stream_time, records, versions, self._metrics)],
             PROGRESS_DDL)
         self._staging.stage(PROGRESS, "append", progress)
-        metrics = self.ctx.metric_totals()
+        metrics = self.ctx.metric_totals(self._committed)
         for name, value in self._metrics.items():
             metrics[name] = metrics.get(name, 0) + value
         log.info("batch %d staged", self.batch_id)
         self._staging.validate(metrics)
         log.info("batch %d validated", self.batch_id)
-        self._staging.mark_complete()
+        self._staging.mark_complete(BatchSummary(records, self.next_stream_time, oldest_input_at, versions))
 
 
 def read_changelog(spark: SparkSession, path: str, name: str) -> DataFrame:
     """A whole append-only input table with each record's commit version (via Change Data Feed)."""
     return (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
             .drop("_change_type", "_commit_timestamp"))
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """What a batch consumed, kept with its staged changes (so a batch committed again after a crash reports it)."""
+
+    input_rows: int
+    watermark: datetime | None  # stream time once the batch is consumed
+    oldest_input_at: datetime | None  # ingest commit time of its oldest record
+    input_versions: dict[str, int]
+
+    def as_json(self) -> dict:
+        return {"input_rows": self.input_rows, "input_versions": self.input_versions,
+                **{k: v.isoformat() if v else None
+                   for k, v in (("watermark", self.watermark), ("oldest_input_at", self.oldest_input_at))}}
+
+    @classmethod
+    def from_json(cls, value: dict) -> "BatchSummary":
+        def when(key: str) -> datetime | None:
+            return datetime.fromisoformat(value[key]) if value[key] else None
+
+        return cls(value["input_rows"], when("watermark"), when("oldest_input_at"), value["input_versions"])
 
 
 class Staging:
@@ -228,14 +253,15 @@ class Staging:
             raise QualityGateError(f"{self.ctx.pipeline.name}: quality gate failed, nothing published: "
                                    + "; ".join(failures))
 
-    def mark_complete(self) -> None:
-        write_json_atomic(self.manifest, self.changes)
+    def mark_complete(self, summary: BatchSummary) -> None:
+        write_json_atomic(self.manifest, {"changes": self.changes, "summary": summary.as_json()})
         crash_point("staged")
 
-    def commit(self) -> list[dict]:
-        """Apply the staged changes (each idempotent for this batch), progress last; then drop the staging files."""
+    def commit(self) -> tuple[list[dict], BatchSummary]:
+        """Apply the staged changes (each idempotent for this batch), progress last."""
         ctx = self.ctx
-        changes = json.loads(self.manifest.read_text())
+        manifest = json.loads(self.manifest.read_text())
+        changes = manifest["changes"]
         for change in changes:
             if change["rows"] == 0:
                 continue
@@ -247,5 +273,14 @@ class Staging:
                 keys = ctx.pipeline.output(change["table"]).keys
                 delta_io.upsert(ctx.spark, rows, path, keys, ctx.app_id, self.batch_id)
             crash_point(f"committed:{change['table']}")
-        self.discard()
-        return changes
+        return changes, BatchSummary.from_json(manifest["summary"])
+
+    def discard_earlier(self) -> None:
+        """Delete the staged files of earlier batches: Spark started this batch, so they are committed.
+
+        A batch's own files stay until then, so a crash after its commit but before Spark recorded it
+        commits the same files again (skipped by Delta) instead of computing the batch a second time.
+        """
+        for path in self.dir.parent.glob("*"):
+            if path.name.isdigit() and int(path.name) < self.batch_id:
+                shutil.rmtree(path, ignore_errors=True)

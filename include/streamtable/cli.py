@@ -1,7 +1,7 @@
-"""The `streamtable` command (see the contract in README.md): ingest, run, serve, reprocess, reset, show, query.
+"""The `streamtable` command (see the contract in README.md): ingest, run, serve, status, reprocess, reset, show, query.
 
 Errors print one line to stderr and exit 1 (2 for usage errors); `--debug` shows the traceback.
-Commands that need Spark import it lazily, so `ingest`, `show`, `query` and `pipelines` start fast.
+Commands that need Spark import it lazily, so `ingest`, `show`, `query`, `status` and `pipelines` start fast.
 """
 from __future__ import annotations
 
@@ -47,8 +47,21 @@ def cmd_run(args: argparse.Namespace) -> None:
 def cmd_serve(args: argparse.Namespace) -> None:
     from .lifecycle import run_continuously
 
-    report = run_continuously(_lake(args), args.pipeline, args.interval)
+    def show(progress) -> None:
+        print(json.dumps({"progress": progress.as_dict()}), flush=True)
+
+    report = run_continuously(_lake(args), args.pipeline, args.interval, on_progress=show,
+                              stop_timeout_s=args.stop_timeout)
     print(json.dumps(report.as_dict()))
+
+
+def cmd_status(args: argparse.Namespace) -> None:
+    from .pipelines import PIPELINES, get_pipeline
+    from .status import pipeline_status
+
+    lake = _lake(args)
+    for name in [get_pipeline(args.pipeline).name] if args.pipeline else sorted(PIPELINES):
+        print(json.dumps(pipeline_status(lake, name).as_dict()))
 
 
 def cmd_reprocess(args: argparse.Namespace) -> None:
@@ -145,6 +158,8 @@ def parser() -> argparse.ArgumentParser:
     p = command("serve", cmd_serve, "run continuously, one run per micro-batch, until SIGTERM")
     p.add_argument("pipeline")
     p.add_argument("--interval", default="2 seconds", help="processing-time trigger (default: 2 seconds)")
+    p.add_argument("--stop-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="after SIGTERM, how long the batch in flight may take before exiting without it (code 3)")
     p = command("reprocess", cmd_reprocess, "rebuild outputs from a version (or time) of the primary input")
     p.add_argument("pipeline")
     start = p.add_mutually_exclusive_group(required=True)
@@ -160,6 +175,8 @@ def parser() -> argparse.ArgumentParser:
     p = command("query", cmd_query, "print the current rows whose leading keys equal KEY...")
     p.add_argument("table")
     p.add_argument("key", nargs="*")
+    command("status", cmd_status, "each pipeline's last batch and how far behind its inputs it is").add_argument(
+        "pipeline", nargs="?")
     command("pipelines", cmd_pipelines, "list the pipelines, their inputs and outputs")
     command("emit-ticks", cmd_emit_ticks, "append a tick per user ever seen in user_presence").add_argument(
         "--at", help="the ticks' time, ISO-8601 (default: now)")

@@ -4,7 +4,7 @@ Layout (everything a pipeline keeps lives inside its lake):
     <lake>/tables/<table>/                     every Delta table users name (inputs, outputs, system)
     <lake>/_pipelines/<p>/generation.json      the live generation of the pipeline
     <lake>/_pipelines/<p>/g<N>/checkpoint/      Structured Streaming checkpoint (the consumer offsets)
-    <lake>/_pipelines/<p>/g<N>/state/<store>/   Delta state stores (stream time, open events, ...)
+    <lake>/_pipelines/<p>/g<N>/state/<store>/   Delta state stores (`progress`, open events, ...)
     <lake>/_pipelines/<p>/g<N>/staging/         batches computed but not yet committed
     <lake>/_pipelines/<p>/g<N>/shadow/<table>/  outputs of a reprocess before they are swapped in
     <lake>/_quality/                            Great Expectations project and Data Docs
@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+
+PROGRESS = "progress"  # each generation's internal store of its committed runs (offsets, stream time, metrics)
 
 
 def resolve_lake(lake: str | None) -> Path:
@@ -52,6 +54,23 @@ class Lake:
 
     def generation_dir(self, pipeline: str, generation: int) -> Path:
         return self.pipeline_dir(pipeline) / f"g{generation}"
+
+    def state_path(self, pipeline: str, generation: int, store: str) -> str:
+        """A generation's Delta state store (its `progress`, heartbeats and the pipeline's own stores)."""
+        return str(self.generation_dir(pipeline, generation) / "state" / store)
+
+    def locked(self, pipeline: str) -> bool:
+        """Whether a command holds the pipeline's lock now (a run, serve, reprocess or reset is going on)."""
+        path = self.pipeline_dir(pipeline) / "lock"
+        if not path.exists():
+            return False
+        with open(path, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return False
 
     @contextmanager
     def lock(self, pipeline: str) -> Iterator[None]:

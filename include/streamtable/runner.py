@@ -8,10 +8,12 @@ group: it records how far each input was consumed.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from functools import reduce
 from typing import Callable
 
@@ -20,9 +22,10 @@ from deltalake import write_deltalake
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .batch import HEARTBEAT, SOURCE, VERSION, Batch, RunContext, Staging
+from .batch import COMMITTED_AT, HEARTBEAT, SOURCE, VERSION, Batch, BatchSummary, RunContext, Staging
 from .ingest import INPUT_TABLE_PROPERTIES, table_version
-from .lake import Lake
+from .lake import PROGRESS, Lake
+from .progress import BatchProgress, record
 from .schema import arrow_schema
 from .tables import INPUTS
 from .timefmt import as_utc, format_time, system_clock
@@ -30,8 +33,10 @@ from .timefmt import as_utc, format_time, system_clock
 log = logging.getLogger("streamtable")
 
 Clock = Callable[[], datetime]
+OnProgress = Callable[[BatchProgress], None]
 ONE_BATCH = str(2**31 - 1)  # a run reads everything available as one micro-batch
 HEARTBEAT_EVERY_S = 10.0  # `serve`: how often a wall-clock pipeline gets a batch when its inputs are idle
+STOP_TIMEOUT_S = 600.0  # `serve`: after SIGTERM, how long the batch in flight may take before the process exits anyway
 
 
 @dataclass
@@ -66,7 +71,7 @@ def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame
     return (ctx.spark.readStream.format("delta").option("readChangeFeed", "true")
             .option("startingVersion", starting_version).option("maxFilesPerTrigger", ONE_BATCH)
             .load(path)
-            .drop("_change_type", "_commit_timestamp").withColumn(SOURCE, F.lit(name)))
+            .drop("_change_type").withColumn(SOURCE, F.lit(name)))
 
 
 def beat(ctx: RunContext, clock: Clock) -> None:
@@ -85,10 +90,12 @@ def beat(ctx: RunContext, clock: Clock) -> None:
 class BatchHandler:
     """The `foreachBatch` function: compute and stage the batch once, then commit it."""
 
-    def __init__(self, ctx: RunContext, report: RunReport, clock: Clock):
-        self.ctx, self.report, self.clock = ctx, report, clock
+    def __init__(self, ctx: RunContext, report: RunReport, clock: Clock, mode: str,
+                 on_progress: OnProgress | None = None):
+        self.ctx, self.report, self.clock, self.mode, self.on_progress = ctx, report, clock, mode, on_progress
         self.lock = threading.Lock()  # held while a batch is in flight (graceful stop waits for it)
         self.stopping = False
+        self.last_batch = -1  # the id of the last batch this handler committed
         self.error: Exception | None = None  # the error that failed the query, to report it as it was raised
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
@@ -101,43 +108,61 @@ class BatchHandler:
     def _handle(self, records: DataFrame, batch_id: int) -> None:
         with self.lock:
             if self.stopping:
-                raise InterruptedError("stopping")
+                raise Stopping(f"{self.ctx.pipeline.name}: stopping; batch {batch_id} is left to the next start")
+            started = datetime.now(timezone.utc)  # real time, not the pipeline's (injectable) wall clock
             staging = Staging(self.ctx, batch_id)
+            staging.discard_earlier()
             if not staging.complete():
                 staging.discard()
                 self._compute(records, batch_id)
-            changes = staging.commit()
-            self.report.batches += 1
-            for change in changes:
-                self.report.changes[change["table"]] = self.report.changes.get(change["table"], 0) + change["rows"]
-            log.info("%s batch %d committed: %s", self.ctx.pipeline.name, batch_id,
-                     {c["table"]: c["rows"] for c in changes})
+            changes, summary = staging.commit()
+            self.last_batch = batch_id
+            self._report(batch_id, started, {c["table"]: c["rows"] for c in changes if c["table"] != PROGRESS},
+                         summary)
+
+    def _report(self, batch_id: int, started: datetime, output_rows: dict[str, int], summary: BatchSummary) -> None:
+        """Add a committed batch to the run's report and to `stream_progress`."""
+        self.report.batches += 1
+        self.report.records += summary.input_rows
+        self.report.stream_time = summary.watermark
+        for table, rows in output_rows.items():
+            self.report.changes[table] = self.report.changes.get(table, 0) + rows
+        progress = BatchProgress(self.ctx.pipeline.name, self.ctx.generation, batch_id, self.mode, started,
+                                 datetime.now(timezone.utc), summary.input_rows, summary.watermark,
+                                 summary.oldest_input_at, summary.input_versions, output_rows)
+        record(self.ctx.lake, progress, self.ctx.app_id)
+        if self.on_progress:
+            self.on_progress(progress)
 
     def _compute(self, records: DataFrame, batch_id: int) -> None:
         records = records.persist()
         try:
             log.info("batch %d computing", batch_id)
             stats = (records.where(F.col(SOURCE) != HEARTBEAT).groupBy(SOURCE)
-                     .agg(F.max(VERSION).alias("version"), F.count("*").alias("n"), F.max("event_time").alias("t"))
+                     .agg(F.max(VERSION).alias("version"), F.count("*").alias("n"), F.max("event_time").alias("t"),
+                          F.min(COMMITTED_AT).alias("committed"))
                      .collect())
             batch = Batch(self.ctx, batch_id, records, self.clock(),
                           newest=max((as_utc(r["t"]) for r in stats if r["t"] is not None), default=None))
             self.ctx.pipeline.process(batch)
-            count = sum(r["n"] for r in stats)
-            batch.finish({r[SOURCE]: int(r["version"]) for r in stats}, count)
-            self.report.records += count
-            self.report.stream_time = batch.next_stream_time
+            batch.finish({r[SOURCE]: int(r["version"]) for r in stats}, sum(r["n"] for r in stats),
+                         min((as_utc(r["committed"]) for r in stats), default=None))
         finally:
             records.unpersist()
 
 
+class Stopping(Exception):
+    """Raised by a batch that starts after `serve` was asked to stop: it commits nothing and runs again on the next start."""
+
+
 def start_query(ctx: RunContext, report: RunReport, clock: Clock, starting: dict[str, int],
-                processing_time: str | None = None):
+                processing_time: str | None = None, on_progress: OnProgress | None = None):
     """Start the pipeline's streaming query; AvailableNow unless a processing-time trigger is given."""
     names = ctx.pipeline.streams + ((HEARTBEAT,) if ctx.pipeline.wall_clock else ())
     streams = [input_stream(ctx, name, starting.get(name, 0)) for name in names]
     records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), streams)
-    handler = BatchHandler(ctx, report, clock)
+    mode = "serve" if processing_time else "reprocess" if ctx.shadow else "run"
+    handler = BatchHandler(ctx, report, clock, mode, on_progress)
     writer = (records.writeStream.foreachBatch(handler)
               .option("checkpointLocation", str(ctx.dir / "checkpoint"))
               .queryName(f"{ctx.pipeline.name}_g{ctx.generation}"))
@@ -158,30 +183,52 @@ def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int]
     return report
 
 
-def serve(ctx: RunContext, interval: str, clock: Clock = system_clock) -> RunReport:
-    """Run one micro-batch per `interval` until SIGTERM/SIGINT; then finish the batch in flight and return."""
+def serve(ctx: RunContext, interval: str, clock: Clock = system_clock, on_progress: OnProgress | None = None,
+          stop_timeout_s: float = STOP_TIMEOUT_S) -> RunReport:
+    """Run one micro-batch per `interval` until SIGTERM/SIGINT; then finish the batch in flight and return.
+
+    A batch that has not finished `stop_timeout_s` after the signal is abandoned: the process exits
+    with code 3 and the batch runs again from the checkpoint on the next start.
+    """
     ensure_inputs(ctx.lake, ctx.pipeline.inputs)
     ctx.prepare()
     beat(ctx, clock)
     report = RunReport(ctx.pipeline.name, ctx.generation)
-    query, handler = start_query(ctx, report, clock, {}, processing_time=interval)
+    query, handler = start_query(ctx, report, clock, {}, processing_time=interval, on_progress=on_progress)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     while not stop.wait(HEARTBEAT_EVERY_S) and query.isActive:
         beat(ctx, clock)
-    with handler.lock:  # the batch in flight, if any, has finished and committed
+    deadline = threading.Timer(stop_timeout_s, _abandon, (ctx.pipeline.name, stop_timeout_s))
+    deadline.daemon = True
+    deadline.start()
+    with handler.lock:  # waits for the batch in flight, if any, to commit
         handler.stopping = True
-        query.stop()
+    while query.isActive and (query.lastProgress or {}).get("batchId", -1) < handler.last_batch:
+        time.sleep(0.1)  # ... and for Spark to record it in the checkpoint's commit log
+    query.stop()
     await_query(query, handler)
+    deadline.cancel()
     return report
 
 
+def _abandon(pipeline: str, waited_s: float) -> None:
+    log.error("%s: the batch in flight did not finish %.0f s after the stop signal; exiting without it",
+              pipeline, waited_s)
+    os._exit(3)
+
+
 def await_query(query, handler: BatchHandler) -> None:
-    """Wait for the query to end; re-raise the error a batch raised as itself, not wrapped by Spark."""
+    """Wait for the query to end; re-raise the error a batch raised as itself, not wrapped by Spark.
+
+    A batch refused because `serve` is stopping is not an error.
+    """
     try:
         query.awaitTermination()
     except Exception:
+        if isinstance(handler.error, Stopping):
+            return
         if handler.error is not None:
             raise handler.error from None
         raise

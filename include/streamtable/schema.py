@@ -12,6 +12,7 @@ class Type(Enum):
     LONG = "long"
     TIMESTAMP = "timestamp"
     BOOLEAN = "boolean"
+    DOUBLE = "double"
 
     @property
     def arrow(self) -> pa.DataType:
@@ -20,6 +21,7 @@ class Type(Enum):
             Type.LONG: pa.int64(),
             Type.TIMESTAMP: pa.timestamp("us", tz="UTC"),
             Type.BOOLEAN: pa.bool_(),
+            Type.DOUBLE: pa.float64(),
         }[self]
 
 
@@ -37,5 +39,6 @@ def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
 
 def spark_ddl(columns: tuple[Column, ...]) -> str:
     """The Spark DDL string of these columns, e.g. `user STRING, clicks BIGINT`."""
-    names = {Type.STRING: "STRING", Type.LONG: "BIGINT", Type.TIMESTAMP: "TIMESTAMP", Type.BOOLEAN: "BOOLEAN"}
+    names = {Type.STRING: "STRING", Type.LONG: "BIGINT", Type.TIMESTAMP: "TIMESTAMP", Type.BOOLEAN: "BOOLEAN",
+             Type.DOUBLE: "DOUBLE"}
     return ", ".join(f"`{c.name}` {names[c.type]}" for c in columns)

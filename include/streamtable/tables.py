@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from .schema import Column, Type
 
-S, L, TS, B = Type.STRING, Type.LONG, Type.TIMESTAMP, Type.BOOLEAN
+S, L, TS, D = Type.STRING, Type.LONG, Type.TIMESTAMP, Type.DOUBLE
 
 # Columns every input row carries besides its declared ones: the line of the ingested file (0-based),
 # which with the Delta commit version orders records exactly as they were ingested.
@@ -101,4 +101,13 @@ QUARANTINE = Table("quarantine", (Column("table", S), Column("raw", S), Column("
                    "stream", time_column="ingested_at")
 LATE_EVENTS = Table("late_events", (Column("pipeline", S), Column("table", S), Column("raw", S), Column("reason", S),
                                     EVENT_TIME), "stream", time_column="event_time")
-SYSTEM: dict[str, Table] = {t.name: t for t in (QUARANTINE, LATE_EVENTS)}
+# One row per committed batch of every pipeline (`run`, `serve` and `reprocess`), written after its outputs.
+# lag_ms: from the ingest commit of the batch's oldest record to the commit of its outputs (the batch's
+# largest end-to-end latency); input_versions and output_rows are JSON objects (input -> newest version
+# consumed, output -> rows changed).
+STREAM_PROGRESS = Table("stream_progress", (
+    Column("pipeline", S), Column("generation", L), Column("batch_id", L), Column("mode", S),
+    Column("started_at", TS), Column("finished_at", TS), Column("duration_ms", L), Column("input_rows", L),
+    Column("rows_per_second", D), Column("watermark", TS, nullable=True), Column("lag_ms", L, nullable=True),
+    Column("input_versions", S), Column("output_rows", S)), "stream", time_column="finished_at")
+SYSTEM: dict[str, Table] = {t.name: t for t in (QUARANTINE, LATE_EVENTS, STREAM_PROGRESS)}

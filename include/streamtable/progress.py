@@ -1,0 +1,95 @@
+"""Each committed batch's progress: a row of the lake's `stream_progress` table and one log line.
+
+Like Structured Streaming's `StreamingQueryProgress`, kept as data: batch id, input rows, rows/s,
+duration, event-time watermark (stream time) and end-to-end lag. The row is written with delta-rs
+(no Spark job) after the batch's outputs are committed, idempotently for (`txnAppId`, batch id), so a
+batch committed again after a crash is recorded once.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from .ingest import table_version
+from .lake import Lake
+from .schema import arrow_schema
+from .tables import STREAM_PROGRESS
+from .timefmt import format_time
+
+log = logging.getLogger("streamtable.progress")
+JSON_COLUMNS = ("input_versions", "output_rows")
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """One committed batch (see `STREAM_PROGRESS` for the columns)."""
+
+    pipeline: str
+    generation: int
+    batch_id: int
+    mode: str  # run, serve or reprocess
+    started_at: datetime
+    finished_at: datetime
+    input_rows: int
+    watermark: datetime | None
+    oldest_input_at: datetime | None  # ingest commit time of the batch's oldest record
+    input_versions: dict[str, int]
+    output_rows: dict[str, int]
+
+    @property
+    def duration_ms(self) -> int:
+        return round((self.finished_at - self.started_at).total_seconds() * 1000)
+
+    @property
+    def lag_ms(self) -> int | None:
+        if self.oldest_input_at is None:
+            return None
+        return round((self.finished_at - self.oldest_input_at).total_seconds() * 1000)
+
+    def row(self) -> dict:
+        """The `stream_progress` row."""
+        seconds = max(self.duration_ms, 1) / 1000
+        return {"pipeline": self.pipeline, "generation": self.generation, "batch_id": self.batch_id,
+                "mode": self.mode, "started_at": self.started_at, "finished_at": self.finished_at,
+                "duration_ms": self.duration_ms, "input_rows": self.input_rows,
+                "rows_per_second": round(self.input_rows / seconds, 1), "watermark": self.watermark,
+                "lag_ms": self.lag_ms, "input_versions": json.dumps(self.input_versions, sort_keys=True),
+                "output_rows": json.dumps(self.output_rows, sort_keys=True)}
+
+    def as_dict(self) -> dict:
+        """The row as JSON-ready values (times as ISO-8601, JSON columns as objects)."""
+        row = self.row() | {"input_versions": self.input_versions, "output_rows": self.output_rows}
+        return {k: format_time(v) if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:
+    """Append the batch's row to `stream_progress` once for (app_id, batch id), and log it."""
+    path = lake.table_path(STREAM_PROGRESS.name)
+    if table_version(path) is not None and (DeltaTable(path).transaction_version(app_id) or -1) >= progress.batch_id:
+        return
+    data = pa.Table.from_pylist([progress.row()], schema=arrow_schema(STREAM_PROGRESS.columns))
+    write_deltalake(path, data, mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, progress.batch_id)],
+                                                       max_commit_retries=20))
+    log.info("progress %s", json.dumps(progress.as_dict()))
+
+
+def history(lake: Lake, pipeline: str, generation: int | None = None) -> list[dict]:
+    """The `stream_progress` rows of a pipeline (of one generation, if given), oldest first, JSON columns decoded."""
+    path = lake.table_path(STREAM_PROGRESS.name)
+    if table_version(path) is None:
+        return []
+    import pyarrow.compute as pc
+
+    where = pc.field("pipeline") == pipeline
+    if generation is not None:
+        where &= pc.field("generation") == generation
+    found = DeltaTable(path).to_pyarrow_dataset().to_table(filter=where)
+    rows = found.sort_by([("finished_at", "ascending"), ("batch_id", "ascending")]).to_pylist()
+    return [row | {c: json.loads(row[c]) for c in JSON_COLUMNS} for row in rows]
+

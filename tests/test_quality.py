@@ -138,6 +138,20 @@ def test_two_lakes_share_nothing_and_reruns_replace_the_suite(spark, tmp_path, e
         assert not path.is_file() or str(lake_a) not in path.read_text(errors="ignore")
 
 
+def test_only_the_newest_results_and_their_pages_are_kept(spark, tmp_path, monkeypatch):
+    monkeypatch.setattr(quality, "KEEP_RESULTS", 2)  # a serving pipeline validates every batch
+    df = spark.createDataFrame([(1, "eu")], "id int, region string")
+    quality_dir = tmp_path / "_quality"
+    for _ in range(4):
+        report = validate(df, "p", expect.Suite("t", (expect.unique("id"),)), str(quality_dir), engine="pandas")
+    kept = _validations(quality_dir)
+    assert len(kept) == 2
+    pages = sorted((quality_dir / "gx" / quality.SITE_DIR / "validations").rglob("*.html"))
+    assert [p.parent.name for p in pages] == [p.parent.name for p in kept]  # run times, oldest first
+    index = Path(report.docs_path).read_text()
+    assert all(p.parent.name in index for p in kept)
+
+
 def test_nullable_ints_longs_bools_and_timestamps_compare_as_in_spark(spark, tmp_path, engine):
     # as float64 (what toPandas makes of an int column with nulls) the two longs would be equal
     big, t = 2**53, dt.datetime(2024, 1, 1, 12)

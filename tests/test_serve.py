@@ -78,6 +78,22 @@ class Served:
             self.proc.wait()
 
 
+def test_a_batch_recorded_again_after_a_crash_has_one_progress_row(lake):
+    from datetime import datetime, timedelta, timezone
+
+    from streamtable.progress import BatchProgress, record
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    for batch_id in (0, 0, 1, 0, 1):  # a batch committed again records nothing new, batch 0 included
+        record(lake, BatchProgress(P, 0, batch_id, "serve", start, start + timedelta(seconds=2), 10, None, start,
+                                   {"text_lines": batch_id}, {"word_counts": 3}), f"streamtable.{P}.g0")
+    record(lake, BatchProgress(P, 1, 0, "run", start, start + timedelta(seconds=4), 5, start, None, {}, {}),
+           f"streamtable.{P}.g1")  # a new generation starts its batch ids again
+    got = [(b["generation"], b["batch_id"], b["rows_per_second"], b["lag_ms"]) for b in history(lake, P)]
+    assert got == [(0, 0, 5.0, 2000), (0, 1, 5.0, 2000), (1, 0, 1.2, None)]
+    assert [b["batch_id"] for b in history(lake, P, generation=1)] == [0]
+
+
 def test_progress_rows_and_status_follow_each_batch(spark, lake):
     assert pipeline_status(lake, P).as_dict()["last_batch"] is None
     ingest(lake, "text_lines", lines("a b", "b c", "c"))

@@ -70,7 +70,8 @@ class BatchProgress:
 def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:
     """Append the batch's row to `stream_progress` once for (app_id, batch id), and log it."""
     path = lake.table_path(STREAM_PROGRESS.name)
-    if table_version(path) is not None and (DeltaTable(path).transaction_version(app_id) or -1) >= progress.batch_id:
+    recorded = DeltaTable(path).transaction_version(app_id) if table_version(path) is not None else None
+    if recorded is not None and recorded >= progress.batch_id:
         return
     data = pa.Table.from_pylist([progress.row()], schema=arrow_schema(STREAM_PROGRESS.columns))
     write_deltalake(path, data, mode="append",

@@ -15,6 +15,7 @@ import fcntl
 import logging
 import os
 import re
+import shutil
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ SITE = "local_site"
 SITE_DIR = "uncommitted/data_docs/local_site/"
 RESULT_FORMAT = "SUMMARY"  # counts plus a few example values; BOOLEAN_ONLY would drop the counts
 _RULE = "streamtable_rule"  # meta key on each GX expectation: the index of the declared rule
+# Validation results (and their Data Docs pages) kept per suite: every batch is validated, and a serving
+# pipeline's history would otherwise grow without end and slow down each Data Docs index build.
+KEEP_RESULTS = int(os.environ.get("STREAMTABLE_QUALITY_KEEP", "100"))
 _LOCK = threading.Lock()
 
 
@@ -85,6 +89,7 @@ def validate(df: "DataFrame", pipeline: str, suite: Suite, quality_dir: str,
             frame = _to_pandas(df, None if engine == "pandas" else suite.expectations)
         with _locked(quality_dir):
             ctx = _context(quality_dir)
+            prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
             checkpoint = _checkpoint(ctx, name, _gx_suite(name, suite.expectations), build_docs,
                                      "spark" if frame is None else "pandas")
             result = checkpoint.run(batch_parameters={"dataframe": df if frame is None else frame},
@@ -273,6 +278,20 @@ def _checkpoint(ctx: Any, name: str, suite: Any, build_docs: bool, engine: str) 
     actions = [gx.checkpoint.UpdateDataDocsAction(name="update_data_docs", site_names=[SITE])] if build_docs else []
     return ctx.checkpoints.add_or_update(gx.Checkpoint(
         name=name, validation_definitions=[validation], actions=actions, result_format=RESULT_FORMAT))
+
+
+def prune_results(quality_dir: str, suite: str, keep: int = KEEP_RESULTS) -> int:
+    """Delete all but the newest `keep` validation results of `suite` and their Data Docs pages; return how many went.
+
+    GX files a result under `<suite as path>/<run name>/<run time>/`; run times sort as they happened.
+    """
+    removed = 0
+    for store in ("uncommitted/validations", SITE_DIR + "validations"):
+        runs = sorted(Path(quality_dir, "gx", store, *suite.split(".")).glob("*/*"), key=lambda p: p.name)
+        for run in runs[:max(0, len(runs) - keep)]:
+            shutil.rmtree(run, ignore_errors=True)
+            removed += store.startswith("uncommitted/validations")
+    return removed
 
 
 def _docs_path(ctx: Any) -> str | None:

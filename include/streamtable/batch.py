@@ -27,6 +27,7 @@ from .errors import QualityGateError
 from .faults import crash_point
 from .lake import PROGRESS, Lake, write_json_atomic
 from .pipeline import Pipeline
+from .progress import append_once
 from .tables import INPUTS, LATE_EVENTS, Table
 
 log = logging.getLogger("streamtable")
@@ -161,17 +162,14 @@ class Batch:
         """Stage late records and the progress row, run the quality suites, and mark the batch complete."""
         if self._late:
             self._staging.stage(LATE_EVENTS.name, "append", reduce(DataFrame.unionByName, self._late))
-        progress = self.spark.createDataFrame(
-            [(self.batch_id, self.wall_clock, self.next_stream_time, records, versions, self._metrics)],
-            PROGRESS_DDL)
-        self._staging.stage(PROGRESS, "append", progress)
         metrics = self.ctx.metric_totals(self._committed)
         for name, value in self._metrics.items():
             metrics[name] = metrics.get(name, 0) + value
         log.info("batch %d staged", self.batch_id)
         self._staging.validate(metrics)
         log.info("batch %d validated", self.batch_id)
-        self._staging.mark_complete(BatchSummary(records, self.next_stream_time, oldest_input_at, versions))
+        self._staging.mark_complete(BatchSummary(records, self.next_stream_time, oldest_input_at, versions,
+                                                 self.wall_clock, self._metrics))
 
 
 def read_changelog(spark: SparkSession, path: str, name: str) -> DataFrame:
@@ -188,18 +186,27 @@ class BatchSummary:
     watermark: datetime | None  # stream time once the batch is consumed
     oldest_input_at: datetime | None  # ingest commit time of its oldest record
     input_versions: dict[str, int]
+    wall_clock: datetime  # the run's wall-clock time (`Batch.wall_clock`)
+    metrics: dict[str, int]  # the reconciliation counts the run reported
 
     def as_json(self) -> dict:
-        return {"input_rows": self.input_rows, "input_versions": self.input_versions,
-                **{k: v.isoformat() if v else None
-                   for k, v in (("watermark", self.watermark), ("oldest_input_at", self.oldest_input_at))}}
+        times = ("watermark", "oldest_input_at", "wall_clock")
+        return {"input_rows": self.input_rows, "input_versions": self.input_versions, "metrics": self.metrics,
+                **{k: getattr(self, k).isoformat() if getattr(self, k) else None for k in times}}
 
     @classmethod
     def from_json(cls, value: dict) -> "BatchSummary":
         def when(key: str) -> datetime | None:
             return datetime.fromisoformat(value[key]) if value[key] else None
 
-        return cls(value["input_rows"], when("watermark"), when("oldest_input_at"), value["input_versions"])
+        return cls(value["input_rows"], when("watermark"), when("oldest_input_at"), value["input_versions"],
+                   when("wall_clock"), value["metrics"])
+
+    def progress_row(self, batch_id: int) -> dict:
+        """The batch's row of the generation's `progress` store."""
+        return {"batch_id": batch_id, "run_started_at": self.wall_clock, "stream_time": self.watermark,
+                "records": self.input_rows, "input_versions": list(self.input_versions.items()),
+                "metrics": list(self.metrics.items())}
 
 
 class Staging:
@@ -259,10 +266,11 @@ class Staging:
         crash_point("staged")
 
     def commit(self) -> tuple[list[dict], BatchSummary]:
-        """Apply the staged changes (each idempotent for this batch), progress last."""
+        """Apply the staged changes (each idempotent for this batch), then the batch's progress row."""
         ctx = self.ctx
         manifest = json.loads(self.manifest.read_text())
         changes = manifest["changes"]
+        summary = BatchSummary.from_json(manifest["summary"])
         for change in changes:
             if change["rows"] == 0:
                 continue
@@ -274,7 +282,9 @@ class Staging:
                 keys = ctx.pipeline.output(change["table"]).keys
                 delta_io.upsert(ctx.spark, rows, path, keys, ctx.app_id, self.batch_id)
             crash_point(f"committed:{change['table']}")
-        return changes, BatchSummary.from_json(manifest["summary"])
+        append_once(ctx.path(PROGRESS), [summary.progress_row(self.batch_id)], ctx.app_id, self.batch_id)
+        crash_point(f"committed:{PROGRESS}")
+        return changes, summary
 
     def discard_earlier(self) -> None:
         """Delete the staged files of earlier batches: Spark started this batch, so they are committed.

@@ -67,17 +67,28 @@ class BatchProgress:
         return {k: format_time(v) if isinstance(v, datetime) else v for k, v in row.items()}
 
 
+def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: pa.Schema | None = None) -> bool:
+    """Append rows to the Delta table at `path` (delta-rs) unless (app_id, version) is already in its log.
+
+    Delta's `txnAppId`/`txnVersion` without Spark: the commit carries the transaction, and a replay of
+    the same or an earlier version is skipped. Returns whether it wrote. `schema` defaults to the table's.
+    """
+    table = DeltaTable(path) if table_version(path) is not None else None
+    recorded = table.transaction_version(app_id) if table is not None else None
+    if recorded is not None and recorded >= version:
+        return False
+    schema = schema or pa.schema(table.schema().to_arrow())
+    write_deltalake(path, pa.Table.from_pylist(rows, schema=schema), mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)],
+                                                       max_commit_retries=20))
+    return True
+
+
 def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:
     """Append the batch's row to `stream_progress` once for (app_id, batch id), and log it."""
-    path = lake.table_path(STREAM_PROGRESS.name)
-    recorded = DeltaTable(path).transaction_version(app_id) if table_version(path) is not None else None
-    if recorded is not None and recorded >= progress.batch_id:
-        return
-    data = pa.Table.from_pylist([progress.row()], schema=arrow_schema(STREAM_PROGRESS.columns))
-    write_deltalake(path, data, mode="append",
-                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, progress.batch_id)],
-                                                       max_commit_retries=20))
-    log.info("progress %s", json.dumps(progress.as_dict()))
+    if append_once(lake.table_path(STREAM_PROGRESS.name), [progress.row()], app_id, progress.batch_id,
+                   arrow_schema(STREAM_PROGRESS.columns)):
+        log.info("progress %s", json.dumps(progress.as_dict()))
 
 
 def history(lake: Lake, pipeline: str, generation: int | None = None) -> list[dict]:

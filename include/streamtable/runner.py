@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 
 from .batch import COMMITTED_AT, HEARTBEAT, SOURCE, VERSION, Batch, BatchSummary, RunContext, Staging
 from .ingest import INPUT_TABLE_PROPERTIES, table_version
-from .lake import PROGRESS, Lake
+from .lake import Lake
 from .progress import BatchProgress, record
 from .schema import arrow_schema
 from .tables import INPUTS
@@ -117,8 +117,7 @@ class BatchHandler:
                 self._compute(records, batch_id)
             changes, summary = staging.commit()
             self.last_batch = batch_id
-            self._report(batch_id, started, {c["table"]: c["rows"] for c in changes if c["table"] != PROGRESS},
-                         summary)
+            self._report(batch_id, started, {c["table"]: c["rows"] for c in changes}, summary)
 
     def _report(self, batch_id: int, started: datetime, output_rows: dict[str, int], summary: BatchSummary) -> None:
         """Add a committed batch to the run's report and to `stream_progress`."""

@@ -27,13 +27,15 @@ endif
 DEMO_LAKE ?= $(ROOT)/build/demo_lake
 PYTEST_ARGS ?=
 
-.PHONY: help setup demo test test-all bench env clean distclean
+.PHONY: help setup demo test test-quick test-all cluster-start cluster-stop bench env clean distclean
 
 help:
 	@echo "make setup     install everything into the project (.venv, jars/, airflow_home/); fast when done"
 	@echo "make demo      run the clicks_per_region example through Airflow on a fresh demo lake"
-	@echo "make test      the test suite without integration tests (needs no cluster)"
-	@echo "make test-all  every test, integration ones included"
+	@echo "make test      every test, the integration test too (Spark cluster + Postgres-backed Airflow; skipped"
+	@echo "               without PostgreSQL unless STREAMTABLE_REQUIRE_INTEGRATION=1)"
+	@echo "make test-quick the tests without the integration test (-m \"not integration\")"
+	@echo "make cluster-start / cluster-stop   a Spark standalone master + worker (scripts/spark-cluster.sh)"
 	@echo "make bench     the benchmarks (bench/run.py)"
 	@echo "make env       print the environment as shell exports: eval \"\$$(make -s env)\""
 	@echo "make clean     remove airflow_home/, build/ (the demo lake) and caches; ./lake is kept"
@@ -46,10 +48,18 @@ demo: setup
 	@DEMO_LAKE="$(DEMO_LAKE)" bash scripts/demo.sh
 
 test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-quick: setup
 	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
 
-test-all: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+test-all: test
+
+cluster-start: setup
+	@bash scripts/spark-cluster.sh start
+
+cluster-stop:
+	@bash scripts/spark-cluster.sh stop
 
 bench: setup
 	@if [ -f bench/run.py ]; then $(PY) bench/run.py $(BENCH_ARGS); else echo "bench: no bench/run.py yet"; fi

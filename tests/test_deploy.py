@@ -95,7 +95,8 @@ def test_docker_compose_config():
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("script", ["scripts/setup.sh", "scripts/demo.sh", ".ci/run"])
+@pytest.mark.parametrize("script", ["scripts/setup.sh", "scripts/demo.sh", "scripts/spark-cluster.sh",
+                                    "scripts/postgres.sh", ".ci/run"])
 def test_scripts_are_valid_bash(script):
     path = ROOT / script
     assert os.access(path, os.X_OK), f"{script} is not executable"
@@ -104,10 +105,15 @@ def test_scripts_are_valid_bash(script):
 
 
 def test_makefile_targets():
-    proc = subprocess.run(["make", "-n", "-C", str(ROOT), "setup", "demo", "test", "test-all", "bench", "clean"],
+    proc = subprocess.run(["make", "-n", "-C", str(ROOT), "setup", "demo", "test-quick", "bench", "clean"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert '-m pytest -m "not integration"' in proc.stdout
+    for target in ("test", "test-all"):  # CI's `make test` runs the integration test too
+        proc = subprocess.run(["make", "-n", "-C", str(ROOT), target], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        pytest_lines = [line for line in proc.stdout.splitlines() if "-m pytest" in line]
+        assert pytest_lines and all("not integration" not in line for line in pytest_lines), proc.stdout
     env = subprocess.run(["make", "-s", "-C", str(ROOT), "--eval", "print-env: ; @env", "print-env"],
                          capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items()
                                                                          if not k.startswith(("AIRFLOW", "STREAMTABLE", "PYSPARK"))})

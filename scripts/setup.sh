@@ -6,10 +6,13 @@
 #   2. .venv with requirements.txt under the constraints.txt lock, plus the editable package;
 #   3. Delta's jars in jars/ (mvn, from jars/pom.xml) when they are missing;
 #   4. an Airflow home in airflow_home/ (SQLite, `airflow db migrate`) with the spark_default connection
-#      and one pool per pipeline (`streamtable_<pipeline>`, one slot: its runs and reprocesses take turns).
+#      and one pool per pipeline (`streamtable_<pipeline>`, one slot: its runs and reprocesses take turns);
+#   5. optional, never fails setup: PostgreSQL for the integration test's Airflow (scripts/postgres.sh
+#      start: installed with apt-get when root, started, role/db `airflow`). Without root or apt it only
+#      says that the integration test needs PostgreSQL. STREAMTABLE_SETUP_POSTGRES=0 skips it.
 #
 # Idempotent. A stamp (.venv/.streamtable-setup) records a hash of the inputs of steps 2-4: when
-# nothing changed, a second run only re-checks the tools and exits in about a second.
+# nothing changed, a second run only re-checks the tools (and that PostgreSQL runs) and exits in about a second.
 # Environment (the Makefile exports it; defaults here let the script run on its own):
 #   AIRFLOW_HOME, STREAMTABLE_PYTHON (the interpreter for .venv, default python3.11), SETUP_FORCE=1.
 set -euo pipefail
@@ -27,6 +30,18 @@ started=$(date +%s)
 
 say() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Step 5 (optional): PostgreSQL for the integration test. Never fails setup.
+postgres() {
+  [[ "${STREAMTABLE_SETUP_POSTGRES:-1}" != 0 ]] || return 0
+  local out status=0
+  out="$(bash "$ROOT/scripts/postgres.sh" start 2>&1)" || status=$?
+  case "$status" in
+    0) say "PostgreSQL for the integration test: ${out##*$'\n'}" ;;
+    3) say "note: the integration test (tests/test_stream_integration.py) needs PostgreSQL and will be skipped: ${out##*$'\n'}" ;;
+    *) say "warning: could not set up PostgreSQL for the integration test (it will be skipped):"; printf '%s\n' "$out" | tail -5 >&2 ;;
+  esac
+}
 
 # ---------------------------------------------------------------- 1. tools
 missing=()
@@ -65,6 +80,7 @@ jars_present() { compgen -G "jars/delta-spark_*-${delta_version}.jar" >/dev/null
 if [[ "${SETUP_FORCE:-0}" != 1 && -f "$STAMP" && "$(cat "$STAMP")" == "$inputs_hash" \
       && -x "$VENV/bin/streamtable" && -f "$AIRFLOW_HOME/airflow.db" ]] && jars_present; then
   say "up to date (java $java_version, $("$VENV/bin/python" -V), Delta $delta_version jars, AIRFLOW_HOME=$AIRFLOW_HOME); SETUP_FORCE=1 to redo"
+  postgres
   exit 0
 fi
 rm -f "$STAMP"
@@ -122,4 +138,7 @@ say "initialising Airflow's metadata DB in $AIRFLOW_HOME (SQLite)"
   || die "could not create the pipelines' Airflow pools ($AIRFLOW_HOME/streamtable-pools.json)"
 
 echo "$inputs_hash" >"$STAMP"
+
+# ---------------------------------------------------------------- 5. PostgreSQL (optional)
+postgres
 say "done in $(( $(date +%s) - started )) s"

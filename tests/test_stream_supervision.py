@@ -61,6 +61,12 @@ def test_a_restarted_job_gets_the_full_timeout_from_the_start_of_supervision():
     assert reason is not None and "supervision started" in reason
 
 
+def test_a_naive_finished_at_is_utc():
+    s = status(True, finished_at=at(100).replace(tzinfo=None))
+    assert stalled(s, since=at(0), now=at(159), timeout_s=60) is None
+    assert stalled(s, since=at(0), now=at(160), timeout_s=60) is not None
+
+
 def test_no_batch_ever_counts_from_the_start_of_supervision():
     assert stalled(status(True), since=at(0), now=at(599), timeout_s=600) is None
     assert "no batch finished for 600 s" in stalled(status(True), since=at(0), now=at(600), timeout_s=600)
@@ -110,7 +116,13 @@ def fake(tmp_path):
     (tmp_path / "jobs" / "streamtable_job.py").write_text(FAKE_DRIVER)
     (tmp_path / "spark-submit").write_text(f"#!{sys.executable}\n" + FAKE_SUBMIT)
     (tmp_path / "spark-submit").chmod(0o755)
-    return tmp_path
+    yield tmp_path
+    for proc in psutil.process_iter(["cmdline"]):  # a failed test leaves no fake job behind
+        if str(tmp_path) in " ".join(proc.info.get("cmdline") or []):
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
 
 
 def start_job(fake: Path, mode: str, *args: str) -> subprocess.Popen:

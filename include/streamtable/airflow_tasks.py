@@ -17,6 +17,10 @@ Every task of a pipeline runs in the Airflow pool `streamtable_<pipeline>` (one 
 Airflow never runs a pipeline's micro-batch, reprocess or reset at the same time; the pipeline's lock in the
 lake (`Lake.lock`) makes them wait for each other outside Airflow too.
 
+Continuous mode: `stream_task(pipeline)` is the one task of a `stream_PIPELINE` DAG (`dags/stream.py`):
+a `StreamServeOperator` that spark-submits `streamtable serve` and supervises it (stall watchdog,
+graceful `on_kill`; see the class and `streamtable.supervise`).
+
 A DAG for another pipeline is one short file:
 
     with DAG(dag_id="word_count", doc_md=__doc__, schedule="*/5 * * * *",
@@ -311,7 +315,11 @@ class StreamServeOperator(SparkSubmitOperator):
                 continue
             if status is None:
                 continue
-            reason = stalled(status, since, datetime.now(timezone.utc), timeout_s)
+            try:
+                reason = stalled(status, since, datetime.now(timezone.utc), timeout_s)
+            except Exception as e:  # never let the watchdog die silently
+                self.log.exception("watchdog: cannot apply the stall rule to %s: %s", status, e)
+                continue
             if reason and not self._done.is_set():
                 self._stall = reason
                 self.log.error("stalled: %s", reason)

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
 import psutil
@@ -43,7 +43,9 @@ def stalled(status: Any, since: datetime, now: datetime, timeout_s: float) -> st
     """
     if not status.behind:
         return None
-    last = (status.last_batch or {}).get("finished_at")
+    last = _get(status.last_batch or {}, "finished_at")
+    if last is not None and last.tzinfo is None:
+        last = last.replace(tzinfo=timezone.utc)  # Delta timestamps without a zone are UTC
     reference = max(since, last) if last is not None else since
     idle_s = (now - reference).total_seconds()
     if idle_s < timeout_s:

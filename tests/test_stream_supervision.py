@@ -185,6 +185,14 @@ def test_guardian_stops_the_job_when_its_supervisor_is_gone(fake):
     assert not group_alive(job.pid) and "sigterm-ignored" in marker(fake)
 
 
+def test_guardian_of_a_supervisor_that_is_already_gone_stops_the_job_at_once(fake):
+    job = start_job(fake, "serve")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert guard(gone.pid, job.pid, grace_s=5, poll_s=0.1, log=lambda _: None) == 0
+    assert job.wait(5) == 0 and "stopping" in marker(fake)  # graceful: SIGTERM was enough
+
+
 def test_guardian_leaves_when_the_job_ends():
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"], start_new_session=True)
     assert guard(os.getpid(), job.pid, grace_s=1, poll_s=0.1, log=lambda _: None) == 0
@@ -268,3 +276,42 @@ def test_operator_returns_the_report_when_the_job_ends_by_itself(fake):
     result = run_operator(fake, "none", "exit")
     assert result.get("returned") == {"pipeline": "word_count", "batches": 0}, result
     assert "started serve word_count --lake" in marker(fake)
+
+
+# ----------------------------------------------------------------------------------------- the DAGs
+
+def test_one_stream_dag_per_pipeline(tmp_path):
+    """stream_PIPELINE: triggered only, one run at a time, one supervised `serve` in the pipeline's pool."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))}
+    env.update({"AIRFLOW_HOME": str(tmp_path / "airflow_home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "STREAMTABLE_LAKE": str(tmp_path / "lake")})
+    code = f"""
+import json, runpy
+from streamtable.airflow_tasks import pipeline_names
+found = runpy.run_path({str(ROOT / "dags" / "stream.py")!r})
+dags = {{k: v for k, v in found.items() if k.startswith("stream_") and hasattr(v, "dag_id")}}
+out = {{"pipelines": pipeline_names(), "dags": {{}}}}
+for dag_id, dag in dags.items():
+    (task,) = dag.tasks
+    out["dags"][dag_id] = {{
+        "schedule": dag.schedule, "max_active_runs": dag.max_active_runs, "doc": bool(dag.doc_md),
+        "params": {{k: dag.params[k] for k in dag.params}}, "type": type(task).__name__, "task_id": task.task_id,
+        "args": task.application_args, "pool": task.pool, "retries": task.retries,
+        "retry_delay_s": task.retry_delay.total_seconds(), "execution_timeout": task.execution_timeout,
+        "conn_id": task._conn_id, "stall": task.stall_timeout_s, "grace": task.stop_grace_s}}
+print("RESULT " + json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert sorted(result["dags"]) == sorted(f"stream_{p}" for p in result["pipelines"])
+    dag = result["dags"]["stream_word_count"]
+    assert dag["schedule"] is None and dag["max_active_runs"] == 1 and dag["doc"]
+    assert dag["params"] == {"interval": "2 seconds", "stall_timeout_s": 600, "stop_grace_s": 120}
+    assert dag["type"] == "StreamServeOperator" and dag["task_id"] == "serve"
+    assert dag["args"][:3] == ["serve", "word_count", "--lake"] and "{{" in dag["args"][3]
+    assert dag["args"][4:] == ["--interval", "{{ params.interval }}"]
+    assert dag["pool"] == "streamtable_word_count" and dag["conn_id"] == "spark_default"
+    assert dag["retries"] == 3 and dag["retry_delay_s"] == 15 and dag["execution_timeout"] is None
+    assert (dag["stall"], dag["grace"]) == ("{{ params.stall_timeout_s }}", "{{ params.stop_grace_s }}")

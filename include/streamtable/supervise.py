@@ -162,6 +162,13 @@ def start_guardian(watched_pid: int, pgid: int, grace_s: float) -> subprocess.Po
         close_fds=True)
 
 
+def _alive(proc: psutil.Process | None) -> bool:
+    try:
+        return proc is not None and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def guard(watched_pid: int, pgid: int, grace_s: float, poll_s: float = 1.0, log: Callable[[str], Any] = print) -> int:
     """Wait while the watched process (the Airflow task) lives; if the job outlives it, stop the job."""
     try:
@@ -169,7 +176,7 @@ def guard(watched_pid: int, pgid: int, grace_s: float, poll_s: float = 1.0, log:
     except psutil.NoSuchProcess:
         watched = None
     while group_alive(pgid):
-        if watched is None or not watched.is_running() or watched.status() == psutil.STATUS_ZOMBIE:
+        if not _alive(watched):
             log(f"the task process {watched_pid} is gone and its job (group {pgid}) still runs")
             stop_job(pgid, grace_s, log)
             return 0

@@ -311,7 +311,8 @@ print("RESULT " + json.dumps(out))
     assert dag["params"] == {"interval": "2 seconds", "stall_timeout_s": 600, "stop_grace_s": 120}
     assert dag["type"] == "StreamServeOperator" and dag["task_id"] == "serve"
     assert dag["args"][:3] == ["serve", "word_count", "--lake"] and "{{" in dag["args"][3]
-    assert dag["args"][4:] == ["--interval", "{{ params.interval }}"]
+    assert dag["args"][4:] == ["--interval", "{{ params.interval }}",
+                               "--stop-timeout", "{{ [params.stop_grace_s - 5, 1] | max }}"]
     assert dag["pool"] == "streamtable_word_count" and dag["conn_id"] == "spark_default"
     assert dag["retries"] == 3 and dag["retry_delay_s"] == 15 and dag["execution_timeout"] is None
     assert (dag["stall"], dag["grace"]) == ("{{ params.stall_timeout_s }}", "{{ params.stop_grace_s }}")

@@ -360,7 +360,8 @@ STREAM_PARAMS: dict[str, Param] = {
     "stall_timeout_s": Param(600, type="integer", minimum=10, title="Stall timeout (s)",
                              description="Restart the job when input waits and no batch has finished for this long."),
     "stop_grace_s": Param(120, type="integer", minimum=5, title="Stop grace period (s)",
-                          description="After asking the driver to stop (SIGTERM), SIGKILL the job if it still runs this long."),
+                          description="After asking the driver to stop (SIGTERM), SIGKILL the job if it still runs this long "
+                                      "(serve itself gives up on its batch in flight 5 s before)."),
 }
 
 
@@ -374,7 +375,9 @@ def stream_task(pipeline: str, task_id: str = "serve", **kwargs: Any) -> StreamS
         stall_timeout_s="{{ params.stall_timeout_s }}", stop_grace_s="{{ params.stop_grace_s }}",
         retries=3, retry_delay=timedelta(seconds=15), execution_timeout=None)
     options.update(kwargs)
-    args = ["serve", pipeline, "--lake", LAKE, "--interval", "{{ params.interval }}"]
+    # serve gives up on its batch in flight 5 s before the supervisor would SIGKILL it, so it exits on its own
+    args = ["serve", pipeline, "--lake", LAKE, "--interval", "{{ params.interval }}",
+            "--stop-timeout", "{{ [params.stop_grace_s - 5, 1] | max }}"]
     return streamtable_task(task_id, "serve", pipeline, operator=partial(StreamServeOperator, pipeline=pipeline),
                             application_args=args, **options)
 

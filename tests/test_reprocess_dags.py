@@ -8,7 +8,6 @@ Spark (refused requests, the look-back, the DAGs' shape) run together without an
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -351,24 +350,14 @@ def test_a_run_waits_for_a_reprocess_holding_the_lock_and_nothing_is_counted_twi
     env = {**os.environ, "PYSPARK_PYTHON": str(BIN / "python")}
     env.pop("PYSPARK_GATEWAY_PORT", None)
     env.pop("PYSPARK_GATEWAY_SECRET", None)
-    lock = lake.pipeline_dir(P) / "lock"
 
     def start(*args: str) -> subprocess.Popen:
         return subprocess.Popen([CLI, *args, "--lake", str(lake.root)], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
-    def held_by_another() -> bool:
-        with open(lock, "a") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return False
-
     reprocess = start("reprocess", P, "--from-version", str(versions[1]))
     deadline = time.monotonic() + 600
-    while not held_by_another():
+    while not lake.locked(P):
         assert reprocess.poll() is None, f"reprocess ended before it was seen holding the lock: {reprocess.communicate()}"
         assert time.monotonic() < deadline, "reprocess never took the lock"
         time.sleep(0.2)

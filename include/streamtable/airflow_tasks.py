@@ -154,7 +154,7 @@ class StreamtableSubmitOperator(SparkSubmitOperator):
         process_log = hook._process_spark_submit_log  # logs spark-submit's output line by line
 
         def keep_reports(lines: Any) -> None:
-            process_log(_json_objects(lines, reports))
+            process_log(_json_objects(lines, reports.append))
 
         hook._process_spark_submit_log = keep_reports
         try:
@@ -167,8 +167,8 @@ class StreamtableSubmitOperator(SparkSubmitOperator):
         return reports[-1]
 
 
-def _json_objects(lines: Any, found: list[dict]) -> Any:
-    """Pass lines through, keeping those that are JSON objects (what streamtable commands print on stdout)."""
+def _json_objects(lines: Any, found: Callable[[dict], Any]) -> Any:
+    """Pass lines through, handing those that are JSON objects (what streamtable commands print) to `found`."""
     for line in lines:
         text = line.strip()
         if text.startswith("{") and text.endswith("}"):
@@ -177,7 +177,7 @@ def _json_objects(lines: Any, found: list[dict]) -> Any:
             except ValueError:
                 value = None
             if isinstance(value, dict):
-                found.append(value)
+                found(value)
         yield line
 
 
@@ -266,7 +266,8 @@ class StreamServeOperator(SparkSubmitOperator):
                                         name="stream-watchdog", daemon=True)
             watchdog.start()
             try:
-                process_log(_last_json(lines, last))
+                process_log(_json_objects(lines, lambda value: last.update(
+                    {"progress" if "progress" in value else "report": value})))
             finally:
                 self._done.set()
 
@@ -336,20 +337,6 @@ class StreamServeOperator(SparkSubmitOperator):
             return
         self.log.warning("on_kill: %s; the guardian SIGKILLs the job if it still runs %s s after this task ends",
                          ask_to_stop(job.pid), self.stop_grace_s)
-
-
-def _last_json(lines: Any, last: dict[str, Any]) -> Any:
-    """Pass spark-submit's output through, keeping the last progress line and the last report (JSON objects)."""
-    for line in lines:
-        text = line.strip()
-        if text.startswith("{") and text.endswith("}"):
-            try:
-                value = json.loads(text)
-            except ValueError:
-                value = None
-            if isinstance(value, dict):
-                last["progress" if "progress" in value else "report"] = value
-        yield line
 
 
 # The form of a stream_PIPELINE DAG (`airflow dags trigger stream_word_count --conf '{"stall_timeout_s": 120}'`).

@@ -118,7 +118,7 @@ def test_check_of_a_reprocess_request(lake):
     """The Spark-free check the DAGs run first: messages, arguments, and the same version as `version_at`."""
     from streamtable.errors import StreamtableError
     from streamtable.lifecycle import version_at
-    from streamtable.offsets import first_version_since, reprocess_arguments, reset_arguments
+    from streamtable.offsets import commit_time, first_version_since, reprocess_arguments, reset_arguments
 
     def refused(**request) -> str:
         with pytest.raises(StreamtableError) as e:
@@ -150,6 +150,8 @@ def test_check_of_a_reprocess_request(lake):
             args, summary = reprocess_arguments(lake, P, from_timestamp=moment.isoformat())
             assert args == ["--from-timestamp", moment.isoformat()] and f"(version {version})" in summary
             assert first_version_since(lake, "user_clicks", moment) == version_at(lake, "user_clicks", moment) == version
+        assert commit_time(lake, "user_clicks", version) == datetime.fromtimestamp(committed[version] / 1000, timezone.utc)
+    assert commit_time(lake, "user_clicks", 3) is None
 
     assert reset_arguments(P) == (["--dry-run"], f"dry run: list what a reset of {P} would delete")
     assert reset_arguments(P, dry_run=False)[0] == []

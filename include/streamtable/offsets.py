@@ -7,7 +7,9 @@ Nothing here imports pyspark or Airflow.
 """
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from datetime import datetime, timezone
+from pathlib import Path
 
 from .errors import BadInputError, OffsetOutOfRangeError
 from .lake import Lake
@@ -25,6 +27,21 @@ def commits(lake: Lake, table: str) -> list[tuple[int, float]]:
     if table_version(path) is None:
         return []
     return sorted((c["version"], c["timestamp"]) for c in DeltaTable(path).history())
+
+
+def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
+    """When `version` of an input was committed, as its log entry records it (the time `status` and `history` show).
+
+    Delta Spark's `_commit_timestamp` is the log file's modification time instead, which can be a millisecond
+    earlier; None once log cleanup has removed the entry.
+    """
+    entry = Path(lake.table_path(table)) / "_delta_log" / f"{version:020d}.json"
+    try:
+        with entry.open() as lines:
+            millis = next(json.loads(line)["commitInfo"]["timestamp"] for line in lines if '"commitInfo"' in line)
+    except (FileNotFoundError, StopIteration):
+        return None
+    return datetime.fromtimestamp(millis / 1000, timezone.utc)
 
 
 def first_version_since(lake: Lake, table: str, moment: datetime) -> int | None:

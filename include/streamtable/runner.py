@@ -19,12 +19,13 @@ from typing import Callable
 
 import pyarrow as pa
 from deltalake import write_deltalake
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from .batch import COMMITTED_AT, HEARTBEAT, SOURCE, VERSION, Batch, BatchSummary, RunContext, Staging
 from .ingest import INPUT_TABLE_PROPERTIES, table_version
 from .lake import Lake
+from .offsets import commit_time
 from .progress import BatchProgress, record
 from .schema import arrow_schema
 from .tables import INPUTS
@@ -139,15 +140,20 @@ class BatchHandler:
             log.info("batch %d computing", batch_id)
             stats = (records.where(F.col(SOURCE) != HEARTBEAT).groupBy(SOURCE)
                      .agg(F.max(VERSION).alias("version"), F.count("*").alias("n"), F.max("event_time").alias("t"),
-                          F.min(COMMITTED_AT).alias("committed"))
+                          F.min(VERSION).alias("first"), F.min(COMMITTED_AT).alias("committed"))
                      .collect())
             batch = Batch(self.ctx, batch_id, records, self.clock(),
                           newest=max((as_utc(r["t"]) for r in stats if r["t"] is not None), default=None))
             self.ctx.pipeline.process(batch)
             batch.finish({r[SOURCE]: int(r["version"]) for r in stats}, sum(r["n"] for r in stats),
-                         min((as_utc(r["committed"]) for r in stats), default=None))
+                         min((self._committed_at(r) for r in stats), default=None))
         finally:
             records.unpersist()
+
+
+    def _committed_at(self, stats: Row) -> datetime:
+        """When a batch's first version of one input was committed, from the same log entry `status` reads."""
+        return commit_time(self.ctx.lake, stats[SOURCE], stats["first"]) or as_utc(stats["committed"])
 
 
 class Stopping(Exception):

@@ -66,3 +66,27 @@ def test_one_run_and_three_runs_give_the_same_counts_and_a_second_run_changes_no
 
     version = DeltaTable(one.table_path("word_counts")).version()
     assert run(one, P).batches == 0 and DeltaTable(one.table_path("word_counts")).version() == version
+
+
+def test_small_files_are_compacted_and_the_counts_stay_exact(spark, lake, monkeypatch):
+    """Delta's auto compaction (outputs) and delta-rs compaction (progress tables) change no count or txn check."""
+    from streamtable import progress
+    from streamtable.lake import PROGRESS
+
+    monkeypatch.setattr(progress, "COMPACT_EVERY", 3)
+    spark.conf.set("spark.databricks.delta.autoCompact.minNumFiles", "3")
+    try:
+        done = []
+        for n in range(5):
+            batch = [line(f"w{n} w{n} x{n}"), line(f"x{n}")]  # new words only: each MERGE adds files
+            ingest(lake, "text_lines", batch)
+            done += [r["line"] for r in batch]
+            assert run(lake, P).batches == 1 and counts(lake) == expected(done)
+    finally:
+        spark.conf.unset("spark.databricks.delta.autoCompact.minNumFiles")
+    assert run(lake, P).batches == 0 and counts(lake) == expected(done) and counts(lake)["x4"] == 2
+    for path in (lake.table_path("word_counts"), lake.table_path("stream_progress"),
+                 lake.state_path(P, 0, PROGRESS)):
+        operations = [h["operation"] for h in DeltaTable(path).history()]
+        assert "OPTIMIZE" in operations, (path, operations)
+        assert len(DeltaTable(path).file_uris()) < operations.count("WRITE") + operations.count("MERGE")

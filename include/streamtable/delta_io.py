@@ -17,6 +17,9 @@ OUTPUT_TABLE_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
     # delta-rs (`show`, `query`) reads these tables without Spark: keep to features it reads.
     "delta.enableDeletionVectors": "false",
+    # A batch adds small files to every table it writes: Delta compacts them after the commit that makes too
+    # many (`spark.databricks.delta.autoCompact.minNumFiles`, 50), in the same writer, so no batch conflicts.
+    "delta.autoOptimize.autoCompact": "true",
 }
 
 

@@ -4,6 +4,9 @@ Like Structured Streaming's `StreamingQueryProgress`, kept as data: batch id, in
 duration, event-time watermark (stream time) and end-to-end lag. The row is written with delta-rs
 (no Spark job) after the batch's outputs are committed, idempotently for (`txnAppId`, batch id), so a
 batch committed again after a crash is recorded once.
+
+Tables appended one small file per batch this way (`stream_progress`, a generation's `progress` store) are
+compacted every `COMPACT_EVERY` commits, as Delta Spark's auto compaction does for the Spark-written ones.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from datetime import datetime
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
 
 from .ingest import table_version
 from .lake import Lake
@@ -23,6 +27,7 @@ from .timefmt import format_time
 
 log = logging.getLogger("streamtable.progress")
 JSON_COLUMNS = ("input_versions", "output_rows")
+COMPACT_EVERY = 100  # commits between compactions of a table appended by `append_once`
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,25 @@ def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: 
     write_deltalake(path, pa.Table.from_pylist(rows, schema=schema), mode="append",
                     commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)],
                                                        max_commit_retries=20))
+    compact_now_and_then(path)
     return True
+
+
+def compact_now_and_then(path: str) -> None:
+    """Compact the table's small files when its version reaches a multiple of `COMPACT_EVERY`.
+
+    A compaction changes no data (`dataChange=false`), so readers and txn checks see the same table; one
+    that loses a race with another writer is left to the next multiple.
+    """
+    table = DeltaTable(path)
+    if table.version() == 0 or table.version() % COMPACT_EVERY:
+        return
+    try:
+        metrics = table.optimize.compact()
+    except CommitFailedError as error:
+        log.warning("compaction of %s skipped: %s", path, error)
+        return
+    log.info("compacted %s: %d files into %d", path, metrics["numFilesRemoved"], metrics["numFilesAdded"])
 
 
 def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:

@@ -27,7 +27,7 @@ from .errors import QualityGateError
 from .faults import crash_point
 from .lake import PROGRESS, Lake, write_json_atomic
 from .pipeline import Pipeline
-from .progress import append_once
+from .progress import append_once, committed
 from .tables import INPUTS, LATE_EVENTS, Table
 
 log = logging.getLogger("streamtable")
@@ -83,10 +83,7 @@ class RunContext:
 
     def progress(self) -> list[dict]:
         """The progress rows of the committed runs of this generation (read with delta-rs: no Spark job)."""
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.path(PROGRESS)).to_pyarrow_dataset().to_table(
-            columns=["stream_time", "metrics"]).to_pylist()
+        return committed(self.lake, self.pipeline.name, self.generation, ["stream_time", "metrics"])
 
     def stream_time(self, progress: list[dict] | None = None) -> datetime | None:
         """The largest event time consumed by the committed runs of this generation (or of `progress` rows)."""

@@ -20,7 +20,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from .ingest import table_version
-from .lake import Lake
+from .lake import PROGRESS, Lake
 from .schema import arrow_schema
 from .tables import STREAM_PROGRESS
 from .timefmt import format_time
@@ -88,6 +88,14 @@ def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: 
                                                        max_commit_retries=20))
     compact_now_and_then(path)
     return True
+
+
+def committed(lake: Lake, pipeline: str, generation: int, columns: list[str]) -> list[dict]:
+    """`columns` of every committed batch in a generation's internal `progress` store ([] before the first)."""
+    path = lake.state_path(pipeline, generation, PROGRESS)
+    if table_version(path) is None:
+        return []
+    return DeltaTable(path).to_pyarrow_dataset().to_table(columns=columns).to_pylist()
 
 
 def compact_now_and_then(path: str) -> None:

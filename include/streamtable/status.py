@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 from deltalake import DeltaTable
 
 from .ingest import table_version
-from .lake import PROGRESS, Lake
+from .lake import Lake
 from .pipelines import get_pipeline
-from .progress import history
+from .progress import committed, history
 from .timefmt import format_time
 
 
@@ -77,12 +77,9 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
 
 
 def _consumed_versions(lake: Lake, pipeline: str, generation: int) -> dict[str, int]:
-    """Per input, the newest version in the committed progress of the generation (its internal `progress` store)."""
-    path = lake.state_path(pipeline, generation, PROGRESS)
-    if table_version(path) is None:
-        return {}
+    """Per input, the newest version in the committed progress of the generation."""
     consumed: dict[str, int] = {}
-    for row in DeltaTable(path).to_pyarrow_dataset().to_table(columns=["input_versions"]).to_pylist():
+    for row in committed(lake, pipeline, generation, ["input_versions"]):
         for name, version in row["input_versions"] or ():
             consumed[name] = max(version, consumed.get(name, version))
     return consumed

@@ -119,7 +119,8 @@ def test_progress_rows_and_status_follow_each_batch(spark, lake):
     assert run(lake, P).batches == 0 and len(history(lake, P)) == 2  # nothing new: no batch, no row
 
     out = json.loads(cli(lake, "status", P).stdout)
-    assert (out["pipeline"], out["behind"], out["busy"], out["last_batch"]["batch_id"]) == (P, False, False, 1)
+    assert (out["pipeline"], out["behind"], out["busy"], out["held_by"], out["last_batch"]["batch_id"]) == (
+        P, False, False, None, 1)
     assert out["inputs"] == [{"table": "text_lines", "consumed_version": 1, "latest_version": 1, "records_behind": 0,
                               "oldest_unconsumed_at": None}]
     assert len(cli(lake, "status").stdout.splitlines()) == len(PIPELINES)
@@ -139,6 +140,7 @@ def test_serve_and_run_take_turns_and_sigterm_finishes_the_batch_in_flight(spark
         assert table(lake, "word_counts", "word", "count") == expected([r["line"] for r in first + second])
         status = json.loads(cli(lake, "status", P).stdout)  # show/status/ingest work while serve runs
         assert status["busy"] and not status["behind"] and status["last_batch"]["batch_id"] == 1
+        assert status["held_by"]["command"] == "serve"
 
         ingest(lake, "text_lines", third)
         served.wait_for_log("batch 2 computing")  # the batch is in flight: stop now

@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
 
-def status(behind: bool, finished_at: datetime | None = None, inputs=None):
+def status(behind: bool, finished_at: datetime | None = None, inputs=None, held_by: dict | None = None):
     last = None if finished_at is None else {"batch_id": 7, "finished_at": finished_at}
-    return SimpleNamespace(pipeline="word_count", behind=behind, last_batch=last,
+    return SimpleNamespace(pipeline="word_count", behind=behind, last_batch=last, held_by=held_by,
                            inputs=inputs if inputs is not None else
                            [{"table": "text_lines", "consumed_version": 3, "latest_version": 5, "records_behind": 12}])
 
@@ -70,6 +70,35 @@ def test_a_naive_finished_at_is_utc():
 def test_no_batch_ever_counts_from_the_start_of_supervision():
     assert stalled(status(True), since=at(0), now=at(599), timeout_s=600) is None
     assert "no batch finished for 600 s" in stalled(status(True), since=at(0), now=at(600), timeout_s=600)
+
+
+def test_waiting_for_the_lock_behind_another_command_is_not_a_stall():
+    for command in ("reprocess", "reset", "run"):
+        held = {"command": command, "pid": 1, "host": "h", "since": "2026-03-01T12:00:00.000Z"}
+        assert stalled(status(True, finished_at=at(0), held_by=held), since=at(0), now=at(10_000), timeout_s=60) is None
+
+
+def test_a_serve_that_just_took_the_lock_gets_the_full_timeout_from_then():
+    held = {"command": "serve", "pid": 1, "host": "h", "since": at(3000).isoformat().replace("+00:00", "Z")}
+    s = status(True, finished_at=at(0), held_by=held)  # it waited behind a long reprocess
+    assert stalled(s, since=at(1000), now=at(3059), timeout_s=60) is None
+    reason = stalled(s, since=at(1000), now=at(3060), timeout_s=60)
+    assert reason is not None and "serve took the pipeline's lock at 2026-03-01T12:50:00+00:00" in reason
+    assert stalled(status(True, held_by={}), since=at(0), now=at(60), timeout_s=60) is not None  # being taken
+
+
+def test_the_lock_says_who_holds_it_and_forgets_when_released(tmp_path):
+    from streamtable.lake import Lake
+
+    lake = Lake(tmp_path / "lake")
+    assert lake.holder("word_count") is None and not lake.locked("word_count")
+    with lake.lock("word_count", "reprocess"):
+        held = lake.holder("word_count")
+        assert (held["command"], held["pid"]) == ("reprocess", os.getpid()) and lake.locked("word_count")
+        assert abs((datetime.fromisoformat(held["since"]) - datetime.now(timezone.utc)).total_seconds()) < 5
+    assert lake.holder("word_count") is None
+    (lake.pipeline_dir("word_count") / "lock").write_text('{"command": "serve", "pid": 99999999}')  # a dead holder
+    assert lake.holder("word_count") is None
 
 
 # ----------------------------------------------------------------------------------------- fake jobs

@@ -16,10 +16,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
+
+from .timefmt import format_time
 
 PROGRESS = "progress"  # each generation's internal store of its committed runs (offsets, stream time, metrics)
 
@@ -59,33 +63,47 @@ class Lake:
         """A generation's Delta state store (its `progress`, heartbeats and the pipeline's own stores)."""
         return str(self.generation_dir(pipeline, generation) / "state" / store)
 
-    def locked(self, pipeline: str) -> bool:
-        """Whether a command holds the pipeline's lock now (a run, serve, reprocess or reset is going on)."""
+    def holder(self, pipeline: str) -> dict | None:
+        """Who holds the pipeline's lock now, as it wrote itself down: `command` (run, serve, reprocess or reset),
+        `pid`, `host` and `since`; {} in the instant between taking the lock and writing that; None when free."""
         path = self.pipeline_dir(pipeline) / "lock"
         if not path.exists():
-            return False
-        with open(path, "a") as handle:
+            return None
+        with open(path, "a+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                return True
+                handle.seek(0)
+                try:
+                    return json.loads(handle.read() or "{}")
+                except ValueError:  # read while being written
+                    return {}
             fcntl.flock(handle, fcntl.LOCK_UN)
-            return False
+            return None
+
+    def locked(self, pipeline: str) -> bool:
+        """Whether a command holds the pipeline's lock now (a run, serve, reprocess or reset is going on)."""
+        return self.holder(pipeline) is not None
 
     @contextmanager
-    def lock(self, pipeline: str) -> Iterator[None]:
-        """Hold the pipeline's lock: runs, serves, reprocesses and resets of one pipeline never overlap.
+    def lock(self, pipeline: str, command: str) -> Iterator[None]:
+        """Hold the pipeline's lock for `command`: runs, serves, reprocesses and resets of one pipeline never overlap.
 
-        Waits for the holder to finish (an exclusive `flock` on a file in the lake, released by the
-        kernel if the holder dies).
+        Waits for the holder to finish (an exclusive `flock` on a file in the lake, released by the kernel
+        if the holder dies). The holder writes who it is into the file (`holder`) and clears it when done.
         """
         path = self.pipeline_dir(pipeline) / "lock"
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as handle:
+        with open(path, "a+") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
+                handle.truncate(0)
+                handle.write(json.dumps({"command": command, "pid": os.getpid(), "host": socket.gethostname(),
+                                         "since": format_time(datetime.now(timezone.utc))}))
+                handle.flush()
                 yield
             finally:
+                handle.truncate(0)
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 

@@ -32,7 +32,7 @@ def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
     from .spark import get_spark
 
     pipeline = get_pipeline(name)
-    with lake.lock(name):
+    with lake.lock(name, "run"):
         finish_swap(lake, pipeline)
         return drain(RunContext(get_spark(), lake, pipeline, lake.generation(name)), clock)
 
@@ -43,7 +43,7 @@ def run_continuously(lake: Lake, name: str, interval: str = "2 seconds", on_prog
     from .spark import get_spark
 
     pipeline = get_pipeline(name)
-    with lake.lock(name):
+    with lake.lock(name, "serve"):
         finish_swap(lake, pipeline)
         return serve(RunContext(get_spark(), lake, pipeline, lake.generation(name)), interval,
                      on_progress=on_progress, stop_timeout_s=stop_timeout_s)
@@ -104,7 +104,7 @@ def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, c
 
     pipeline = get_pipeline(name)
     check_version(lake, pipeline.primary, from_version)
-    with lake.lock(name):
+    with lake.lock(name, "reprocess"):
         finish_swap(lake, pipeline)
         discard_generations(lake, name, keep=lake.generation(name))
         ctx = RunContext(get_spark(), lake, pipeline, next_generation(lake, name), shadow=True)
@@ -163,7 +163,7 @@ def reset(lake: Lake, name: str, dry_run: bool = False) -> dict:
     from . import delta_io
     from .spark import get_spark
 
-    with lake.lock(name):
+    with lake.lock(name, "reset"):
         finish_swap(lake, pipeline)
         ctx = RunContext(get_spark(), lake, pipeline, next_generation(lake, name))
         ctx.prepare()

@@ -40,10 +40,15 @@ class PipelineStatus:
 
     pipeline: str
     generation: int
-    busy: bool  # a run, serve, reprocess or reset holds the pipeline's lock
+    held_by: dict | None  # the command holding the pipeline's lock (`Lake.holder`), None when it is free
     last_batch: dict | None
     inputs: tuple[InputLag, ...]
     checked_at: datetime
+
+    @property
+    def busy(self) -> bool:
+        """A run, serve, reprocess or reset holds the pipeline's lock."""
+        return self.held_by is not None
 
     @property
     def behind(self) -> bool:
@@ -60,7 +65,7 @@ class PipelineStatus:
         last = {k: _time(v) if isinstance(v, datetime) else v for k, v in self.last_batch.items()} \
             if self.last_batch else None
         return {"pipeline": self.pipeline, "generation": self.generation, "busy": self.busy,
-                "behind": self.behind, "lag_seconds": round(self.lag_seconds, 3),
+                "held_by": self.held_by, "behind": self.behind, "lag_seconds": round(self.lag_seconds, 3),
                 "records_behind": sum(i.records_behind for i in self.inputs), "last_batch": last,
                 "inputs": [i.as_dict() for i in self.inputs], "checked_at": _time(self.checked_at)}
 
@@ -72,7 +77,7 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
     batches = history(lake, pipeline, generation)
     consumed = _consumed_versions(lake, pipeline, generation)
     inputs = tuple(_lag(lake, name, consumed.get(name)) for name in spec.streams)
-    return PipelineStatus(pipeline, generation, lake.locked(pipeline), batches[-1] if batches else None, inputs,
+    return PipelineStatus(pipeline, generation, lake.holder(pipeline), batches[-1] if batches else None, inputs,
                           now or datetime.now(timezone.utc))
 
 

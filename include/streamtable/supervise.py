@@ -36,27 +36,35 @@ def stalled(status: Any, since: datetime, now: datetime, timeout_s: float) -> st
     """Why the pipeline counts as stalled, or None.
 
     Stalled: some input has records the pipeline has not consumed (`status.behind`) and no batch
-    has finished for `timeout_s` seconds, counted from the later of the last batch's `finished_at`
-    and `since` (when supervision started: a job that was just (re)started gets the full timeout).
-    An idle pipeline (nothing to consume) is never stalled, however old its last batch.
-    `status` is a `streamtable.status.PipelineStatus`; times are tz-aware.
+    has finished for `timeout_s` seconds, counted from the latest of the last batch's `finished_at`,
+    `since` (when supervision started: a job that was just (re)started gets the full timeout) and the
+    moment `serve` took the pipeline's lock. An idle pipeline (nothing to consume) is never stalled,
+    however old its last batch, nor is one whose lock another command (a run, reprocess or reset)
+    holds: `serve` is waiting for it. `status` is a `streamtable.status.PipelineStatus`; times are tz-aware.
     """
-    if not status.behind:
+    holder = _get(status, "held_by") or {}
+    if not status.behind or holder.get("command", "serve") != "serve":
         return None
     last = _get(status.last_batch or {}, "finished_at")
     if last is not None and last.tzinfo is None:
         last = last.replace(tzinfo=timezone.utc)  # Delta timestamps without a zone are UTC
-    reference = max(since, last) if last is not None else since
+    took_lock = datetime.fromisoformat(holder["since"]) if holder.get("since") else None
+    starts = [(last, f"the last batch ({_get(status.last_batch, 'batch_id')}) finished at {_iso(last)}"),
+              (took_lock, f"serve took the pipeline's lock at {_iso(took_lock)}"),
+              (since, f"supervision started at {since.isoformat()}")]
+    reference, since_what = max(((t, what) for t, what in starts if t is not None), key=lambda start: start[0])
     idle_s = (now - reference).total_seconds()
     if idle_s < timeout_s:
         return None
     behind = [i for i in (status.inputs or []) if _get(i, "records_behind")]
     detail = ", ".join(f"{_get(i, 'table')} {_get(i, 'records_behind')} records behind "
                        f"(version {_get(i, 'consumed_version')} of {_get(i, 'latest_version')})" for i in behind)
-    since_what = (f"the last batch ({_get(status.last_batch, 'batch_id')}) finished at {last.isoformat()}"
-                  if last is not None and last >= since else f"supervision started at {since.isoformat()}")
     return (f"{status.pipeline} has unconsumed input{': ' + detail if detail else ''} and no batch finished "
             f"for {idle_s:.0f} s (stall_timeout_s {timeout_s:g}; {since_what})")
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
 
 
 def _get(item: Any, key: str) -> Any:

@@ -83,10 +83,11 @@ def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: 
     if recorded is not None and recorded >= version:
         return False
     schema = schema or pa.schema(table.schema().to_arrow())
-    write_deltalake(path, pa.Table.from_pylist(rows, schema=schema), mode="append",
+    write_deltalake(table if table is not None else path, pa.Table.from_pylist(rows, schema=schema), mode="append",
                     commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)],
                                                        max_commit_retries=20))
-    compact_now_and_then(path)
+    if table is not None:  # a write to a DeltaTable moves it to the version it committed
+        compact_now_and_then(table)
     return True
 
 
@@ -98,21 +99,20 @@ def committed(lake: Lake, pipeline: str, generation: int, columns: list[str]) ->
     return DeltaTable(path).to_pyarrow_dataset().to_table(columns=columns).to_pylist()
 
 
-def compact_now_and_then(path: str) -> None:
-    """Compact the table's small files when its version reaches a multiple of `COMPACT_EVERY`.
+def compact_now_and_then(table: DeltaTable) -> None:
+    """Compact the table's small files when its version is a multiple of `COMPACT_EVERY`.
 
     A compaction changes no data (`dataChange=false`), so readers and txn checks see the same table; one
     that loses a race with another writer is left to the next multiple.
     """
-    table = DeltaTable(path)
-    if table.version() == 0 or table.version() % COMPACT_EVERY:
+    if table.version() % COMPACT_EVERY:
         return
     try:
         metrics = table.optimize.compact()
     except CommitFailedError as error:
-        log.warning("compaction of %s skipped: %s", path, error)
+        log.warning("compaction of %s skipped: %s", table.table_uri, error)
         return
-    log.info("compacted %s: %d files into %d", path, metrics["numFilesRemoved"], metrics["numFilesAdded"])
+    log.info("compacted %s: %d files into %d", table.table_uri, metrics["numFilesRemoved"], metrics["numFilesAdded"])
 
 
 def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:

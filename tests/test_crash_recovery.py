@@ -1,6 +1,7 @@
 """A run killed inside a batch (SIGKILL, at the worst moments) and then run again loses and duplicates nothing."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -62,3 +63,37 @@ def test_call_analytics_killed_between_its_tables_then_rerun_has_no_duplicate_or
     cli(lake, "run", "call_analytics", env=wall)
     got = sorted((r["user1"], r["analytics"], r["metrics"]) for r in rows(lake, "calls"))
     assert got == [("p", "b", None), ("x", "a", "m")]
+
+
+def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(lake):
+    """The earlier release staged a bare list of changes, its progress row among them; this one commits them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    from streamtable.batch import BatchSummary
+    from streamtable.lake import PROGRESS
+    from streamtable.progress import committed, history
+
+    ingest(lake, "user_regions", REGIONS)
+    ingest(lake, "user_clicks", CLICKS)
+    assert cli(lake, "run", P, env={"STREAMTABLE_KILL_AT": "staged"}, check=False).returncode == -signal.SIGKILL
+    staged = lake.generation_dir(P, 0) / "staging" / "0"
+    manifest = json.loads((staged / "changes.json").read_text())
+    row = BatchSummary.from_json(manifest["summary"]).progress_row(0)
+    schema = pa.schema(DeltaTable(lake.state_path(P, 0, PROGRESS)).schema().to_arrow())
+    (staged / PROGRESS).mkdir()
+    pq.write_table(pa.Table.from_pylist([row], schema=schema), staged / PROGRESS / "part-0.parquet")
+    old = manifest["changes"] + [{"table": PROGRESS, "mode": "append", "path": str(staged / PROGRESS), "rows": 1}]
+    (staged / "changes.json").write_text(json.dumps(old))
+
+    cli(lake, "run", P)
+    assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS)
+    [batch] = history(lake, P)
+    assert (batch["batch_id"], batch["input_rows"], batch["lag_ms"]) == (0, 3, None)
+    assert set(batch["output_rows"]) == {P}
+    ingest(lake, "user_clicks", MORE)
+    cli(lake, "run", P)
+    assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS + MORE)
+    assert [b["batch_id"] for b in history(lake, P)] == [0, 1]
+    assert sorted(r["batch_id"] for r in committed(lake, P, 0, ["batch_id"])) == [0, 1]  # batch 0's row once

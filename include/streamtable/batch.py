@@ -199,6 +199,12 @@ class BatchSummary:
         return cls(value["input_rows"], when("watermark"), when("oldest_input_at"), value["input_versions"],
                    when("wall_clock"), value["metrics"])
 
+    @classmethod
+    def from_progress_row(cls, row: dict) -> "BatchSummary":
+        """The summary a `progress` row holds (no ingest commit time: that row predates `lag_ms`)."""
+        return cls(row["records"], row["stream_time"], None, dict(row["input_versions"] or ()), row["run_started_at"],
+                   dict(row["metrics"] or ()))
+
     def progress_row(self, batch_id: int) -> dict:
         """The batch's row of the generation's `progress` store."""
         return {"batch_id": batch_id, "run_started_at": self.wall_clock, "stream_time": self.watermark,
@@ -265,9 +271,7 @@ class Staging:
     def commit(self) -> tuple[list[dict], BatchSummary]:
         """Apply the staged changes (each idempotent for this batch), then the batch's progress row."""
         ctx = self.ctx
-        manifest = json.loads(self.manifest.read_text())
-        changes = manifest["changes"]
-        summary = BatchSummary.from_json(manifest["summary"])
+        changes, summary = self._read_manifest()
         for change in changes:
             if change["rows"] == 0:
                 continue
@@ -281,7 +285,21 @@ class Staging:
             crash_point(f"committed:{change['table']}")
         append_once(ctx.path(PROGRESS), [summary.progress_row(self.batch_id)], ctx.app_id, self.batch_id)
         crash_point(f"committed:{PROGRESS}")
-        return changes, summary
+        return [c for c in changes if c["table"] != PROGRESS], summary
+
+    def _read_manifest(self) -> tuple[list[dict], BatchSummary]:
+        """The staged changes and their summary.
+
+        A batch staged by the release before `stream_progress` (and found after an upgrade that followed a
+        crash) has a bare list of changes, its progress row staged as one of them: committed as it was
+        staged, with the summary read from that row (its progress write is then skipped by Delta as done).
+        """
+        manifest = json.loads(self.manifest.read_text())
+        if isinstance(manifest, dict):
+            return manifest["changes"], BatchSummary.from_json(manifest["summary"])
+        [row] = pyarrow.dataset.dataset(next(c["path"] for c in manifest if c["table"] == PROGRESS),
+                                        format="parquet").to_table().to_pylist()
+        return manifest, BatchSummary.from_progress_row(row)
 
     def discard_earlier(self) -> None:
         """Delete the staged files of earlier batches: Spark started this batch, so they are committed.

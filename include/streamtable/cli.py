@@ -50,8 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     def show(progress) -> None:
         print(json.dumps({"progress": progress.as_dict()}), flush=True)
 
-    report = run_continuously(_lake(args), args.pipeline, args.interval, on_progress=show,
-                              stop_timeout_s=args.stop_timeout)
+    report = run_continuously(_lake(args), args.pipeline, args.interval, args.stop_timeout, on_progress=show)
     print(json.dumps(report.as_dict()))
 
 
@@ -159,7 +158,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("pipeline")
     p.add_argument("--interval", default="2 seconds", help="processing-time trigger (default: 2 seconds)")
     p.add_argument("--stop-timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="after SIGTERM, how long the batch in flight may take before exiting without it (code 3)")
+                   help="after SIGTERM, how long the batch in flight may take before exiting without it (code 3;"
+                        " default: 600)")
     p = command("reprocess", cmd_reprocess, "rebuild outputs from a version (or time) of the primary input")
     p.add_argument("pipeline")
     start = p.add_mutually_exclusive_group(required=True)

@@ -20,7 +20,7 @@ from .ingest import table_version
 from .lake import Lake, write_json_atomic
 from .pipeline import Pipeline
 from .pipelines import get_pipeline
-from .runner import STOP_TIMEOUT_S, RunReport, drain, serve
+from .runner import RunReport, drain, serve
 from .timefmt import system_clock
 from .tables import LATE_EVENTS
 
@@ -37,16 +37,15 @@ def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
         return drain(RunContext(get_spark(), lake, pipeline, lake.generation(name)), clock)
 
 
-def run_continuously(lake: Lake, name: str, interval: str = "2 seconds", on_progress=None,
-                     stop_timeout_s: float = STOP_TIMEOUT_S) -> RunReport:
+def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float, on_progress=None) -> RunReport:
     """`serve`: one run per micro-batch until SIGTERM, holding the pipeline's lock."""
     from .spark import get_spark
 
     pipeline = get_pipeline(name)
     with lake.lock(name, "serve"):
         finish_swap(lake, pipeline)
-        return serve(RunContext(get_spark(), lake, pipeline, lake.generation(name)), interval,
-                     on_progress=on_progress, stop_timeout_s=stop_timeout_s)
+        return serve(RunContext(get_spark(), lake, pipeline, lake.generation(name)), interval, stop_timeout_s,
+                     on_progress=on_progress)
 
 
 def validate(lake: Lake, name: str) -> list:

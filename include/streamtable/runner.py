@@ -37,7 +37,6 @@ Clock = Callable[[], datetime]
 OnProgress = Callable[[BatchProgress], None]
 ONE_BATCH = str(2**31 - 1)  # a run reads everything available as one micro-batch
 HEARTBEAT_EVERY_S = 10.0  # `serve`: how often a wall-clock pipeline gets a batch when its inputs are idle
-STOP_TIMEOUT_S = 600.0  # `serve`: after SIGTERM, how long the batch in flight may take before the process exits anyway
 
 
 @dataclass
@@ -188,8 +187,8 @@ def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int]
     return report
 
 
-def serve(ctx: RunContext, interval: str, clock: Clock = system_clock, on_progress: OnProgress | None = None,
-          stop_timeout_s: float = STOP_TIMEOUT_S) -> RunReport:
+def serve(ctx: RunContext, interval: str, stop_timeout_s: float, clock: Clock = system_clock,
+          on_progress: OnProgress | None = None) -> RunReport:
     """Run one micro-batch per `interval` until SIGTERM/SIGINT; then finish the batch in flight and return.
 
     A batch that has not finished `stop_timeout_s` after the signal is abandoned: the process exits

@@ -38,10 +38,11 @@ def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
     entry = Path(lake.table_path(table)) / "_delta_log" / f"{version:020d}.json"
     try:
         with entry.open() as lines:
-            millis = next(json.loads(line)["commitInfo"]["timestamp"] for line in lines if '"commitInfo"' in line)
-    except (FileNotFoundError, StopIteration):
+            info = next((action["commitInfo"] for action in map(json.loads, lines) if "commitInfo" in action), {})
+    except FileNotFoundError:
         return None
-    return datetime.fromtimestamp(millis / 1000, timezone.utc)
+    millis = info.get("timestamp")
+    return datetime.fromtimestamp(millis / 1000, timezone.utc) if millis is not None else None
 
 
 def first_version_since(lake: Lake, table: str, moment: datetime) -> int | None:

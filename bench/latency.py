@@ -16,6 +16,7 @@ stop converging (`ceiling_per_s`).
 Rows go to the lake with `append_rows` (what `ingest` does after validating lines), so the producer's
 own Python cost does not limit the rate.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -51,10 +52,12 @@ def commit_events(lake: Lake, n: int, rng: np.random.Generator) -> int:
     """Commit n text lines of three words each to `text_lines`; return the version made."""
     words = VOCABULARY[rng.integers(0, len(VOCABULARY), (n, 3))]
     lines = [" ".join(w) for w in words]
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     schema = arrow_schema(INPUTS[INPUT].stored_columns)
-    data = pa.table({"line": lines, "event_time": pa.array([now] * n, schema.field("event_time").type),
-                     "_line": np.arange(n)}, schema=schema)
+    data = pa.table(
+        {"line": lines, "event_time": pa.array([now] * n, schema.field("event_time").type), "_line": np.arange(n)},
+        schema=schema,
+    )
     return append_rows(lake, INPUTS[INPUT], data)
 
 
@@ -85,25 +88,38 @@ def phase(lake: Lake, rate: int, seconds: int, rng: np.random.Generator) -> dict
             late_ticks += 1  # the producer itself could not keep one commit a second
     caught_up = wait_caught_up(lake, timeout_s=max(120, seconds * 3))
     committed = {h["version"]: h["timestamp"] / 1000 for h in DeltaTable(lake.table_path(INPUT)).history()}
-    batches = [(b["input_versions"].get(INPUT, -1), b["finished_at"].timestamp())
-               for b in history(lake, PIPELINE) if b["mode"] == "serve"]
+    batches = [
+        (b["input_versions"].get(INPUT, -1), b["finished_at"].timestamp())
+        for b in history(lake, PIPELINE)
+        if b["mode"] == "serve"
+    ]
     latencies = []
     for v in versions:
         visible = min((done for consumed, done in batches if consumed >= v), default=None)
         latencies.append(visible - committed[v] if visible is not None else float("inf"))
     finite = [x for x in latencies if x != float("inf")]
     p50 = percentile(finite, 50)
-    tail = latencies[-max(1, len(latencies) // 10):]  # the last tenth of the commits
+    tail = latencies[-max(1, len(latencies) // 10) :]  # the last tenth of the commits
     used = [b for b in history(lake, PIPELINE) if b["mode"] == "serve" and b["finished_at"].timestamp() >= start]
     keeps_up = caught_up and len(finite) == len(versions) and max(tail) <= 2 * p50 + 5
     if keeps_up and len(used) < MIN_BATCHES:
         keeps_up = None  # too few batches to see a backlog grow: hold the rate longer (--seconds)
     window = committed[versions[-1]] + latencies[-1] - committed[versions[0]]  # first commit to last visible
-    return {"rate_per_s": rate, "seconds": seconds, "events": rate * len(versions), "commits": len(versions),
-            "producer_late_ticks": late_ticks, "p50_s": round(p50, 2), "p99_s": round(percentile(finite, 99), 2),
-            "max_s": round(max(finite), 2) if finite else None, "consumed_per_s": round(rate * len(versions) / window) if keeps_up else None,
-            "batches": len(used), "median_batch_s": round(percentile([b["duration_ms"] / 1000 for b in used], 50), 2),
-            "caught_up": caught_up, "keeps_up": keeps_up}
+    return {
+        "rate_per_s": rate,
+        "seconds": seconds,
+        "events": rate * len(versions),
+        "commits": len(versions),
+        "producer_late_ticks": late_ticks,
+        "p50_s": round(p50, 2),
+        "p99_s": round(percentile(finite, 99), 2),
+        "max_s": round(max(finite), 2) if finite else None,
+        "consumed_per_s": round(rate * len(versions) / window) if keeps_up else None,
+        "batches": len(used),
+        "median_batch_s": round(percentile([b["duration_ms"] / 1000 for b in used], 50), 2),
+        "caught_up": caught_up,
+        "keeps_up": keeps_up,
+    }
 
 
 def batch_cost(lake: Lake) -> dict:
@@ -117,8 +133,11 @@ def batch_cost(lake: Lake) -> dict:
     if len(batches) < 3:
         return {}
     per_row, fixed = np.polyfit([b["input_rows"] for b in batches], [b["duration_ms"] / 1000 for b in batches], 1)
-    return {"fixed_s_per_batch": round(float(fixed), 2), "us_per_row": round(float(per_row) * 1e6, 2),
-            "ceiling_per_s": round(1 / per_row) if per_row > 0 else None}
+    return {
+        "fixed_s_per_batch": round(float(fixed), 2),
+        "us_per_row": round(float(per_row) * 1e6, 2),
+        "ceiling_per_s": round(1 / per_row) if per_row > 0 else None,
+    }
 
 
 def main() -> None:
@@ -132,8 +151,12 @@ def main() -> None:
     lake = Lake(Path(tempfile.mkdtemp(prefix="streamtable-latency-")) / "lake")
     rng = np.random.default_rng(11)
     commit_events(lake, 10, rng)  # warm-up: the JVM, Delta and GX are warm before the first measured commit
-    serve = subprocess.Popen([CLI, "serve", PIPELINE, "--interval", args.interval, "--lake", str(lake.root)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    serve = subprocess.Popen(
+        [CLI, "serve", PIPELINE, "--interval", args.interval, "--lake", str(lake.root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     errors: list[str] = []
     threading.Thread(target=lambda: errors.extend(serve.stderr), daemon=True).start()
     results = []
@@ -150,9 +173,16 @@ def main() -> None:
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=900)
     kept = [r["rate_per_s"] for r in results if r["keeps_up"]]
-    summary = {"pipeline": PIPELINE, "interval": args.interval, "cores": os.cpu_count(),
-               "load_average": os.getloadavg(), "highest_rate_kept_up": max(kept, default=None),
-               **batch_cost(lake), "phases": results, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    summary = {
+        "pipeline": PIPELINE,
+        "interval": args.interval,
+        "cores": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "highest_rate_kept_up": max(kept, default=None),
+        **batch_cost(lake),
+        "phases": results,
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(summary, indent=2))
     print(json.dumps({k: v for k, v in summary.items() if k != "phases"}))

@@ -7,6 +7,7 @@ fresh lake, drains them with one bounded run, computes the same as-of answer wit
 batch job and with DuckDB's ASOF JOIN on the same Delta files, checks the three answers are equal, and
 prints rows/s and the ratios. Spark's JVM start is reported apart and excluded from every figure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,7 @@ import json
 import shutil
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ from streamtable.tables import INPUTS
 USERS = 100_000
 REGIONS = ["africa", "americas", "asia", "europe", "oceania"]
 DAY_US = 86_400 * 1_000_000
-START_US = int(datetime(2026, 3, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)
+START_US = int(datetime(2026, 3, 1, tzinfo=UTC).timestamp() * 1_000_000)
 
 
 def generate(lake: Lake, clicks: int, commits: int = 10, seed: int = 7) -> None:
@@ -36,16 +37,26 @@ def generate(lake: Lake, clicks: int, commits: int = 10, seed: int = 7) -> None:
     rng = np.random.default_rng(seed)
     n = USERS * 3
     region = np.array(REGIONS + [None], dtype=object)[rng.integers(0, len(REGIONS) + 1, n)]
-    _ingest(lake, "user_regions", {
-        "user": np.char.add("u", (np.arange(n) % USERS).astype(str)).astype(object),
-        "region": region,
-        "event_time": START_US + rng.integers(0, DAY_US, n),
-    }, commits=1)
-    _ingest(lake, "user_clicks", {
-        "user": np.char.add("u", rng.integers(0, USERS * 11 // 10, clicks).astype(str)).astype(object),
-        "clicks": rng.integers(0, 50, clicks),
-        "event_time": START_US + rng.integers(0, DAY_US, clicks),
-    }, commits=commits)
+    _ingest(
+        lake,
+        "user_regions",
+        {
+            "user": np.char.add("u", (np.arange(n) % USERS).astype(str)).astype(object),
+            "region": region,
+            "event_time": START_US + rng.integers(0, DAY_US, n),
+        },
+        commits=1,
+    )
+    _ingest(
+        lake,
+        "user_clicks",
+        {
+            "user": np.char.add("u", rng.integers(0, USERS * 11 // 10, clicks).astype(str)).astype(object),
+            "clicks": rng.integers(0, 50, clicks),
+            "event_time": START_US + rng.integers(0, DAY_US, clicks),
+        },
+        commits=commits,
+    )
 
 
 def _ingest(lake: Lake, name: str, columns: dict, commits: int) -> None:
@@ -55,8 +66,12 @@ def _ingest(lake: Lake, name: str, columns: dict, commits: int) -> None:
     for part in np.array_split(np.arange(total), commits):
         data = {k: v[part] for k, v in columns.items()}
         data["_line"] = np.arange(len(part))
-        arrays = [pa.array(data[f.name], type=f.type) if f.name != "event_time"
-                  else pa.array(data[f.name], type=pa.int64()).cast(f.type) for f in schema]
+        arrays = [
+            pa.array(data[f.name], type=f.type)
+            if f.name != "event_time"
+            else pa.array(data[f.name], type=pa.int64()).cast(f.type)
+            for f in schema
+        ]
         append_rows(lake, table, pa.Table.from_arrays(arrays, schema=schema))
 
 
@@ -76,11 +91,18 @@ def spark_batch(lake: Lake) -> dict[str, int]:
     from streamtable.spark import get_spark
 
     spark = get_spark()
-    clicks = (spark.read.format("delta").load(lake.table_path("user_clicks"))
-              .select("user", "clicks", "event_time", F.monotonically_increasing_id().alias("id")))
-    regions = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
-               .load(lake.table_path("user_regions"))
-               .select(F.col("user").alias("ru"), "region", F.col("event_time").alias("rt"), "_commit_version", "_line"))
+    clicks = (
+        spark.read.format("delta")
+        .load(lake.table_path("user_clicks"))
+        .select("user", "clicks", "event_time", F.monotonically_increasing_id().alias("id"))
+    )
+    regions = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(lake.table_path("user_regions"))
+        .select(F.col("user").alias("ru"), "region", F.col("event_time").alias("rt"), "_commit_version", "_line")
+    )
     joined = clicks.join(regions, (F.col("user") == F.col("ru")) & (F.col("rt") <= F.col("event_time")), "left")
     latest = Window.partitionBy("id").orderBy(F.desc("rt"), F.desc("_commit_version"), F.desc("_line"))
     picked = joined.withColumn("n", F.row_number().over(latest)).where("n = 1")
@@ -137,8 +159,7 @@ def main() -> None:
             timings[name], answers[name] = timed(fn, lake)
         if len({json.dumps(a, sort_keys=True) for a in answers.values()}) != 1:
             raise SystemExit(f"answers differ: {answers}")
-        results.append({"clicks": n, "seconds": timings,
-                        "rows_per_s": {k: round(n / v) for k, v in timings.items()}})
+        results.append({"clicks": n, "seconds": timings, "rows_per_s": {k: round(n / v) for k, v in timings.items()}})
         shutil.rmtree(root, ignore_errors=True)
     print("\n| clicks | engine | seconds | rows/s | vs streamtable |\n|---:|---|---:|---:|---:|")
     for r in results:

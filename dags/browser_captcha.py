@@ -27,12 +27,18 @@ LAKE is the Variable `streamtable_lake` if set, else the env `STREAMTABLE_LAKE` 
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG
 
 from streamtable.airflow_tasks import MACROS, pipeline_tasks
 
-with DAG(dag_id="browser_captcha", doc_md=__doc__, schedule="*/5 * * * *",
-         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False, max_active_runs=1,
-         user_defined_macros=MACROS, tags=["streamtable", "seed-003"]) as dag:
+with DAG(
+    dag_id="browser_captcha",
+    doc_md=__doc__,
+    schedule="*/5 * * * *",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    user_defined_macros=MACROS,
+    tags=["streamtable", "seed-003"],
+) as dag:
     run, quality_gate = pipeline_tasks("browser_captcha")

@@ -21,12 +21,18 @@ Runs every minute, so the wall-clock close lags its deadline by at most a minute
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG
 
 from streamtable.airflow_tasks import MACROS, pipeline_tasks
 
-with DAG(dag_id="call_analytics", doc_md=__doc__, schedule="* * * * *",
-         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False, max_active_runs=1,
-         user_defined_macros=MACROS, tags=["streamtable", "seed-002"]) as dag:
+with DAG(
+    dag_id="call_analytics",
+    doc_md=__doc__,
+    schedule="* * * * *",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    user_defined_macros=MACROS,
+    tags=["streamtable", "seed-002"],
+) as dag:
     run, quality_gate = pipeline_tasks("call_analytics")

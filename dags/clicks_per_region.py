@@ -25,7 +25,6 @@ LAKE is the Variable `streamtable_lake` if set, else the env `STREAMTABLE_LAKE` 
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG
 
 from streamtable.airflow_tasks import MACROS, output_assets, streamtable_task

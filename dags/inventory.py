@@ -20,12 +20,18 @@ with `streamtable query inventory STORE [ITEM]` (an interactive query).
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG
 
 from streamtable.airflow_tasks import MACROS, pipeline_tasks
 
-with DAG(dag_id="inventory", doc_md=__doc__, schedule="*/5 * * * *",
-         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False, max_active_runs=1,
-         user_defined_macros=MACROS, tags=["streamtable", "seed-004"]) as dag:
+with DAG(
+    dag_id="inventory",
+    doc_md=__doc__,
+    schedule="*/5 * * * *",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    user_defined_macros=MACROS,
+    tags=["streamtable", "seed-004"],
+) as dag:
     run, quality_gate = pipeline_tasks("inventory")

@@ -30,7 +30,6 @@ import shlex
 import sys
 
 import pendulum
-
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-
 from airflow.sdk import DAG, Param, task
 
 from streamtable.airflow_tasks import LAKE, MACROS, pipeline_names, streamtable_task
@@ -50,19 +49,34 @@ with DAG(
     tags=["streamtable", "reprocess"],
     params={
         "pipeline": Param(
-            PIPELINES[0], type="string", enum=PIPELINES, title="Pipeline",
-            description="The pipeline whose outputs are rebuilt (`streamtable pipelines` lists them)."),
+            PIPELINES[0],
+            type="string",
+            enum=PIPELINES,
+            title="Pipeline",
+            description="The pipeline whose outputs are rebuilt (`streamtable pipelines` lists them).",
+        ),
         "from_version": Param(
-            None, type=["null", "integer"], minimum=0, title="From version",
+            None,
+            type=["null", "integer"],
+            minimum=0,
+            title="From version",
             description="Start at this Delta version (offset) of the pipeline's primary input, 0 for the "
-                        "beginning. Leave empty when giving from_timestamp."),
+            "beginning. Leave empty when giving from_timestamp.",
+        ),
         "from_timestamp": Param(
-            None, type=["null", "string"], format="date-time", title="From timestamp",
+            None,
+            type=["null", "string"],
+            format="date-time",
+            title="From timestamp",
             description="Start at the first version of the primary input committed at or after this time "
-                        "(ISO-8601, e.g. 2026-03-01T00:00:00Z). Leave empty when giving from_version."),
+            "(ISO-8601, e.g. 2026-03-01T00:00:00Z). Leave empty when giving from_version.",
+        ),
         "dry_run": Param(
-            False, type="boolean", title="Dry run",
-            description="Compute and validate the new outputs and report them, but publish nothing."),
+            False,
+            type="boolean",
+            title="Dry run",
+            description="Compute and validate the new outputs and report them, but publish nothing.",
+        ),
     },
 ) as dag:
 
@@ -78,8 +92,13 @@ with DAG(
         from streamtable.offsets import reprocess_arguments
 
         try:
-            args, summary = reprocess_arguments(Lake(Path(lake)), params["pipeline"], params.get("from_version"),
-                                                params.get("from_timestamp"), params.get("dry_run", False))
+            args, summary = reprocess_arguments(
+                Lake(Path(lake)),
+                params["pipeline"],
+                params.get("from_version"),
+                params.get("from_timestamp"),
+                params.get("dry_run", False),
+            )
         except StreamtableError as e:
             raise AirflowFailException(f"refused: {e}") from None
         print(f"lake {lake}: {summary}")
@@ -88,5 +107,6 @@ with DAG(
 
     check = check_params(LAKE)
     for name in PIPELINES:
-        check >> streamtable_task(f"reprocess_{name}", "reprocess", name, args_from="check_params",
-                                  execution_timeout=timedelta(hours=6))
+        check >> streamtable_task(
+            f"reprocess_{name}", "reprocess", name, args_from="check_params", execution_timeout=timedelta(hours=6)
+        )

@@ -29,7 +29,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-
 from airflow.sdk import DAG, Param, task
 
 from streamtable.airflow_tasks import LAKE, MACROS, pipeline_names, streamtable_task
@@ -55,14 +54,18 @@ def since(pipeline: str, lake: str, params=None, dag_run=None, ti=None) -> str:
         try:
             hours = int(raw)
         except ValueError:
-            raise AirflowFailException(f"Variable {LOOKBACK_VARIABLE} is {raw!r}, not a whole number of hours") from None
+            raise AirflowFailException(
+                f"Variable {LOOKBACK_VARIABLE} is {raw!r}, not a whole number of hours"
+            ) from None
     if isinstance(hours, bool) or not isinstance(hours, int) or hours < 1:
         raise AirflowFailException(f"the look-back must be a whole number of hours >= 1, got {hours!r}")
     moment = dag_run.run_after - timedelta(hours=hours)
     found = lookback_arguments(Lake(Path(lake)), pipeline, moment)
     if found is None:
-        raise AirflowSkipException(f"nothing was committed to {pipeline}'s primary input since {moment.isoformat()} "
-                                   f"({hours} h before {dag_run.run_after.isoformat()}): nothing to reprocess")
+        raise AirflowSkipException(
+            f"nothing was committed to {pipeline}'s primary input since {moment.isoformat()} "
+            f"({hours} h before {dag_run.run_after.isoformat()}): nothing to reprocess"
+        )
     args, summary = found
     print(f"lake {lake}: {summary}")
     ti.xcom_push(key="args", value=args)
@@ -83,11 +86,16 @@ for name in pipeline_names():
         tags=["streamtable", "reprocess"],
         params={
             "lookback_hours": Param(
-                None, type=["null", "integer"], minimum=1, title="Look-back (hours)",
+                None,
+                type=["null", "integer"],
+                minimum=1,
+                title="Look-back (hours)",
                 description=f"Reprocess from the first version committed this many hours before the run. "
-                            f"Empty: the Variable {LOOKBACK_VARIABLE}, else {DEFAULT_LOOKBACK_HOURS}."),
+                f"Empty: the Variable {LOOKBACK_VARIABLE}, else {DEFAULT_LOOKBACK_HOURS}.",
+            ),
         },
     ) as dag:
-        since(name, LAKE) >> streamtable_task("reprocess", "reprocess", name, args_from="since",
-                                              execution_timeout=timedelta(hours=6))
+        since(name, LAKE) >> streamtable_task(
+            "reprocess", "reprocess", name, args_from="since", execution_timeout=timedelta(hours=6)
+        )
     globals()[f"dag_{name}"] = dag

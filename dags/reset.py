@@ -19,7 +19,6 @@ From the command line: `streamtable reset PIPELINE --dry-run`, then `streamtable
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG, Param, task
 
 from streamtable.airflow_tasks import LAKE, MACROS, pipeline_names, streamtable_task
@@ -36,10 +35,19 @@ with DAG(
     default_args={"retries": 0},
     tags=["streamtable", "reprocess"],
     params={
-        "pipeline": Param(PIPELINES[0], type="string", enum=PIPELINES, title="Pipeline",
-                          description="The pipeline whose progress and outputs are forgotten."),
-        "dry_run": Param(True, type="boolean", title="Dry run",
-                         description="Only list what the reset would delete (turn off to reset)."),
+        "pipeline": Param(
+            PIPELINES[0],
+            type="string",
+            enum=PIPELINES,
+            title="Pipeline",
+            description="The pipeline whose progress and outputs are forgotten.",
+        ),
+        "dry_run": Param(
+            True,
+            type="boolean",
+            title="Dry run",
+            description="Only list what the reset would delete (turn off to reset).",
+        ),
     },
 ) as dag:
 

@@ -26,7 +26,6 @@ From the command line: `airflow dags trigger stream_word_count --conf '{"stall_t
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG
 
 from streamtable.airflow_tasks import MACROS, STREAM_PARAMS, pipeline_names, stream_task

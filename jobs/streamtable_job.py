@@ -4,6 +4,7 @@ Runs a `streamtable` command (run, serve, reprocess, reset, validate) inside spa
 master, jars and resources come from spark-submit (Airflow's SparkSubmitOperator, a cluster). Code
 here runs on the driver and never imports Airflow.
 """
+
 import sys
 
 from streamtable.cli import main

@@ -1,7 +1,8 @@
 """Shared fixtures: one SparkSession (with Delta) for the whole test session."""
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession

@@ -1,4 +1,5 @@
 """Test helpers: ingest records into a lake and read tables back, through the public API."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,13 @@ def table(lake: Lake, name: str, key: str, value: str) -> dict:
 
 def cli(lake: Lake, *args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run the `streamtable` command on a lake in a subprocess (its own JVM)."""
-    proc = subprocess.run([CLI, *args, "--lake", str(lake.root)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=900)
+    proc = subprocess.run(
+        [CLI, *args, "--lake", str(lake.root)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=900,
+    )
     if check and proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         raise AssertionError(f"streamtable {' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")

@@ -1,4 +1,5 @@
 """Independent pure-Python models of the pipelines' semantics, written from the contract, not from the code."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -25,12 +26,16 @@ def clicks_per_region(region_ingests: list[list[dict]], clicks: list[dict]) -> d
 def hopping_windows(t: datetime, size_s: int, advance_s: int) -> list[tuple[int, int]]:
     """The windows [k*advance, k*advance + size) with k >= 0 that contain t, as (start, end) epoch seconds."""
     seconds = t.timestamp()
-    return [(k * advance_s, k * advance_s + size_s) for k in range(0, int(seconds // advance_s) + 1)
-            if k * advance_s <= seconds < k * advance_s + size_s]
+    return [
+        (k * advance_s, k * advance_s + size_s)
+        for k in range(0, int(seconds // advance_s) + 1)
+        if k * advance_s <= seconds < k * advance_s + size_s
+    ]
 
 
-def presence_notifications(runs: list[list[tuple[str, list[dict]]]], size_s: int = 600, advance_s: int = 60,
-                           grace_s: int = 300) -> dict:
+def presence_notifications(
+    runs: list[list[tuple[str, list[dict]]]], size_s: int = 600, advance_s: int = 60, grace_s: int = 300
+) -> dict:
     """The contract's presence_notifications, run by run.
 
     `runs`: for each run, the ingests it consumes in order, as (table, records) with table `user_presence`
@@ -120,12 +125,16 @@ def windows_containing(t: datetime, size_s: int, advance_s: int) -> list[tuple[i
 
     seconds = t.timestamp()
     first = max(0, math.floor((seconds - size_s) / advance_s) + 1)
-    return [(k * advance_s, k * advance_s + size_s) for k in range(first, math.floor(seconds / advance_s) + 1)
-            if k * advance_s <= seconds < k * advance_s + size_s]
+    return [
+        (k * advance_s, k * advance_s + size_s)
+        for k in range(first, math.floor(seconds / advance_s) + 1)
+        if k * advance_s <= seconds < k * advance_s + size_s
+    ]
 
 
-def browser_captcha(runs: list[list[dict]], size_s: int = 5, advance_s: int = 2, grace_s: int = 10,
-                    threshold: int = 5) -> dict:
+def browser_captcha(
+    runs: list[list[dict]], size_s: int = 5, advance_s: int = 2, grace_s: int = 10, threshold: int = 5
+) -> dict:
     """The contract's browser_captcha, run by run (`runs`: the log events each run consumes).
 
     A CaptchaValidator "verified" event verifies its browser for good; every other event is an action.
@@ -161,8 +170,9 @@ def browser_captcha(runs: list[list[dict]], size_s: int = 5, advance_s: int = 2,
     return {"actions": dict(actions), "captcha": captcha, "windows": dict(windows), "late": sorted(late)}
 
 
-def call_analytics(runs: list[tuple[list[dict], list[dict], datetime]], within_s: int = 60, grace_s: int = 180
-                   ) -> tuple[list[tuple], list[dict]]:
+def call_analytics(
+    runs: list[tuple[list[dict], list[dict], datetime]], within_s: int = 60, grace_s: int = 180
+) -> tuple[list[tuple], list[dict]]:
     """Calls and late events from runs of (analytics, metrics, wall clock), by the contract's rules.
 
     Each run matches all open events in time order (each event at most once, |dt| <= T, the earliest
@@ -175,8 +185,9 @@ def call_analytics(runs: list[tuple[list[dict], list[dict], datetime]], within_s
     late: list[dict] = []
     stream_time = None
     for analytics, metrics, wall in runs:
-        new = [dict(e, side="a", t=parse_time(e["event_time"]), new=True) for e in analytics] + \
-              [dict(e, side="m", t=parse_time(e["event_time"]), new=True) for e in metrics]
+        new = [dict(e, side="a", t=parse_time(e["event_time"]), new=True) for e in analytics] + [
+            dict(e, side="m", t=parse_time(e["event_time"]), new=True) for e in metrics
+        ]
         for e in new:
             stream_time = e["t"] if stream_time is None else max(stream_time, e["t"])
         events = sorted(open_ + new, key=lambda e: (e["t"], e["side"]))
@@ -199,12 +210,20 @@ def call_analytics(runs: list[tuple[list[dict], list[dict], datetime]], within_s
         for e in events:
             if id(e) in matched:
                 continue
-            if e.get("new") and any(h["user1"] == e["user1"] and h["user2"] == e["user2"] and h["side"] != e["side"]
-                                    and abs((h["t"] - e["t"]).total_seconds()) <= within_s for h in earlier):
+            if e.get("new") and any(
+                h["user1"] == e["user1"]
+                and h["user2"] == e["user2"]
+                and h["side"] != e["side"]
+                and abs((h["t"] - e["t"]).total_seconds()) <= within_s
+                for h in earlier
+            ):
                 late.append(e)
                 continue
             deadline = (e["t"] - parse_time(0)).total_seconds() + within_s + grace_s
-            if deadline < (wall - parse_time(0)).total_seconds() or deadline < (stream_time - parse_time(0)).total_seconds():
+            if (
+                deadline < (wall - parse_time(0)).total_seconds()
+                or deadline < (stream_time - parse_time(0)).total_seconds()
+            ):
                 calls.append((e["user1"], e["user2"], e["t"], e.get("analytics"), e.get("metrics")))
                 emitted.append(e)
             else:

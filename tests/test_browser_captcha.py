@@ -1,8 +1,9 @@
 """browser_captcha against the pure-Python reference: counts, the captcha table's retractions, windows and late records."""
+
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from deltalake import DeltaTable
 
@@ -13,7 +14,7 @@ from streamtable.reader import rows
 
 P = "browser_captcha"
 OUTPUTS = ("browser_action_counts", "captcha_requests", "browser_action_windows")
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)  # an even epoch second: windows start at T0 + 2k s
+T0 = datetime(2026, 1, 1, tzinfo=UTC)  # an even epoch second: windows start at T0 + 2k s
 
 
 def at(seconds: float) -> str:
@@ -46,8 +47,11 @@ def windows(lake):
 
 
 def late(lake):
-    return sorted((json.loads(r["raw"])["browserHash"], r["event_time"], r["raw"], r["reason"])
-                  for r in rows(lake, "late_events") if r["pipeline"] == P)
+    return sorted(
+        (json.loads(r["raw"])["browserHash"], r["event_time"], r["raw"], r["reason"])
+        for r in rows(lake, "late_events")
+        if r["pipeline"] == P
+    )
 
 
 def check(lake, runs):
@@ -60,20 +64,27 @@ def check(lake, runs):
 
 def retraction_runs():
     extra = {"appName": "testdata", "thread": "main", "mdc": {"user": "x"}}
-    run1 = ([log("A", s, **extra) for s in range(5)]  # A reaches 5 actions
-            + [log("B", s) for s in range(3)] + [verified("B", 1)]  # B verified before its 5th action
-            + [log("C", s) for s in range(4)]
-            + [log("D", s * 0.5) for s in range(6)])
-    run2 = ([verified("A", 10)]  # A verified after reaching 5: its row is retracted
-            + [log("B", 10 + s) for s in range(3)]  # B reaches 6, verified: never enters
-            + [log("C", 11), verified("C", 10)]  # C's 5th action and its verification in one run, in any order
-            + [log("D", 12)]  # D's row is updated
-            + [log("E", 10 + s) for s in range(5)])
-    run3 = ([log("A", 20), log("A", 21)]
-            + [log("E", 22), verified("E", 23)]
-            # only a CaptchaValidator "verified" verifies: these are all actions of F
-            + [log("F", 20, "CaptchaValidator", "failed"), log("F", 21, "LoginController", "verified")]
-            + [log("F", 22 + s, "CaptchaValidator", "challenge") for s in range(3)])
+    run1 = (
+        [log("A", s, **extra) for s in range(5)]  # A reaches 5 actions
+        + [log("B", s) for s in range(3)]
+        + [verified("B", 1)]  # B verified before its 5th action
+        + [log("C", s) for s in range(4)]
+        + [log("D", s * 0.5) for s in range(6)]
+    )
+    run2 = (
+        [verified("A", 10)]  # A verified after reaching 5: its row is retracted
+        + [log("B", 10 + s) for s in range(3)]  # B reaches 6, verified: never enters
+        + [log("C", 11), verified("C", 10)]  # C's 5th action and its verification in one run, in any order
+        + [log("D", 12)]  # D's row is updated
+        + [log("E", 10 + s) for s in range(5)]
+    )
+    run3 = (
+        [log("A", 20), log("A", 21)]
+        + [log("E", 22), verified("E", 23)]
+        # only a CaptchaValidator "verified" verifies: these are all actions of F
+        + [log("F", 20, "CaptchaValidator", "failed"), log("F", 21, "LoginController", "verified")]
+        + [log("F", 22 + s, "CaptchaValidator", "challenge") for s in range(3)]
+    )
     return [run1, run2, run3]
 
 
@@ -87,7 +98,7 @@ def test_captcha_rows_enter_at_five_actions_and_a_verification_retracts_or_keeps
         ingest(three, "app_logs", records)
         ingest(one, "app_logs", records)
         run(three, P)
-        want = check(three, runs[:n + 1])
+        want = check(three, runs[: n + 1])
         assert want["captcha"] == hand[n] and want["late"] == []
     assert actions(three) == {"A": 7, "B": 6, "C": 5, "D": 7, "E": 6, "F": 5}
 
@@ -102,14 +113,20 @@ def test_captcha_rows_enter_at_five_actions_and_a_verification_retracts_or_keeps
 
 
 def test_window_edges_and_late_records_across_runs(spark, lake):
-    run1 = [log("b1", 0), log("b1", 1), log("b1", 5),  # 5 s is the end of [0, 5): not in it
-            log("b2", 21)]  # stream time 21 for run 2: windows with end + 10 s <= 21 are closed
+    run1 = [
+        log("b1", 0),
+        log("b1", 1),
+        log("b1", 5),  # 5 s is the end of [0, 5): not in it
+        log("b2", 21),
+    ]  # stream time 21 for run 2: windows with end + 10 s <= 21 are closed
     late_line = log("b1", 4.5, appName="testdata", level="INFO", context={"ip": "10.0.0.1"})
-    run2 = [late_line,  # [0,5), [2,7), [4,9) all closed: late, still counted in the totals
-            log("b1", 8),  # [4,9) closed, [6,11) closed exactly at its edge (11 + 10 = 21), [8,13) open
-            log("b1", 9),  # [6,11) closed, [8,13) open
-            verified("b2", 2),  # an old verification: not an action, never late
-            log("b3", 30)]
+    run2 = [
+        late_line,  # [0,5), [2,7), [4,9) all closed: late, still counted in the totals
+        log("b1", 8),  # [4,9) closed, [6,11) closed exactly at its edge (11 + 10 = 21), [8,13) open
+        log("b1", 9),  # [6,11) closed, [8,13) open
+        verified("b2", 2),  # an old verification: not an action, never late
+        log("b3", 30),
+    ]
     ingest(lake, "app_logs", run1)
     run(lake, P)
     want = check(lake, [run1])
@@ -121,7 +138,10 @@ def test_window_edges_and_late_records_across_runs(spark, lake):
     run(lake, P)
     want = check(lake, [run1, run2])
     assert [(b, t.timestamp() - epoch, [s - epoch for s in starts]) for b, t, starts in want["late"]] == [
-        ("b1", 4.5, [0, 2, 4]), ("b1", 8, [4, 6]), ("b1", 9, [6])]
+        ("b1", 4.5, [0, 2, 4]),
+        ("b1", 8, [4, 6]),
+        ("b1", 9, [6]),
+    ]
     got = late(lake)
     assert [(b, t.timestamp() - epoch) for b, t, _, _ in got] == [("b1", 4.5), ("b1", 8), ("b1", 9)]
     raw, reason = got[0][2], got[0][3]
@@ -131,16 +151,17 @@ def test_window_edges_and_late_records_across_runs(spark, lake):
         assert at(start) in reason
     assert at(6) in got[1][3] and at(8) not in got[1][3]
     assert actions(lake) == {"b1": 6, "b2": 1, "b3": 1} and captcha(lake) == {"b1": 6}
-    assert {s - epoch: n for (b, s), n in windows(lake).items() if b == "b1"} == {
-        -4: 1, -2: 2, 0: 2, 2: 1, 4: 1, 8: 2}
+    assert {s - epoch: n for (b, s), n in windows(lake).items() if b == "b1"} == {-4: 1, -2: 2, 0: 2, 2: 1, 4: 1, 8: 2}
 
 
 def test_malformed_log_lines_are_quarantined_at_ingest_and_extra_fields_kept(lake):
     good = json.dumps(log("b1", 0, appName="testdata", appVersion="1.0", stack=["a", "b"], level="WARN"))
-    bad = ['{"event_time": "2026-01-01T00:00:00Z", "logger_name": "x", "browserHash": "b1"',  # cut short
-           json.dumps({"event_time": at(0), "logger_name": "x", "message": "m"}),  # no browserHash
-           json.dumps(log("", 0)),
-           "not json at all"]
+    bad = [
+        '{"event_time": "2026-01-01T00:00:00Z", "logger_name": "x", "browserHash": "b1"',  # cut short
+        json.dumps({"event_time": at(0), "logger_name": "x", "message": "m"}),  # no browserHash
+        json.dumps(log("", 0)),
+        "not json at all",
+    ]
     result = ingest(lake, "app_logs", [good, *bad, ""])
     assert (result.appended, result.quarantined) == (1, 4)
     reasons = {q["raw"]: q["reason"] for q in rows(lake, "quarantine")}
@@ -155,5 +176,5 @@ def test_the_reference_windows_helper_matches_the_definition():
     from reference import hopping_windows, windows_containing
 
     for t in (0, 1, 2, 4.999, 5, 6, 7, 100, 101.5):
-        moment = datetime.fromtimestamp(t, tz=timezone.utc)
+        moment = datetime.fromtimestamp(t, tz=UTC)
         assert windows_containing(moment, 5, 2) == hopping_windows(moment, 5, 2)

@@ -1,18 +1,16 @@
 """call_analytics: one final row per call, closed by stream time or by (injected) wall clock, late partners reported."""
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-
-import pytest
+from datetime import UTC, datetime, timedelta
 
 from helpers import ingest
 from reference import call_analytics as expected
 from streamtable.lifecycle import reprocess, run
 from streamtable.reader import rows
-from streamtable.timefmt import parse_time
 
 P = "call_analytics"
-T0 = datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
 EARLY = T0 + timedelta(minutes=1)  # a wall clock at which nothing of these calls has passed its deadline yet
 
 

@@ -1,11 +1,12 @@
 """clicks_per_region against the pure-Python reference (tests/reference.py) and hand-computed totals."""
+
 from __future__ import annotations
 
 import pytest
 from deltalake import DeltaTable
 
-from reference import clicks_per_region as expected
 from helpers import ingest, table
+from reference import clicks_per_region as expected
 from streamtable.lifecycle import reprocess, run
 
 P = "clicks_per_region"
@@ -24,11 +25,20 @@ def totals(lake):
 
 
 def test_region_change_between_two_clicks_deletion_and_unknown_user(spark, lake):
-    regions = [region("alice", "asia", "2026-03-01T10:00:00Z"), region("alice", "europe", "2026-03-01T10:02:00Z"),
-               region("bob", "americas", "2026-03-01T10:00:00Z"), region("bob", None, "2026-03-01T10:04:00Z")]
-    clicks = [click("alice", 13, "2026-03-01T10:01:00Z"), click("alice", 40, "2026-03-01T10:03:00Z"),
-              click("bob", 4, "2026-03-01T10:03:00Z"), click("bob", 19, "2026-03-01T10:05:00Z"),
-              click("zed", 7, "2026-03-01T10:05:00Z"), click("alice", 1, "2026-03-01T09:00:00Z")]
+    regions = [
+        region("alice", "asia", "2026-03-01T10:00:00Z"),
+        region("alice", "europe", "2026-03-01T10:02:00Z"),
+        region("bob", "americas", "2026-03-01T10:00:00Z"),
+        region("bob", None, "2026-03-01T10:04:00Z"),
+    ]
+    clicks = [
+        click("alice", 13, "2026-03-01T10:01:00Z"),
+        click("alice", 40, "2026-03-01T10:03:00Z"),
+        click("bob", 4, "2026-03-01T10:03:00Z"),
+        click("bob", 19, "2026-03-01T10:05:00Z"),
+        click("zed", 7, "2026-03-01T10:05:00Z"),
+        click("alice", 1, "2026-03-01T09:00:00Z"),
+    ]
     ingest(lake, "user_regions", regions)
     ingest(lake, "user_clicks", clicks)
     run(lake, P)
@@ -59,12 +69,16 @@ def test_out_of_order_ingestion_within_a_run(spark, lake):
 
 
 def scenario():
-    regions = [[region("alice", "asia", "2026-03-01T10:00:00Z"), region("bob", "americas", "2026-03-01T10:00:00Z")],
-               [region("alice", "europe", "2026-03-01T10:02:00Z")],
-               [region("bob", None, "2026-03-01T10:04:00Z")]]
-    clicks = [[click("alice", 13, "2026-03-01T10:01:00Z"), click("bob", 4, "2026-03-01T10:01:00Z")],
-              [click("alice", 40, "2026-03-01T10:03:00Z")],
-              [click("bob", 19, "2026-03-01T10:05:00Z"), click("chao", 25, "2026-03-01T10:05:00Z")]]
+    regions = [
+        [region("alice", "asia", "2026-03-01T10:00:00Z"), region("bob", "americas", "2026-03-01T10:00:00Z")],
+        [region("alice", "europe", "2026-03-01T10:02:00Z")],
+        [region("bob", None, "2026-03-01T10:04:00Z")],
+    ]
+    clicks = [
+        [click("alice", 13, "2026-03-01T10:01:00Z"), click("bob", 4, "2026-03-01T10:01:00Z")],
+        [click("alice", 40, "2026-03-01T10:03:00Z")],
+        [click("bob", 19, "2026-03-01T10:05:00Z"), click("chao", 25, "2026-03-01T10:05:00Z")],
+    ]
     return regions, clicks
 
 
@@ -115,16 +129,19 @@ def test_reprocess_dry_run_publishes_nothing(spark, lake):
     assert not report.published and totals(lake) == before
 
 
-@pytest.mark.parametrize("bad, reason", [
-    ('{"user": "bob"', "malformed JSON"),
-    ('{"user": "bob", "event_time": "2026-03-01T10:00:00Z"}', "missing field clicks"),
-    ('{"user": "bob", "clicks": "4", "event_time": "2026-03-01T10:00:00Z"}', "clicks should be a long"),
-    ('{"user": "bob", "clicks": 4.5, "event_time": "2026-03-01T10:00:00Z"}', "clicks should be a long"),
-    ('{"user": "bob", "clicks": -1, "event_time": "2026-03-01T10:00:00Z"}', "clicks is -1, below 0"),
-    ('{"user": "", "clicks": 1, "event_time": "2026-03-01T10:00:00Z"}', "user is empty"),
-    ('{"user": "bob", "clicks": 1, "event_time": "yesterday"}', "not an ISO-8601 time"),
-    ('[1, 2]', "expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        ('{"user": "bob"', "malformed JSON"),
+        ('{"user": "bob", "event_time": "2026-03-01T10:00:00Z"}', "missing field clicks"),
+        ('{"user": "bob", "clicks": "4", "event_time": "2026-03-01T10:00:00Z"}', "clicks should be a long"),
+        ('{"user": "bob", "clicks": 4.5, "event_time": "2026-03-01T10:00:00Z"}', "clicks should be a long"),
+        ('{"user": "bob", "clicks": -1, "event_time": "2026-03-01T10:00:00Z"}', "clicks is -1, below 0"),
+        ('{"user": "", "clicks": 1, "event_time": "2026-03-01T10:00:00Z"}', "user is empty"),
+        ('{"user": "bob", "clicks": 1, "event_time": "yesterday"}', "not an ISO-8601 time"),
+        ("[1, 2]", "expected a JSON object"),
+    ],
+)
 def test_bad_records_go_to_quarantine_with_a_reason(lake, bad, reason):
     from streamtable.reader import rows
 
@@ -145,7 +162,8 @@ def test_a_failing_suite_fails_the_run_and_publishes_nothing(spark, lake):
     run(lake, P)
     # Someone corrupts the published table: a second row for a region breaks "region is unique".
     spark.createDataFrame([("asia", 1)], "region STRING, clicks BIGINT").write.format("delta").mode("append").save(
-        lake.table_path(P))
+        lake.table_path(P)
+    )
     corrupted = rows(lake, P)
     version = DeltaTable(lake.table_path(P)).version()
     ingest(lake, "user_clicks", clicks[1])

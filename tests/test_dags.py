@@ -4,6 +4,7 @@ Airflow runs in subprocesses, against a session-wide temporary AIRFLOW_HOME whos
 by `airflow db migrate`: importing Airflow configures logging, settings and an ORM for the whole
 process, which must not leak into the other tests (nor theirs into Airflow).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,19 +26,24 @@ HEAVY = ("pyspark", "great_expectations", "delta", "py4j")  # what no DAG file m
 
 def airflow_env(home: Path, lake: Path | None = None) -> dict[str, str]:
     """The environment `make` gives Airflow, pointed at a test AIRFLOW_HOME (and lake)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW__", "AIRFLOW_VAR_", "AIRFLOW_CONN_", "PYSPARK_GATEWAY"))}
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "GX_ANALYTICS_ENABLED": "false",
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW__", "AIRFLOW_VAR_", "AIRFLOW_CONN_", "PYSPARK_GATEWAY"))
+    }
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "GX_ANALYTICS_ENABLED": "false",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+    )
     if lake is not None:
         env["STREAMTABLE_LAKE"] = str(lake)
     else:
@@ -46,24 +52,32 @@ def airflow_env(home: Path, lake: Path | None = None) -> dict[str, str]:
 
 
 def run_python(code: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def last_json(proc: subprocess.CompletedProcess) -> dict:
     """The last `RESULT {...}` line a subprocess printed (Airflow logs on stdout too)."""
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, (
-        f"exit {proc.returncode}\n--- stdout (tail)\n{proc.stdout[-6000:]}\n--- stderr (tail)\n{proc.stderr[-6000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+        f"exit {proc.returncode}\n--- stdout (tail)\n{proc.stdout[-6000:]}\n--- stderr (tail)\n{proc.stderr[-6000:]}"
+    )
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 @pytest.fixture(scope="session")
 def airflow_home(tmp_path_factory) -> Path:
     """A temporary AIRFLOW_HOME with a migrated SQLite metadata DB, made once per test session."""
     home = tmp_path_factory.mktemp("airflow_home")
-    proc = subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=airflow_env(home), cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(BIN / "airflow"), "db", "migrate"],
+        env=airflow_env(home),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return home
 
@@ -74,7 +88,8 @@ def test_there_are_dags():
 
 
 def test_dagbag_imports_every_dag_without_errors(airflow_home):
-    proc = run_python(f"""
+    proc = run_python(
+        f"""
 import json
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder={str(DAGS)!r})
@@ -83,7 +98,9 @@ print("RESULT " + json.dumps({{
     "dags": {{d.dag_id: {{"file": d.fileloc, "doc_md": bool(d.doc_md), "tasks": len(d.tasks)}}
              for d in bag.dags.values()}},
 }}))
-""", airflow_env(airflow_home))
+""",
+        airflow_env(airflow_home),
+    )
     result = last_json(proc)
     assert result["errors"] == {}, "DAG import errors:\n" + "\n".join(f"{k}: {v}" for k, v in result["errors"].items())
     files = {Path(d["file"]).name for d in result["dags"].values()}
@@ -95,11 +112,14 @@ print("RESULT " + json.dumps({{
 
 @pytest.mark.parametrize("dag_file", DAG_FILES, ids=[p.name for p in DAG_FILES])
 def test_dag_file_does_not_import_pyspark(dag_file, airflow_home):
-    proc = run_python(f"""
+    proc = run_python(
+        f"""
 import json, runpy, sys
 runpy.run_path({str(dag_file)!r})
 print("RESULT " + json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})))
-""", airflow_env(airflow_home))
+""",
+        airflow_env(airflow_home),
+    )
     heavy = last_json(proc)
     assert heavy == [], f"{dag_file.name} imports {heavy[:8]} when parsed: keep Spark and GX inside the job"
 
@@ -107,7 +127,8 @@ print("RESULT " + json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in
 def test_clicks_per_region_dag_shape(airflow_home, tmp_path):
     """Two spark-submits of the job, run >> quality_gate, the lake templated, the output table an Asset."""
     lake = tmp_path / "lake"
-    proc = run_python(f"""
+    proc = run_python(
+        f"""
 import json, runpy
 dag = runpy.run_path({str(DAGS / "clicks_per_region.py")!r})["dag"]
 tasks = {{}}
@@ -122,7 +143,9 @@ print("RESULT " + json.dumps({{
     "schedule": str(dag.schedule), "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
     "macros": sorted(dag.user_defined_macros or {{}}), "tasks": tasks,
 }}))
-""", airflow_env(airflow_home, lake))
+""",
+        airflow_env(airflow_home, lake),
+    )
     dag = last_json(proc)
     assert dag["catchup"] is False and dag["max_active_runs"] == 1
     assert dag["schedule"] == "*/5 * * * *"
@@ -139,8 +162,9 @@ print("RESULT " + json.dumps({{
         assert any("delta-spark" in Path(j).name for j in jars) and all(Path(j).is_file() for j in jars)
         assert task["binary"] == str(BIN / "spark-submit")
     assert run["outlets"] == []
-    assert gate["outlets"] == [{"uri": (lake / "tables" / "clicks_per_region").as_uri(),
-                                "name": "streamtable.clicks_per_region"}]
+    assert gate["outlets"] == [
+        {"uri": (lake / "tables" / "clicks_per_region").as_uri(), "name": "streamtable.clicks_per_region"}
+    ]
 
 
 @pytest.mark.timeout(1800)  # two cold spark-submits: ~3 min on an idle 2-core machine, 7 under load
@@ -149,13 +173,19 @@ def test_clicks_per_region_dag_test_run(airflow_home, tmp_path):
     lake = tmp_path / "lake"
     env = airflow_env(airflow_home, lake)
     for table in ("user_regions", "user_clicks"):
-        ingest = subprocess.run([str(BIN / "streamtable"), "ingest", table, str(EXAMPLE / f"{table}.jsonl"),
-                                 "--lake", str(lake)], env=env, capture_output=True, text=True, timeout=300)
+        ingest = subprocess.run(
+            [str(BIN / "streamtable"), "ingest", table, str(EXAMPLE / f"{table}.jsonl"), "--lake", str(lake)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert ingest.returncode == 0, ingest.stderr
         assert json.loads(ingest.stdout)["quarantined"] == 0
 
     started = time.monotonic()
-    proc = run_python(f"""
+    proc = run_python(
+        f"""
 import json
 from sqlalchemy import select
 from airflow.dag_processing.dagbag import DagBag
@@ -171,7 +201,10 @@ with create_session() as session:
     events = list(session.scalars(select(AssetModel.uri).join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
                                   .where(AssetEvent.source_run_id == run.run_id)))
 print("RESULT " + json.dumps({{"state": str(run.state), "tasks": states, "asset_events": events}}))
-""", env, timeout=1500)
+""",
+        env,
+        timeout=1500,
+    )
     result = last_json(proc)
     elapsed = time.monotonic() - started
     print(f"dag.test() of clicks_per_region took {elapsed:.0f} s")

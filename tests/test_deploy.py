@@ -4,6 +4,7 @@ docker-compose.yaml is checked with `docker compose config` when the compose plu
 always structurally with PyYAML: every service has an image or a build, depends_on names services,
 named volumes are declared, mounted host paths exist, and the stack is the one the README promises.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,14 +27,24 @@ def compose() -> dict:
 
 def _interpolate(value: str) -> str:
     """Compose's `${VAR:-default}` with the defaults (what `docker compose config` shows without a .env)."""
-    return re.sub(r"\$\{(\w+)(?::?-([^}]*))?\}", lambda m: os.environ.get(m.group(1)) or m.group(2) or "",
-                  value.replace("$$", "\0")).replace("\0", "$")
+    return re.sub(
+        r"\$\{(\w+)(?::?-([^}]*))?\}",
+        lambda m: os.environ.get(m.group(1)) or m.group(2) or "",
+        value.replace("$$", "\0"),
+    ).replace("\0", "$")
 
 
 def test_compose_has_the_stack(compose):
     services = compose["services"]
-    assert {"postgres", "airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-            "spark-master", "spark-worker"} <= set(services)
+    assert {
+        "postgres",
+        "airflow-init",
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "spark-master",
+        "spark-worker",
+    } <= set(services)
     commands = {name: s.get("command") for name, s in services.items()}
     assert commands["airflow-apiserver"] == "api-server"
     assert commands["airflow-scheduler"] == "scheduler"
@@ -44,8 +55,12 @@ def test_compose_has_the_stack(compose):
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql")
         assert "spark://spark-master" in env["AIRFLOW_CONN_SPARK_DEFAULT"]
         mounts = {v.split(":")[1] for v in services[name]["volumes"]}
-        assert {"/opt/streamtable/dags", "/opt/streamtable/jobs", "/opt/streamtable/include",
-                "/opt/streamtable/lake"} <= mounts
+        assert {
+            "/opt/streamtable/dags",
+            "/opt/streamtable/jobs",
+            "/opt/streamtable/include",
+            "/opt/streamtable/lake",
+        } <= mounts
         assert env["STREAMTABLE_LAKE"] == "/opt/streamtable/lake"
     assert "/opt/streamtable/lake" in {v.split(":")[1] for v in services["spark-worker"]["volumes"]}
     for name in ("spark-master", "spark-worker"):
@@ -60,7 +75,7 @@ def test_compose_references_resolve(compose):
     for name, service in services.items():
         assert "image" in service or "build" in service, f"{name}: no image nor build"
         depends = service.get("depends_on") or {}
-        for other in (depends if isinstance(depends, (list, dict)) else []):
+        for other in depends if isinstance(depends, (list, dict)) else []:
             assert other in services, f"{name} depends on unknown service {other}"
         for volume in service.get("volumes") or []:
             source = volume.split(":")[0]
@@ -87,16 +102,25 @@ def test_compose_build_context_has_what_the_dockerfile_copies(compose):
         assert f"!{needed}" in ignore, f".dockerignore leaves {needed} out of the build context"
 
 
-@pytest.mark.skipif(shutil.which("docker") is None or subprocess.run(
-    ["docker", "compose", "version"], capture_output=True).returncode != 0, reason="no docker compose plugin here")
+@pytest.mark.skipif(
+    shutil.which("docker") is None
+    or subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0,
+    reason="no docker compose plugin here",
+)
 def test_docker_compose_config():
-    proc = subprocess.run(["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("script", ["scripts/setup.sh", "scripts/demo.sh", "scripts/spark-cluster.sh",
-                                    "scripts/postgres.sh", ".ci/run"])
+@pytest.mark.parametrize(
+    "script", ["scripts/setup.sh", "scripts/demo.sh", "scripts/spark-cluster.sh", "scripts/postgres.sh", ".ci/run"]
+)
 def test_scripts_are_valid_bash(script):
     path = ROOT / script
     assert os.access(path, os.X_OK), f"{script} is not executable"
@@ -105,8 +129,12 @@ def test_scripts_are_valid_bash(script):
 
 
 def test_makefile_targets():
-    proc = subprocess.run(["make", "-n", "-C", str(ROOT), "setup", "demo", "test-quick", "bench", "clean"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "setup", "demo", "test-quick", "bench", "clean"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert '-m pytest -m "not integration"' in proc.stdout
     for target in ("test", "test-all"):  # CI's `make test` runs the integration test too
@@ -114,9 +142,13 @@ def test_makefile_targets():
         assert proc.returncode == 0, proc.stderr
         pytest_lines = [line for line in proc.stdout.splitlines() if "-m pytest" in line]
         assert pytest_lines and all("not integration" not in line for line in pytest_lines), proc.stdout
-    env = subprocess.run(["make", "-s", "-C", str(ROOT), "--eval", "print-env: ; @env", "print-env"],
-                         capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items()
-                                                                         if not k.startswith(("AIRFLOW", "STREAMTABLE", "PYSPARK"))})
+    env = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "--eval", "print-env: ; @env", "print-env"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "STREAMTABLE", "PYSPARK"))},
+    )
     assert env.returncode == 0, env.stderr
     exported = dict(line.split("=", 1) for line in env.stdout.splitlines() if "=" in line)
     assert exported["AIRFLOW_HOME"] == str(ROOT / "airflow_home")

@@ -1,4 +1,5 @@
 """inventory against the pure-Python reference: signed running sums per (store, item), negatives kept."""
+
 from __future__ import annotations
 
 from helpers import ingest
@@ -20,26 +21,37 @@ def stock(lake):
 def test_negative_stock_zero_kept_and_one_run_equals_three_runs(spark, tmp_path):
     from streamtable.lake import Lake
 
-    batches = [[event("berlin", "apples", 10), event("berlin", "pears", 3), event("paris", "apples", -2)],
-               [event("berlin", "apples", -15), event("berlin", "pears", -3),
-                event("paris", "apples", 7, "2026-01-01T09:00:00Z")],  # out of order: a sum does not care
-               [event("berlin", "apples", 4), event("paris", "plums", 1), event("paris", "plums", 1)]]
+    batches = [
+        [event("berlin", "apples", 10), event("berlin", "pears", 3), event("paris", "apples", -2)],
+        [
+            event("berlin", "apples", -15),
+            event("berlin", "pears", -3),
+            event("paris", "apples", 7, "2026-01-01T09:00:00Z"),
+        ],  # out of order: a sum does not care
+        [event("berlin", "apples", 4), event("paris", "plums", 1), event("paris", "plums", 1)],
+    ]
     one, three = Lake(tmp_path / "one"), Lake(tmp_path / "three")
     for n, b in enumerate(batches):
         result = ingest(one, "inventory_events", b + ['{"store": "x", "item": "y", "quantity": "5"}'])
         assert (result.appended, result.quarantined) == (len(b), 1)  # a string quantity is quarantined
         ingest(three, "inventory_events", b)
         run(three, P)
-        assert stock(three) == expected([e for done in batches[:n + 1] for e in done])
+        assert stock(three) == expected([e for done in batches[: n + 1] for e in done])
         if n == 1:
             assert stock(three)[("berlin", "apples")] == -5 and stock(three)[("berlin", "pears")] == 0
     run(one, P)
     want = expected([e for b in batches for e in b])
-    assert stock(one) == stock(three) == want == {
-        ("berlin", "apples"): -1, ("berlin", "pears"): 0, ("paris", "apples"): 5, ("paris", "plums"): 2}
+    assert (
+        stock(one)
+        == stock(three)
+        == want
+        == {("berlin", "apples"): -1, ("berlin", "pears"): 0, ("paris", "apples"): 5, ("paris", "plums"): 2}
+    )
 
     # interactive queries: by store, by store and item, and a key that is not there
-    assert query(one, P, "paris") == [{"store": "paris", "item": "apples", "quantity": 5},
-                                      {"store": "paris", "item": "plums", "quantity": 2}]
+    assert query(one, P, "paris") == [
+        {"store": "paris", "item": "apples", "quantity": 5},
+        {"store": "paris", "item": "plums", "quantity": 2},
+    ]
     assert query(one, P, "berlin", "apples") == [{"store": "berlin", "item": "apples", "quantity": -1}]
     assert query(one, P, "rome") == []

@@ -2,13 +2,15 @@
 
 Spark runs are slow on a small machine, so each test packs several cases (one user each) into few runs.
 """
+
 from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from deltalake import DeltaTable
+from test_dags import DAGS, airflow_env, airflow_home, last_json, run_python  # noqa: F401 (airflow_home: a fixture)
 
 from helpers import cli, ingest
 from reference import presence_notifications as expected
@@ -17,7 +19,6 @@ from streamtable.lifecycle import run, validate
 from streamtable.pipelines.presence_notifications import MESSAGE
 from streamtable.reader import rows
 from streamtable.timefmt import parse_time
-from test_dags import DAGS, airflow_env, airflow_home, last_json, run_python  # noqa: F401 (airflow_home: a fixture)
 
 P = "presence_notifications"
 
@@ -77,21 +78,33 @@ def test_close_and_tick_notifications_ties_reopen_and_window_edges_in_one_run(sp
     first = [
         # ann: a tick before any presence gives nothing; Close 10:00; a tick at exactly 10:00 sees it (as-of
         # includes equal times); Open again at 10:05: the tick at 10:05 and later ones give nothing.
-        presence("ann", "Close", "10:00:00"), presence("ann", "Open", "10:05:00"),
+        presence("ann", "Close", "10:00:00"),
+        presence("ann", "Open", "10:05:00"),
         # bob: Close and Open at the same time in one file: the later line wins for ticks; the Close still notifies.
-        presence("bob", "Close", "10:01:00"), presence("bob", "Open", "10:01:00"),
+        presence("bob", "Close", "10:01:00"),
+        presence("bob", "Open", "10:01:00"),
         # dan: out of order within the run: Close 10:02 listed before Open 10:00.
-        presence("dan", "Close", "10:02:00"), presence("dan", "Open", "10:00:00"),
+        presence("dan", "Close", "10:02:00"),
+        presence("dan", "Open", "10:00:00"),
         # eve (first ingest): Open at 10:00, overridden below by a Close at the same time in a later ingest.
         presence("eve", "Open", "10:00:00"),
         # win: window edges: 10:00:00.000 is in [09:51, 10:01) ... [10:00, 10:10), not in [09:50, 10:00).
-        presence("win", "Close", "10:00:00"), presence("win", "Close", "10:09:59.999"),
+        presence("win", "Close", "10:00:00"),
+        presence("win", "Close", "10:09:59.999"),
         presence("win", "Close", "10:10:00"),
     ]
     second = [presence("eve", "Close", "10:00:00")]
-    ticks = [tick("ann", "09:59:00"), tick("ann", "10:00:00"), tick("ann", "10:03:00"), tick("ann", "10:05:00"),
-             tick("ann", "10:07:00"), tick("bob", "10:01:00"), tick("dan", "10:04:00"), tick("eve", "10:00:00"),
-             tick("cat", "10:04:00")]  # cat never appears in user_presence: nothing
+    ticks = [
+        tick("ann", "09:59:00"),
+        tick("ann", "10:00:00"),
+        tick("ann", "10:03:00"),
+        tick("ann", "10:05:00"),
+        tick("ann", "10:07:00"),
+        tick("bob", "10:01:00"),
+        tick("dan", "10:04:00"),
+        tick("eve", "10:00:00"),
+        tick("cat", "10:04:00"),
+    ]  # cat never appears in user_presence: nothing
     old = [{"user": "old", "action": "Close", "event_time": "1970-01-01T00:03:30Z"}]  # only windows starting >= 0
     ingests = [("user_presence", first), ("user_presence", second), ("ticks", ticks), ("user_presence", old)]
     feed(lake, ingests)
@@ -99,14 +112,22 @@ def test_close_and_tick_notifications_ties_reopen_and_window_edges_in_one_run(sp
 
     got = outputs(lake)
     assert got == expected([ingests])
-    assert got["notifications"] == sorted([
-        n("ann", "10:00:00", "close"), n("ann", "10:00:00", "tick"), n("ann", "10:03:00", "tick"),
-        n("bob", "10:01:00", "close"),
-        n("dan", "10:02:00", "close"), n("dan", "10:04:00", "tick"),
-        n("eve", "10:00:00", "close"), n("eve", "10:00:00", "tick"),
-        n("win", "10:00:00", "close"), n("win", "10:09:59.999", "close"), n("win", "10:10:00", "close"),
-        ("old", parse_time("1970-01-01T00:03:30Z"), "close"),
-    ])
+    assert got["notifications"] == sorted(
+        [
+            n("ann", "10:00:00", "close"),
+            n("ann", "10:00:00", "tick"),
+            n("ann", "10:03:00", "tick"),
+            n("bob", "10:01:00", "close"),
+            n("dan", "10:02:00", "close"),
+            n("dan", "10:04:00", "tick"),
+            n("eve", "10:00:00", "close"),
+            n("eve", "10:00:00", "tick"),
+            n("win", "10:00:00", "close"),
+            n("win", "10:09:59.999", "close"),
+            n("win", "10:10:00", "close"),
+            ("old", parse_time("1970-01-01T00:03:30Z"), "close"),
+        ]
+    )
     c = got["counts"]
     assert c[("ann", epoch(at("10:00:00")))] == 3 and c[("ann", epoch(at("09:51:00")))] == 2
     assert ("win", epoch(at("09:50:00"))) not in c and c[("win", epoch(at("09:51:00")))] == 1
@@ -118,15 +139,27 @@ def test_close_and_tick_notifications_ties_reopen_and_window_edges_in_one_run(sp
 
 def test_late_records_across_runs_count_in_open_windows_and_are_reported_for_closed_ones(spark, lake):
     runs = [
-        [("user_presence", [presence("ann", "Close", "10:00:00")]),
-         # zed's tick notifies nobody but moves stream time to 10:20; eve's tick comes before any of her presence.
-         ("ticks", [tick("zed", "10:20:00"), tick("eve", "10:10:00")])],
-        [("user_presence", [
-            presence("ann", "Close", "10:08:00"),  # windows starting 09:59..10:05 end <= 10:15: closed at 10:20
-            presence("eve", "Close", "10:05:00")]),  # all its windows closed: notified, counted nowhere
-         ("ticks", [
-             tick("ann", "10:07:00"),  # ann is Close since 10:00: notifies; windows 09:58..10:05 closed
-             tick("eve", "10:30:00")])],  # eve is Close since 10:05: notifies, on time
+        [
+            ("user_presence", [presence("ann", "Close", "10:00:00")]),
+            # zed's tick notifies nobody but moves stream time to 10:20; eve's tick comes before any of her presence.
+            ("ticks", [tick("zed", "10:20:00"), tick("eve", "10:10:00")]),
+        ],
+        [
+            (
+                "user_presence",
+                [
+                    presence("ann", "Close", "10:08:00"),  # windows starting 09:59..10:05 end <= 10:15: closed at 10:20
+                    presence("eve", "Close", "10:05:00"),
+                ],
+            ),  # all its windows closed: notified, counted nowhere
+            (
+                "ticks",
+                [
+                    tick("ann", "10:07:00"),  # ann is Close since 10:00: notifies; windows 09:58..10:05 closed
+                    tick("eve", "10:30:00"),
+                ],
+            ),
+        ],  # eve is Close since 10:05: notifies, on time
     ]
     feed(lake, runs[0])
     run(lake, P)
@@ -136,21 +169,32 @@ def test_late_records_across_runs_count_in_open_windows_and_are_reported_for_clo
     got = outputs(lake)
     assert got == expected(runs)
     # eve's tick at 10:10 was decided in run 1, before her Close arrived: it is not revisited.
-    assert got["notifications"] == sorted([
-        n("ann", "10:00:00", "close"), n("ann", "10:07:00", "tick"), n("ann", "10:08:00", "close"),
-        n("eve", "10:05:00", "close"), n("eve", "10:30:00", "tick")])
+    assert got["notifications"] == sorted(
+        [
+            n("ann", "10:00:00", "close"),
+            n("ann", "10:07:00", "tick"),
+            n("ann", "10:08:00", "close"),
+            n("eve", "10:05:00", "close"),
+            n("eve", "10:30:00", "tick"),
+        ]
+    )
     minute = [epoch(at(f"{h}:{m:02d}:00")) for h, m in [("09", 56), ("09", 58), ("09", 59), ("10", 5), ("10", 6)]]
-    assert got["late"] == sorted([
-        ("ticks", "ann", parse_time(at("10:07:00")), list(range(minute[1], minute[3] + 1, 60))),
-        ("user_presence", "ann", parse_time(at("10:08:00")), list(range(minute[2], minute[3] + 1, 60))),
-        ("user_presence", "eve", parse_time(at("10:05:00")), list(range(minute[0], minute[3] + 1, 60))),
-    ])
+    assert got["late"] == sorted(
+        [
+            ("ticks", "ann", parse_time(at("10:07:00")), list(range(minute[1], minute[3] + 1, 60))),
+            ("user_presence", "ann", parse_time(at("10:08:00")), list(range(minute[2], minute[3] + 1, 60))),
+            ("user_presence", "eve", parse_time(at("10:05:00")), list(range(minute[0], minute[3] + 1, 60))),
+        ]
+    )
     # closed windows kept their count; open ones counted the late records
     assert got["counts"][("ann", epoch(at("10:00:00")))] == 1
     assert got["counts"][("ann", epoch(at("10:06:00")))] == 2
     assert not any(u == "eve" and s <= minute[3] for (u, s) in got["counts"])
-    [raw] = [json.loads(r["raw"]) for r in rows(lake, "late_events") if r["table"] == "user_presence"
-             and json.loads(r["raw"])["user"] == "eve"]
+    [raw] = [
+        json.loads(r["raw"])
+        for r in rows(lake, "late_events")
+        if r["table"] == "user_presence" and json.loads(r["raw"])["user"] == "eve"
+    ]
     assert raw == {"user": "eve", "action": "Close", "event_time": "2026-03-01T10:05:00.000Z"}
     # a window's row stops changing once closed (end + 5 min grace <= stream time 10:20 after run 1)
     closed = {k for k in before | got["counts"] if k[1] + 600 + 300 <= epoch(at("10:20:00"))}
@@ -160,12 +204,18 @@ def test_late_records_across_runs_count_in_open_windows_and_are_reported_for_clo
 def scenario(tick_at: str) -> list[list[tuple[str, list[dict]]]]:
     """Three runs' ingests, in order and in time; the third run's ticks come from `emit-ticks --at tick_at`."""
     return [
-        [("user_presence", [presence("ann", "Close", "10:00:00"), presence("bob", "Open", "10:00:00")]),
-         ("ticks", [tick("ann", "10:01:00"), tick("bob", "10:01:00")])],
-        [("user_presence", [presence("ann", "Open", "10:03:00"), presence("bob", "Close", "10:02:00")]),
-         ("ticks", [tick("ann", "10:04:00"), tick("bob", "10:04:00")])],
-        [("user_presence", [presence("ann", "Close", "10:06:00"), presence("cyd", "Open", "10:06:00")]),
-         ("ticks", [tick(u, tick_at) for u in ("ann", "bob", "cyd")])],
+        [
+            ("user_presence", [presence("ann", "Close", "10:00:00"), presence("bob", "Open", "10:00:00")]),
+            ("ticks", [tick("ann", "10:01:00"), tick("bob", "10:01:00")]),
+        ],
+        [
+            ("user_presence", [presence("ann", "Open", "10:03:00"), presence("bob", "Close", "10:02:00")]),
+            ("ticks", [tick("ann", "10:04:00"), tick("bob", "10:04:00")]),
+        ],
+        [
+            ("user_presence", [presence("ann", "Close", "10:06:00"), presence("cyd", "Open", "10:06:00")]),
+            ("ticks", [tick(u, tick_at) for u in ("ann", "bob", "cyd")]),
+        ],
     ]
 
 
@@ -178,8 +228,7 @@ def test_one_run_and_three_runs_give_the_same_outputs_with_emitted_ticks(spark, 
             for table, records in ingests:
                 if table == "ticks" and ingests is runs[-1]:
                     emitted = json.loads(cli(lake, "emit-ticks", "--at", at(tick_at)).stdout)
-                    assert emitted == {"table": "ticks", "appended": 3, "quarantined": 0,
-                                       "version": 2}
+                    assert emitted == {"table": "ticks", "appended": 3, "quarantined": 0, "version": 2}
                 else:
                     ingest(lake, table, records)
         run(three, P)
@@ -188,10 +237,17 @@ def test_one_run_and_three_runs_give_the_same_outputs_with_emitted_ticks(spark, 
     want = expected(runs)
     assert want == expected([[i for ingests in runs for i in ingests]])
     assert outputs(one) == outputs(three) == want
-    assert want["notifications"] == sorted([
-        n("ann", "10:00:00", "close"), n("ann", "10:01:00", "tick"), n("bob", "10:02:00", "close"),
-        n("bob", "10:04:00", "tick"), n("ann", "10:06:00", "close"), n("ann", "10:08:00", "tick"),
-        n("bob", "10:08:00", "tick")])
+    assert want["notifications"] == sorted(
+        [
+            n("ann", "10:00:00", "close"),
+            n("ann", "10:01:00", "tick"),
+            n("bob", "10:02:00", "close"),
+            n("bob", "10:04:00", "tick"),
+            n("ann", "10:06:00", "close"),
+            n("ann", "10:08:00", "tick"),
+            n("bob", "10:08:00", "tick"),
+        ]
+    )
 
     # a second run with no new input changes nothing
     versions = {t: DeltaTable(one.table_path(t)).version() for t in ("notifications", "notification_counts")}
@@ -206,25 +262,38 @@ def test_emit_ticks_one_tick_per_user_ever_seen_at_the_given_time_idempotent_wit
     def emit(*args: str) -> dict:
         return json.loads(cli(lake, "emit-ticks", *args).stdout)
 
-    assert emit("--at", "2026-03-01T10:00:00Z") == {"table": "ticks", "appended": 0, "quarantined": 0,
-                                                    "version": None}
-    ingest(lake, "user_presence", [presence("bob", "Open", "09:00:00"), presence("ann", "Close", "09:01:00"),
-                                   presence("bob", "Close", "09:02:00")])
-    ingest(lake, "user_presence", ['{"user": "", "action": "Close", "event_time": "2026-03-01T09:03:00Z"}',
-                                   presence("cyd", "Open", "09:04:00")])  # the quarantined one is no user
-    assert emit("--at", "2026-03-01T11:05:00+01:00") == {"table": "ticks", "appended": 3, "quarantined": 0,
-                                                         "version": 0}
+    assert emit("--at", "2026-03-01T10:00:00Z") == {"table": "ticks", "appended": 0, "quarantined": 0, "version": None}
+    ingest(
+        lake,
+        "user_presence",
+        [
+            presence("bob", "Open", "09:00:00"),
+            presence("ann", "Close", "09:01:00"),
+            presence("bob", "Close", "09:02:00"),
+        ],
+    )
+    ingest(
+        lake,
+        "user_presence",
+        ['{"user": "", "action": "Close", "event_time": "2026-03-01T09:03:00Z"}', presence("cyd", "Open", "09:04:00")],
+    )  # the quarantined one is no user
+    assert emit("--at", "2026-03-01T11:05:00+01:00") == {
+        "table": "ticks",
+        "appended": 3,
+        "quarantined": 0,
+        "version": 0,
+    }
     # the same instant again (a retried scheduler task) adds nothing; a new user there gets hers
     assert emit("--at", "2026-03-01T10:05:00Z")["appended"] == 0
     ingest(lake, "user_presence", [presence("dee", "Close", "10:04:00")])
-    assert emit("--at", "2026-03-01T10:05:00.000Z") == {"table": "ticks", "appended": 1, "quarantined": 0,
-                                                        "version": 1}
-    before = datetime.now(timezone.utc).replace(microsecond=0)
+    assert emit("--at", "2026-03-01T10:05:00.000Z") == {"table": "ticks", "appended": 1, "quarantined": 0, "version": 1}
+    before = datetime.now(UTC).replace(microsecond=0)
     assert emit()["appended"] == 4
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
     ticks = rows(lake, "ticks")
     assert [(r["user"], r["event_time"]) for r in ticks[:4]] == [
-        (u, parse_time("2026-03-01T10:05:00Z")) for u in ("ann", "bob", "cyd", "dee")]
+        (u, parse_time("2026-03-01T10:05:00Z")) for u in ("ann", "bob", "cyd", "dee")
+    ]
     now = {r["event_time"] for r in ticks[4:]}
     assert len(now) == 1 and before <= now.pop() <= after
 
@@ -237,7 +306,8 @@ def test_dag_emits_ticks_at_the_run_time_before_the_run(airflow_home, tmp_path):
     """The DAG's shape, and a `dag.test()` that executes emit_ticks for real (the Spark tasks marked success)."""
     lake = Lake(tmp_path / "lake")
     ingest(lake, "user_presence", [presence("ann", "Close", "10:00:00"), presence("bob", "Open", "10:00:00")])
-    proc = run_python(f"""
+    proc = run_python(
+        f"""
 import json
 from datetime import datetime, timezone
 from airflow.dag_processing.dagbag import DagBag
@@ -248,13 +318,19 @@ args = {{t.task_id: t.application_args[:2] for t in dag.tasks if hasattr(t, "app
 run = dag.test(run_after=datetime(2026, 3, 1, 10, 5, tzinfo=timezone.utc), mark_success_pattern="^(run|quality_gate)$")
 print("RESULT " + json.dumps({{"schedule": str(dag.schedule), "shape": shape, "outlets": outlets, "args": args,
                               "catchup": dag.catchup, "state": str(run.state)}}))
-""", airflow_env(airflow_home, lake.root), timeout=900)
+""",
+        airflow_env(airflow_home, lake.root),
+        timeout=900,
+    )
     dag = last_json(proc)
     assert dag["shape"] == {"emit_ticks": ["run"], "run": ["quality_gate"], "quality_gate": []}
     assert dag["args"] == {"run": ["run", P], "quality_gate": ["validate", P]}
-    assert dag["outlets"] == sorted((lake.root / "tables" / t).as_uri()
-                                    for t in ("notifications", "notification_counts"))
+    assert dag["outlets"] == sorted(
+        (lake.root / "tables" / t).as_uri() for t in ("notifications", "notification_counts")
+    )
     assert dag["schedule"] == "*/5 * * * *" and dag["catchup"] is False
     assert dag["state"] == "success", proc.stdout[-3000:]
     assert [(r["user"], r["event_time"]) for r in rows(lake, "ticks")] == [
-        ("ann", parse_time("2026-03-01T10:05:00Z")), ("bob", parse_time("2026-03-01T10:05:00Z"))]
+        ("ann", parse_time("2026-03-01T10:05:00Z")),
+        ("bob", parse_time("2026-03-01T10:05:00Z")),
+    ]

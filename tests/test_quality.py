@@ -2,6 +2,7 @@
 
 Every rule test runs on both GX engines (the `engine` fixture): validate() must give the same Report.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -17,16 +18,19 @@ from streamtable import expectations as expect
 from streamtable import quality
 from streamtable.quality import Report, docs_index, validate
 
-ALL_KINDS = expect.Suite("orders", (
-    expect.not_null("id"),
-    expect.unique("id"),
-    expect.unique("id", "region"),
-    expect.between("amount", 0, 100),
-    expect.in_set("region", ("eu", "us")),
-    expect.sum_equals("amount", "amount_in"),
-    expect.column_pair_le("start", "end"),
-    expect.any_not_null("email", "phone"),
-))
+ALL_KINDS = expect.Suite(
+    "orders",
+    (
+        expect.not_null("id"),
+        expect.unique("id"),
+        expect.unique("id", "region"),
+        expect.between("amount", 0, 100),
+        expect.in_set("region", ("eu", "us")),
+        expect.sum_equals("amount", "amount_in"),
+        expect.column_pair_le("start", "end"),
+        expect.any_not_null("email", "phone"),
+    ),
+)
 SCHEMA = "id int, region string, amount int, start int, `end` int, email string, phone string"
 
 
@@ -41,16 +45,21 @@ def _validations(quality_dir: Path) -> list[Path]:
 
 def _datasources(quality_dir: Path) -> list[str]:
     """The GX datasource (so the engine) of each stored validation, oldest first."""
-    return [json.loads(path.read_text())["meta"]["active_batch_definition"]["datasource_name"]
-            for path in _validations(quality_dir)]
+    return [
+        json.loads(path.read_text())["meta"]["active_batch_definition"]["datasource_name"]
+        for path in _validations(quality_dir)
+    ]
 
 
 def test_passing_suite_builds_docs_under_the_quality_dir(spark, tmp_path, engine):
-    df = spark.createDataFrame([
-        (1, "eu", 10, 1, 2, "a@x", None),
-        (2, "us", 20, 3, None, None, "555"),  # a null end is not compared
-        (3, "eu", 0, 5, 5, "c@x", "556"),
-    ], SCHEMA)
+    df = spark.createDataFrame(
+        [
+            (1, "eu", 10, 1, 2, "a@x", None),
+            (2, "us", 20, 3, None, None, "555"),  # a null end is not compared
+            (3, "eu", 0, 5, 5, "c@x", "556"),
+        ],
+        SCHEMA,
+    )
     quality_dir = tmp_path / "lake" / "_quality"
 
     report = validate(df, "shop", ALL_KINDS, str(quality_dir), {"amount_in": 30}, engine=engine)
@@ -63,14 +72,18 @@ def test_passing_suite_builds_docs_under_the_quality_dir(spark, tmp_path, engine
 
 
 def test_each_kind_reports_a_clear_failure_line(spark, tmp_path, engine):
-    df = spark.createDataFrame([
-        (1, "eu", 10, 1, 2, "a@x", None),
-        (1, "eu", 150, 9, 3, None, None),  # duplicate id, amount too big, start > end, no contact
-        (None, "mars", 5, 1, 1, "c@x", None),  # null id, region outside the set
-    ], SCHEMA)
+    df = spark.createDataFrame(
+        [
+            (1, "eu", 10, 1, 2, "a@x", None),
+            (1, "eu", 150, 9, 3, None, None),  # duplicate id, amount too big, start > end, no contact
+            (None, "mars", 5, 1, 1, "c@x", None),  # null id, region outside the set
+        ],
+        SCHEMA,
+    )
 
-    report = validate(df, "shop", ALL_KINDS, str(tmp_path / "_quality"), {"amount_in": 99}, build_docs=False,
-                      engine=engine)
+    report = validate(
+        df, "shop", ALL_KINDS, str(tmp_path / "_quality"), {"amount_in": 99}, build_docs=False, engine=engine
+    )
 
     assert not report.success and report.docs_path is None and report.rows == 3
     assert report.failures == (
@@ -87,11 +100,14 @@ def test_each_kind_reports_a_clear_failure_line(spark, tmp_path, engine):
 
 def test_mostly_and_missing_columns(spark, tmp_path, engine):
     df = spark.createDataFrame([(1, None), (2, 5), (3, 6), (4, 7)], "id int, v int")
-    suite = expect.Suite("t", (
-        expect.Expectation("not_null", ("v",), mostly=0.7),  # 1 null in 4 rows: 75% present
-        expect.Expectation("not_null", ("v",), mostly=0.9),
-        expect.not_null("missing"),
-    ))
+    suite = expect.Suite(
+        "t",
+        (
+            expect.Expectation("not_null", ("v",), mostly=0.7),  # 1 null in 4 rows: 75% present
+            expect.Expectation("not_null", ("v",), mostly=0.9),
+            expect.not_null("missing"),
+        ),
+    )
 
     report = validate(df, "p", suite, str(tmp_path / "_quality"), build_docs=False, engine=engine)
 
@@ -155,28 +171,34 @@ def test_only_the_newest_results_and_their_pages_are_kept(spark, tmp_path, monke
 def test_nullable_ints_longs_bools_and_timestamps_compare_as_in_spark(spark, tmp_path, engine):
     # as float64 (what toPandas makes of an int column with nulls) the two longs would be equal
     big, t = 2**53, dt.datetime(2024, 1, 1, 12)
-    df = spark.createDataFrame([
-        (big, 1, 5, True, "x", t, t + dt.timedelta(hours=1), t.date()),
-        (big + 1, None, None, None, None, t + dt.timedelta(hours=2), t, None),  # end before start
-        (None, 1, 150, False, "x", None, t, t.date()),
-        (None, 1, 7, True, None, t, None, dt.date(2024, 1, 2)),
-    ], "l long, k int, n int, b boolean, s string, start timestamp, end timestamp_ntz, d date")
-    suite = expect.Suite("t", (
-        expect.unique("l"),
-        expect.in_set("l", (big,)),
-        expect.unique("k", "s"),  # nulls are values here: (1, "x") twice; (1, null) and (null, null) once
-        expect.between("n", 0, 100),
-        expect.Expectation("between", ("n",), max_value=100, mostly=0.6),
-        expect.sum_equals("n", "n"),
-        expect.column_pair_le("k", "n"),  # rows with a missing side are skipped
-        expect.in_set("b", (True,)),
-        expect.column_pair_le("start", "end"),
-        expect.between("start", t, t + dt.timedelta(hours=1)),
-        expect.between("end", None, t),
-        expect.between("d", t.date(), t.date()),
-        expect.unique("d"),
-        expect.any_not_null("l", "s", "end"),  # an AndCondition over two null checks
-    ))
+    df = spark.createDataFrame(
+        [
+            (big, 1, 5, True, "x", t, t + dt.timedelta(hours=1), t.date()),
+            (big + 1, None, None, None, None, t + dt.timedelta(hours=2), t, None),  # end before start
+            (None, 1, 150, False, "x", None, t, t.date()),
+            (None, 1, 7, True, None, t, None, dt.date(2024, 1, 2)),
+        ],
+        "l long, k int, n int, b boolean, s string, start timestamp, end timestamp_ntz, d date",
+    )
+    suite = expect.Suite(
+        "t",
+        (
+            expect.unique("l"),
+            expect.in_set("l", (big,)),
+            expect.unique("k", "s"),  # nulls are values here: (1, "x") twice; (1, null) and (null, null) once
+            expect.between("n", 0, 100),
+            expect.Expectation("between", ("n",), max_value=100, mostly=0.6),
+            expect.sum_equals("n", "n"),
+            expect.column_pair_le("k", "n"),  # rows with a missing side are skipped
+            expect.in_set("b", (True,)),
+            expect.column_pair_le("start", "end"),
+            expect.between("start", t, t + dt.timedelta(hours=1)),
+            expect.between("end", None, t),
+            expect.between("d", t.date(), t.date()),
+            expect.unique("d"),
+            expect.any_not_null("l", "s", "end"),  # an AndCondition over two null checks
+        ),
+    )
 
     report = validate(df, "p", suite, str(tmp_path / "_quality"), {"n": 162}, build_docs=False, engine=engine)
 
@@ -218,6 +240,5 @@ def test_engine_none_uses_pandas_for_small_frames_it_checks_exactly(spark, tmp_p
 
 
 def test_declaring_rules_does_not_import_great_expectations():
-    code = ("import sys, streamtable.expectations, streamtable.quality; "
-            "sys.exit('great_expectations' in sys.modules)")
+    code = "import sys, streamtable.expectations, streamtable.quality; sys.exit('great_expectations' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -1,4 +1,5 @@
 """README.md's code stays true: its "Interactive queries" Python snippet runs against a lake built here."""
+
 from __future__ import annotations
 
 import re
@@ -29,8 +30,11 @@ def test_interactive_query_snippet_runs_and_prints_the_store(tmp_path, monkeypat
     # `streamtable run inventory` publishes it: a Delta table of the pipeline's output schema.
     lake = Lake(tmp_path / "lake")
     spec = get_pipeline("inventory").output("inventory")
-    rows = [{"store": "berlin", "item": "apples", "quantity": -1}, {"store": "berlin", "item": "pears", "quantity": 3},
-            {"store": "paris", "item": "apples", "quantity": 5}]
+    rows = [
+        {"store": "berlin", "item": "apples", "quantity": -1},
+        {"store": "berlin", "item": "pears", "quantity": 3},
+        {"store": "paris", "item": "apples", "quantity": 5},
+    ]
     write_deltalake(lake.table_path("inventory"), pa.Table.from_pylist(rows, schema=arrow_schema(spec.columns)))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("STREAMTABLE_LAKE", raising=False)

@@ -6,22 +6,23 @@ DAG runs are `dag.test()` in subprocesses against the session's temporary AIRFLO
 little as it can: set-up runs happen in this process (the `spark` fixture), and the checks that need no
 Spark (refused requests, the look-back, the DAGs' shape) run together without any.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from test_dags import BIN, DAGS, ROOT, airflow_env, airflow_home, last_json, run_python  # noqa: F401 (a fixture)
 
 from helpers import CLI, ingest, table
 from reference import clicks_per_region as expected
 from streamtable.lake import Lake
-from test_dags import BIN, DAGS, ROOT, airflow_env, airflow_home, last_json, run_python  # noqa: F401 (a fixture)
 
 P = "clicks_per_region"
 
@@ -34,12 +35,18 @@ def click(user, n, t):
     return {"user": user, "clicks": n, "event_time": t}
 
 
-REGIONS = [region("alice", "asia", "2026-03-01T10:00:00Z"), region("bob", "americas", "2026-03-01T10:00:00Z"),
-           region("alice", "europe", "2026-03-01T10:02:00Z"), region("bob", None, "2026-03-01T10:04:00Z")]
-CLICKS = [[click("alice", 13, "2026-03-01T10:01:00Z"), click("bob", 4, "2026-03-01T10:01:00Z")],
-          [click("alice", 40, "2026-03-01T10:03:00Z"), click("chao", 7, "2026-03-01T10:03:00Z")],
-          [click("bob", 19, "2026-03-01T10:05:00Z"), click("alice", 2, "2026-03-01T10:06:00Z")],
-          [click("alice", 100, "2026-03-01T10:07:00Z"), click("bob", 1, "2026-03-01T10:07:00Z")]]
+REGIONS = [
+    region("alice", "asia", "2026-03-01T10:00:00Z"),
+    region("bob", "americas", "2026-03-01T10:00:00Z"),
+    region("alice", "europe", "2026-03-01T10:02:00Z"),
+    region("bob", None, "2026-03-01T10:04:00Z"),
+]
+CLICKS = [
+    [click("alice", 13, "2026-03-01T10:01:00Z"), click("bob", 4, "2026-03-01T10:01:00Z")],
+    [click("alice", 40, "2026-03-01T10:03:00Z"), click("chao", 7, "2026-03-01T10:03:00Z")],
+    [click("bob", 19, "2026-03-01T10:05:00Z"), click("alice", 2, "2026-03-01T10:06:00Z")],
+    [click("alice", 100, "2026-03-01T10:07:00Z"), click("bob", 1, "2026-03-01T10:07:00Z")],
+]
 
 
 def totals(lake: Lake) -> dict:
@@ -67,7 +74,7 @@ def commit_millis(lake: Lake, table_name: str) -> dict[int, int]:
 
 
 def iso_millis(millis: float) -> str:
-    return datetime.fromtimestamp(millis / 1000, tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(millis / 1000, tz=UTC).isoformat()
 
 
 def dag_tests(env: dict, runs: list[dict], timeout: float = 1800) -> tuple[list[dict], str]:
@@ -77,7 +84,8 @@ def dag_tests(env: dict, runs: list[dict], timeout: float = 1800) -> tuple[list[
     file again: in one process dag.test() would otherwise carry one run's params over into the next run.
     A run refused before it starts (its conf breaks the params' schema) gives {"refused": message}.
     """
-    proc = run_python(f"""
+    proc = run_python(
+        f"""
 import json
 from datetime import datetime
 from sqlalchemy import select
@@ -107,7 +115,10 @@ for spec in json.loads({json.dumps(json.dumps(runs))}):
             select(XComModel).where(XComModel.dag_id == spec["dag_id"], XComModel.run_id == run.run_id))}}
     results.append({{"state": str(run.state), "tasks": states, "xcom": xcoms}})
 print("RESULT " + json.dumps(results, default=str))
-""", env, timeout=timeout)
+""",
+        env,
+        timeout=timeout,
+    )
     return last_json(proc), proc.stdout + proc.stderr
 
 
@@ -132,12 +143,16 @@ def test_check_of_a_reprocess_request(lake):
     assert "../etc" in refused(pipeline="../etc", from_version=0)  # never a path
     assert "neither was given" in refused(pipeline=P)
     assert "not both" in refused(pipeline=P, from_version=1, from_timestamp="2026-03-01T00:00:00Z")
-    assert refused(pipeline=P, from_version=3) == "from_version 3 is beyond the latest version of user_clicks (versions 0..2)"
+    assert (
+        refused(pipeline=P, from_version=3)
+        == "from_version 3 is beyond the latest version of user_clicks (versions 0..2)"
+    )
     assert "integer >= 0" in refused(pipeline=P, from_version=-1)
     assert "integer >= 0" in refused(pipeline=P, from_version="1")
     assert "not an ISO-8601 time" in refused(pipeline=P, from_timestamp="yesterday")
     assert "no version of user_clicks was committed at or after 2999" in refused(
-        pipeline=P, from_timestamp="2999-01-01T00:00:00Z")
+        pipeline=P, from_timestamp="2999-01-01T00:00:00Z"
+    )
     assert "dry_run" in refused(pipeline=P, from_version=0, dry_run="yes")
 
     assert reprocess_arguments(lake, P, from_version=2)[0] == ["--from-version", "2"]
@@ -146,11 +161,15 @@ def test_check_of_a_reprocess_request(lake):
     for version in versions:
         # just after the previous commit, and exactly at this one: both seek to this version
         for millis in ((committed[version - 1] + 1) if version else 0, committed[version]):
-            moment = datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
+            moment = datetime.fromtimestamp(millis / 1000, tz=UTC)
             args, summary = reprocess_arguments(lake, P, from_timestamp=moment.isoformat())
             assert args == ["--from-timestamp", moment.isoformat()] and f"(version {version})" in summary
-            assert first_version_since(lake, "user_clicks", moment) == version_at(lake, "user_clicks", moment) == version
-        assert commit_time(lake, "user_clicks", version) == datetime.fromtimestamp(committed[version] / 1000, timezone.utc)
+            assert (
+                first_version_since(lake, "user_clicks", moment) == version_at(lake, "user_clicks", moment) == version
+            )
+        assert commit_time(lake, "user_clicks", version) == datetime.fromtimestamp(
+            committed[version] / 1000, UTC
+        )
     assert commit_time(lake, "user_clicks", 3) is None
 
     assert reset_arguments(P) == (["--dry-run"], f"dry run: list what a reset of {P} would delete")
@@ -159,7 +178,8 @@ def test_check_of_a_reprocess_request(lake):
 
 def test_dags_shape_pools_and_params(airflow_home):
     """Every streamtable Spark task runs in its pipeline's one-slot pool; the forms' schemas; pools import."""
-    proc = run_python(f"""
+    proc = run_python(
+        f"""
 import json
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder={str(DAGS)!r})
@@ -174,7 +194,9 @@ for dag_id, dag in bag.dags.items():
                               "upstream": sorted(t.upstream_task_ids)}} for t in dag.tasks}},
     }}
 print("RESULT " + json.dumps(out, default=str))
-""", airflow_env(airflow_home))
+""",
+        airflow_env(airflow_home),
+    )
     result = last_json(proc)
     assert result["errors"] == {}
     dags = result["dags"]
@@ -195,8 +217,7 @@ print("RESULT " + json.dumps(out, default=str))
     assert set(params) == {"pipeline", "from_version", "from_timestamp", "dry_run"}
     assert all(p["description"] for p in params.values())
     assert params["pipeline"]["schema"]["enum"] == names
-    assert params["from_version"]["schema"] == {"type": ["null", "integer"], "minimum": 0,
-                                                "title": "From version"}
+    assert params["from_version"]["schema"] == {"type": ["null", "integer"], "minimum": 0, "title": "From version"}
     assert params["from_timestamp"]["schema"]["format"] == "date-time"
     assert params["dry_run"]["schema"]["type"] == "boolean" and params["dry_run"]["value"] is False
     assert set(reprocess["tasks"]) == {"check_params"} | {f"reprocess_{n}" for n in names}
@@ -217,20 +238,39 @@ print("RESULT " + json.dumps(out, default=str))
 
     # the pools `make setup` imports: one slot per pipeline, and `airflow pools import` takes the file
     env = airflow_env(airflow_home)
-    made = subprocess.run([str(BIN / "python"), "-m", "streamtable.airflow_tasks", "pools"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [str(BIN / "python"), "-m", "streamtable.airflow_tasks", "pools"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr
     pools = json.loads(made.stdout)
     assert {name: p["slots"] for name, p in pools.items()} == {f"streamtable_{n}": 1 for n in names}
     path = Path(airflow_home) / "pools.json"
     path.write_text(made.stdout)
-    imported = subprocess.run([str(BIN / "airflow"), "pools", "import", str(path)], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
+    imported = subprocess.run(
+        [str(BIN / "airflow"), "pools", "import", str(path)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert imported.returncode == 0, imported.stdout + imported.stderr
-    listed = subprocess.run([str(BIN / "airflow"), "pools", "list", "-o", "json"], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
-    assert {p["pool"]: int(p["slots"]) for p in json.loads(listed.stdout) if p["pool"].startswith("streamtable_")} == \
-        {f"streamtable_{n}": 1 for n in names}
+    listed = subprocess.run(
+        [str(BIN / "airflow"), "pools", "list", "-o", "json"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert {p["pool"]: int(p["slots"]) for p in json.loads(listed.stdout) if p["pool"].startswith("streamtable_")} == {
+        f"streamtable_{n}": 1 for n in names
+    }
 
 
 @pytest.mark.timeout(1800)
@@ -245,22 +285,39 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
         ({"pipeline": P, "dry_run": "yes"}, "form", "is not of type 'boolean'"),
         ({"pipeline": P}, "check", "neither was given"),
         ({"pipeline": P, "from_version": 1, "from_timestamp": "2026-03-01T00:00:00Z"}, "check", "not both"),
-        ({"pipeline": P, "from_version": 2}, "check", "from_version 2 is beyond the latest version of user_clicks (versions 0..1)"),
-        ({"pipeline": P, "from_timestamp": iso_millis(latest_commit + 60_000)}, "check",
-         "no version of user_clicks was committed at or after"),
-        ({"pipeline": "word_count", "from_version": 0}, "check", "text_lines, word_count's primary input, has no data yet"),
+        (
+            {"pipeline": P, "from_version": 2},
+            "check",
+            "from_version 2 is beyond the latest version of user_clicks (versions 0..1)",
+        ),
+        (
+            {"pipeline": P, "from_timestamp": iso_millis(latest_commit + 60_000)},
+            "check",
+            "no version of user_clicks was committed at or after",
+        ),
+        (
+            {"pipeline": "word_count", "from_version": 0},
+            "check",
+            "text_lines, word_count's primary input, has no data yet",
+        ),
     ]
     runs = [{"file": "reprocess.py", "dag_id": "reprocess", "conf": conf} for conf, _, _ in bad]
     runs.append({"file": "reset.py", "dag_id": "reset", "conf": {"pipeline": "../lake"}})
     # the daily reprocess: nothing committed in the look-back (the run skips), then a look-back that starts
     # between version 0 and version 1 (the reprocess is marked success instead of spark-submitted)
     committed = commit_millis(lake, "user_clicks")
-    after_all = datetime.fromtimestamp(latest_commit / 1000, tz=timezone.utc) + timedelta(hours=1, seconds=1)
-    between = datetime.fromtimestamp((committed[0] + committed[1]) / 2000, tz=timezone.utc)
+    after_all = datetime.fromtimestamp(latest_commit / 1000, tz=UTC) + timedelta(hours=1, seconds=1)
+    between = datetime.fromtimestamp((committed[0] + committed[1]) / 2000, tz=UTC)
     daily = {"file": "reprocess_daily.py", "dag_id": f"reprocess_daily_{P}"}
     runs.append(daily | {"conf": {"lookback_hours": 1}, "run_after": after_all.isoformat()})
-    runs.append(daily | {"conf": {"lookback_hours": 2}, "run_after": (between + timedelta(hours=2)).isoformat(),
-                         "mark_success": "^reprocess$"})
+    runs.append(
+        daily
+        | {
+            "conf": {"lookback_hours": 2},
+            "run_after": (between + timedelta(hours=2)).isoformat(),
+            "mark_success": "^reprocess$",
+        }
+    )
     results, output = dag_tests(env, runs)
 
     for (conf, where, message), result in zip(bad, results):
@@ -273,7 +330,7 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
             assert any("refused: " in line and message in line for line in output.splitlines()), (conf, message)
     assert "'../lake' is not one of" in results[len(bad)]["refused"]
 
-    skipped, resolved = results[len(bad) + 1:]
+    skipped, resolved = results[len(bad) + 1 :]
     assert skipped["state"] == "success" and skipped["tasks"] == {"since": "skipped", "reprocess": "skipped"}
     assert f"nothing was committed to {P}'s primary input since" in output
     assert resolved["state"] == "success", resolved
@@ -286,8 +343,7 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
 
 
 @pytest.mark.timeout(1800)
-def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_run_goes_on(
-        spark, airflow_home, lake):
+def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_run_goes_on(spark, airflow_home, lake):
     from streamtable.lifecycle import run
 
     versions = fill(lake, 3, gap_s=1.1)
@@ -297,9 +353,10 @@ def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_
     moment = iso_millis((committed[versions[0]] + committed[versions[1]]) / 2)  # between the 1st and 2nd commits
 
     started = time.monotonic()
-    [result], output = dag_tests(airflow_env(airflow_home, lake.root),
-                                 [{"file": "reprocess.py", "dag_id": "reprocess",
-                                   "conf": {"pipeline": P, "from_timestamp": moment}}])
+    [result], output = dag_tests(
+        airflow_env(airflow_home, lake.root),
+        [{"file": "reprocess.py", "dag_id": "reprocess", "conf": {"pipeline": P, "from_timestamp": moment}}],
+    )
     print(f"reprocess DAG run: {time.monotonic() - started:.0f} s")
     assert result["state"] == "success", output[-5000:]
     assert result["tasks"][f"reprocess_{P}"] == "success" and result["tasks"]["reprocess_word_count"] == "skipped"
@@ -328,12 +385,22 @@ def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark,
     live, live_version, generation = rows(lake, P), DeltaTable(lake.table_path(P)).version(), lake.generation(P)
     assert totals(lake) == want(*CLICKS[:2])
     # bad data: a writer that bypassed `ingest`'s checks appends a negative count, which drives asia below 0
-    append_rows(lake, INPUTS["user_clicks"], [{**click("alice", -1000, "2026-03-01T10:01:30Z"),
-                                               "event_time": datetime(2026, 3, 1, 10, 1, 30, tzinfo=timezone.utc),
-                                               LINE: 0}])
+    append_rows(
+        lake,
+        INPUTS["user_clicks"],
+        [
+            {
+                **click("alice", -1000, "2026-03-01T10:01:30Z"),
+                "event_time": datetime(2026, 3, 1, 10, 1, 30, tzinfo=UTC),
+                LINE: 0,
+            }
+        ],
+    )
 
-    [result], output = dag_tests(airflow_env(airflow_home, lake.root),
-                                 [{"file": "reprocess.py", "dag_id": "reprocess", "conf": {"pipeline": P, "from_version": 0}}])
+    [result], output = dag_tests(
+        airflow_env(airflow_home, lake.root),
+        [{"file": "reprocess.py", "dag_id": "reprocess", "conf": {"pipeline": P, "from_version": 0}}],
+    )
     assert result["state"] == "failed"
     assert result["tasks"]["check_params"] == "success" and result["tasks"][f"reprocess_{P}"] == "failed"
     assert f"reprocess_{P}.return_value" not in result["xcom"]
@@ -354,13 +421,16 @@ def test_a_run_waits_for_a_reprocess_holding_the_lock_and_nothing_is_counted_twi
     env.pop("PYSPARK_GATEWAY_SECRET", None)
 
     def start(*args: str) -> subprocess.Popen:
-        return subprocess.Popen([CLI, *args, "--lake", str(lake.root)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [CLI, *args, "--lake", str(lake.root)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
     reprocess = start("reprocess", P, "--from-version", str(versions[1]))
     deadline = time.monotonic() + 600
     while not lake.locked(P):
-        assert reprocess.poll() is None, f"reprocess ended before it was seen holding the lock: {reprocess.communicate()}"
+        assert reprocess.poll() is None, (
+            f"reprocess ended before it was seen holding the lock: {reprocess.communicate()}"
+        )
         assert time.monotonic() < deadline, "reprocess never took the lock"
         time.sleep(0.2)
     ingest(lake, "user_clicks", CLICKS[2])  # new input while the reprocess runs
@@ -385,8 +455,7 @@ def test_a_run_waits_for_a_reprocess_holding_the_lock_and_nothing_is_counted_twi
 
 
 @pytest.mark.timeout(2400)
-def test_backfill_style_runs_of_a_pipeline_dag_are_bounded_runs_that_count_nothing_twice(
-        spark, airflow_home, lake):
+def test_backfill_style_runs_of_a_pipeline_dag_are_bounded_runs_that_count_nothing_twice(spark, airflow_home, lake):
     """What `airflow backfill create` does to clicks_per_region: each interval's run is one bounded run.
 
     dag.test() with logical dates in the past stands for backfilled intervals (in the past, out of order).
@@ -396,7 +465,9 @@ def test_backfill_style_runs_of_a_pipeline_dag_are_bounded_runs_that_count_nothi
     env = airflow_env(airflow_home, lake.root)
     past = {"file": "clicks_per_region.py", "dag_id": P, "mark_success": "^quality_gate$"}
     [first], output = dag_tests(env, [past | {"logical_date": "2026-02-01T00:05:00+00:00"}])
-    assert first["state"] == "success" and first["tasks"] == {"run": "success", "quality_gate": "success"}, output[-3000:]
+    assert first["state"] == "success" and first["tasks"] == {"run": "success", "quality_gate": "success"}, output[
+        -3000:
+    ]
     assert totals(lake) == want(CLICKS[0])
 
     ingest(lake, "user_clicks", CLICKS[1])
@@ -414,8 +485,9 @@ def test_reset_dag_lists_then_forgets_and_the_next_run_starts_from_version_0(spa
     before, generation = totals(lake), lake.generation(P)
     env = airflow_env(airflow_home, lake.root)
     reset = {"file": "reset.py", "dag_id": "reset"}
-    (listed, done), output = dag_tests(env, [reset | {"conf": {"pipeline": P}},
-                                             reset | {"conf": {"pipeline": P, "dry_run": False}}])
+    (listed, done), output = dag_tests(
+        env, [reset | {"conf": {"pipeline": P}}, reset | {"conf": {"pipeline": P, "dry_run": False}}]
+    )
     assert listed["state"] == "success", output[-5000:]
     plan = listed["xcom"][f"reset_{P}.return_value"]
     assert plan["dry_run"] is True and plan["outputs"] == [lake.table_path(P)]

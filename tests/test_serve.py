@@ -3,6 +3,7 @@
 `serve` runs in its own process (its own JVM) beside this test's Spark session, the way it runs in
 production beside `ingest`, `show` and `query`; `run` and `serve` take turns on one checkpoint.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+from datetime import UTC
 
 from helpers import CLI, cli, ingest, table
 from reference import word_count as expected
@@ -32,8 +34,12 @@ class Served:
     """A `streamtable serve` process, with its stdout (one JSON line per batch) and stderr read as they come."""
 
     def __init__(self, lake, *args: str):
-        self.proc = subprocess.Popen([CLI, "serve", P, "--lake", str(lake.root), "--debug", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [CLI, "serve", P, "--lake", str(lake.root), "--debug", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.out: queue.Queue[dict] = queue.Queue()
         self.err: queue.Queue[str] = queue.Queue()
         self.stderr: list[str] = []
@@ -79,16 +85,34 @@ class Served:
 
 
 def test_a_batch_recorded_again_after_a_crash_has_one_progress_row(lake):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from streamtable.progress import BatchProgress, record
 
-    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
     for batch_id in (0, 0, 1, 0, 1):  # a batch committed again records nothing new, batch 0 included
-        record(lake, BatchProgress(P, 0, batch_id, "serve", start, start + timedelta(seconds=2), 10, None, start,
-                                   {"text_lines": batch_id}, {"word_counts": 3}), f"streamtable.{P}.g0")
-    record(lake, BatchProgress(P, 1, 0, "run", start, start + timedelta(seconds=4), 5, start, None, {}, {}),
-           f"streamtable.{P}.g1")  # a new generation starts its batch ids again
+        record(
+            lake,
+            BatchProgress(
+                P,
+                0,
+                batch_id,
+                "serve",
+                start,
+                start + timedelta(seconds=2),
+                10,
+                None,
+                start,
+                {"text_lines": batch_id},
+                {"word_counts": 3},
+            ),
+            f"streamtable.{P}.g0",
+        )
+    record(
+        lake,
+        BatchProgress(P, 1, 0, "run", start, start + timedelta(seconds=4), 5, start, None, {}, {}),
+        f"streamtable.{P}.g1",
+    )  # a new generation starts its batch ids again
     got = [(b["generation"], b["batch_id"], b["rows_per_second"], b["lag_ms"]) for b in history(lake, P)]
     assert got == [(0, 0, 5.0, 2000), (0, 1, 5.0, 2000), (1, 0, 1.2, None)]
     assert [b["batch_id"] for b in history(lake, P, generation=1)] == [0]
@@ -120,15 +144,31 @@ def test_progress_rows_and_status_follow_each_batch(spark, lake):
 
     out = json.loads(cli(lake, "status", P).stdout)
     assert (out["pipeline"], out["behind"], out["busy"], out["held_by"], out["last_batch"]["batch_id"]) == (
-        P, False, False, None, 1)
-    assert out["inputs"] == [{"table": "text_lines", "consumed_version": 1, "latest_version": 1, "records_behind": 0,
-                              "oldest_unconsumed_at": None}]
+        P,
+        False,
+        False,
+        None,
+        1,
+    )
+    assert out["inputs"] == [
+        {
+            "table": "text_lines",
+            "consumed_version": 1,
+            "latest_version": 1,
+            "records_behind": 0,
+            "oldest_unconsumed_at": None,
+        }
+    ]
     assert len(cli(lake, "status").stdout.splitlines()) == len(PIPELINES)
 
 
 def test_serve_and_run_take_turns_and_sigterm_finishes_the_batch_in_flight(spark, lake):
-    first, second, third, fourth = (lines("the cat", "a cat"), lines("the dog", "dog dog"),
-                                    lines("a bird", "the end"), lines("cat", "new"))
+    first, second, third, fourth = (
+        lines("the cat", "a cat"),
+        lines("the dog", "dog dog"),
+        lines("a bird", "the end"),
+        lines("cat", "new"),
+    )
     ingest(lake, "text_lines", first)
     run(lake, P)  # run, then serve goes on from its checkpoint
 
@@ -154,10 +194,13 @@ def test_serve_and_run_take_turns_and_sigterm_finishes_the_batch_in_flight(spark
     assert run(lake, P).batches == 0  # serve committed everything: run has nothing to count twice
     ingest(lake, "text_lines", fourth)
     assert run(lake, P).batches == 1
-    assert table(lake, "word_counts", "word", "count") == expected(
-        [r["line"] for r in first + second + third + fourth])
-    assert [(b["batch_id"], b["mode"]) for b in history(lake, P)] == [(0, "run"), (1, "serve"), (2, "serve"),
-                                                                      (3, "run")]
+    assert table(lake, "word_counts", "word", "count") == expected([r["line"] for r in first + second + third + fourth])
+    assert [(b["batch_id"], b["mode"]) for b in history(lake, P)] == [
+        (0, "run"),
+        (1, "serve"),
+        (2, "serve"),
+        (3, "run"),
+    ]
     assert not pipeline_status(lake, P).busy
 
 

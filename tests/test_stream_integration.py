@@ -19,6 +19,7 @@ Needs PostgreSQL (`scripts/postgres.sh start`, run by `make setup` as root and b
 it the test is skipped, or fails when STREAMTABLE_REQUIRE_INTEGRATION=1 (CI).
 About 10 minutes on 2 cores (three cold Spark starts and a 240 s stall).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,9 +32,10 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import pytest
@@ -56,8 +58,10 @@ TEST_DB = "airflow_it"
 STALL_TIMEOUT_S = 240
 STOP_GRACE_S = 20
 REQUIRE = os.environ.get("STREAMTABLE_REQUIRE_INTEGRATION") == "1"
-VOCABULARY = ("apple banana cherry Straße école naïve Привет мир ёлка kafka delta spark stream table "
-              "airflow lake batch offset window join").split()
+VOCABULARY = (
+    "apple banana cherry Straße école naïve Привет мир ёлка kafka delta spark stream table "
+    "airflow lake batch offset window join"
+).split()
 
 
 def unavailable(reason: str) -> None:
@@ -72,8 +76,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float, every_s: float = 2.0,
-             seen: Callable[[], Any] | None = None) -> Any:
+def wait_for(
+    what: str, check: Callable[[], Any], timeout_s: float, every_s: float = 2.0, seen: Callable[[], Any] | None = None
+) -> Any:
     """Poll `check` until it returns something truthy; fail saying what was awaited and what was seen last."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -81,12 +86,14 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, every_s: flo
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; last seen: "
-                                 f"{seen() if seen else value!r}")
+            raise AssertionError(
+                f"timed out after {timeout_s:.0f} s waiting for {what}; last seen: {seen() if seen else value!r}"
+            )
         time.sleep(every_s)
 
 
 # ------------------------------------------------------------------------------------------------ PostgreSQL
+
 
 def postgres_base_url() -> str:
     """The SQLAlchemy URL of the `airflow` database from scripts/postgres.sh (started when root may)."""
@@ -96,8 +103,10 @@ def postgres_base_url() -> str:
         env = os.environ if REQUIRE else {**os.environ, "STREAMTABLE_PG_NO_INSTALL": "1"}
         status = subprocess.run(["bash", str(script), "start"], capture_output=True, text=True, timeout=600, env=env)
     if status.returncode != 0 or not status.stdout.strip():
-        unavailable("PostgreSQL is not available for Airflow's metadata DB: run `sudo scripts/postgres.sh start` "
-                    f"(it said: {(status.stderr or status.stdout).strip()[-300:]})")
+        unavailable(
+            "PostgreSQL is not available for Airflow's metadata DB: run `sudo scripts/postgres.sh start` "
+            f"(it said: {(status.stderr or status.stdout).strip()[-300:]})"
+        )
     return status.stdout.strip().splitlines()[-1]
 
 
@@ -107,8 +116,14 @@ def fresh_database(base_url: str, name: str) -> str:
     from sqlalchemy.engine import make_url
 
     url = make_url(base_url)
-    conn = psycopg2.connect(host=url.host, port=url.port or 5432, user=url.username, password=url.password,
-                            dbname=url.database, connect_timeout=10)
+    conn = psycopg2.connect(
+        host=url.host,
+        port=url.port or 5432,
+        user=url.username,
+        password=url.password,
+        dbname=url.database,
+        connect_timeout=10,
+    )
     try:
         conn.autocommit = True
         with conn.cursor() as cur:
@@ -120,6 +135,7 @@ def fresh_database(base_url: str, name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the stack
+
 
 class Stack:
     """A Spark standalone cluster and Airflow's processes, in `base`; everything is torn down by `close`."""
@@ -133,60 +149,83 @@ class Stack:
         for d in (self.lake, self.home, self.logs):
             d.mkdir(parents=True, exist_ok=True)
         self.spark_port, self.spark_ui, self.worker_ui, self.api_port = (free_port() for _ in range(4))
-        self.cluster_env = {**os.environ, "SPARK_CLUSTER_DIR": str(self.cluster_dir),
-                            "SPARK_MASTER_PORT": str(self.spark_port), "SPARK_MASTER_WEBUI_PORT": str(self.spark_ui),
-                            "SPARK_WORKER_WEBUI_PORT": str(self.worker_ui)}
+        self.cluster_env = {
+            **os.environ,
+            "SPARK_CLUSTER_DIR": str(self.cluster_dir),
+            "SPARK_MASTER_PORT": str(self.spark_port),
+            "SPARK_MASTER_WEBUI_PORT": str(self.spark_ui),
+            "SPARK_WORKER_WEBUI_PORT": str(self.worker_ui),
+        }
         self.api = f"http://127.0.0.1:{self.api_port}"
         self.daemons: dict[str, subprocess.Popen] = {}
         python = str(BIN / "python")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("AIRFLOW__", "AIRFLOW_VAR_", "AIRFLOW_CONN_", "PYSPARK_GATEWAY", "SPARK_"))}
-        env.update({
-            "AIRFLOW_HOME": str(self.home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "4",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.api}/execution/",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API__EXPOSE_CONFIG": "False",
-            # parse each DAG file once (at start), not every 30 s: the CPU is needed by Spark
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
-            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
-            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
-                                                      "port": self.spark_port}),
-            "STREAMTABLE_LAKE": str(self.lake),
-            "STREAMTABLE_SPARK_LOG_LEVEL": "warn",
-            "PYSPARK_PYTHON": python,
-            "PYSPARK_DRIVER_PYTHON": python,
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "GX_ANALYTICS_ENABLED": "false",
-            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        })
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW__", "AIRFLOW_VAR_", "AIRFLOW_CONN_", "PYSPARK_GATEWAY", "SPARK_"))
+        }
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": "4",
+                "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.api}/execution/",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__API__EXPOSE_CONFIG": "False",
+                # parse each DAG file once (at start), not every 30 s: the CPU is needed by Spark
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+                "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+                "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
+                    {"conn_type": "spark", "host": "spark://127.0.0.1", "port": self.spark_port}
+                ),
+                "STREAMTABLE_LAKE": str(self.lake),
+                "STREAMTABLE_SPARK_LOG_LEVEL": "warn",
+                "PYSPARK_PYTHON": python,
+                "PYSPARK_DRIVER_PYTHON": python,
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                "GX_ANALYTICS_ENABLED": "false",
+                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            }
+        )
         self.env = env
 
     # ---------------------------------------------------------------- processes
     def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         proc = subprocess.run(list(args), env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        assert proc.returncode == 0, (
+            f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
         return proc
 
     def start_cluster(self) -> str:
-        proc = subprocess.run(["bash", str(ROOT / "scripts" / "spark-cluster.sh"), "start"], env=self.cluster_env,
-                              capture_output=True, text=True, timeout=400)
+        proc = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "spark-cluster.sh"), "start"],
+            env=self.cluster_env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
         assert proc.returncode == 0, f"spark-cluster.sh start failed:\n{proc.stderr[-3000:]}"
         return proc.stdout.strip()
 
     def start(self, name: str, *args: str) -> None:
         log = open(self.logs / f"{name}.log", "ab")
-        self.daemons[name] = subprocess.Popen([str(BIN / "airflow"), *args], env=self.env, cwd=self.base,
-                                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                              start_new_session=True)
+        self.daemons[name] = subprocess.Popen(
+            [str(BIN / "airflow"), *args],
+            env=self.env,
+            cwd=self.base,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
 
     def check_daemons(self) -> None:
@@ -214,8 +253,13 @@ class Stack:
             proc.wait()
 
     def stop_cluster(self) -> None:
-        subprocess.run(["bash", str(ROOT / "scripts" / "spark-cluster.sh"), "stop"], env=self.cluster_env,
-                       capture_output=True, text=True, timeout=120)
+        subprocess.run(
+            ["bash", str(ROOT / "scripts" / "spark-cluster.sh"), "stop"],
+            env=self.cluster_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     def leftovers(self) -> list[str]:
         """Processes of this test still alive: anything naming its directory, or started with its AIRFLOW_HOME
@@ -231,8 +275,11 @@ class Stack:
                     continue
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            if (str(self.base) in cmdline or environ.get("AIRFLOW_HOME") == str(self.home)
-                    or environ.get("SPARK_CLUSTER_DIR") == str(self.cluster_dir)):
+            if (
+                str(self.base) in cmdline
+                or environ.get("AIRFLOW_HOME") == str(self.home)
+                or environ.get("SPARK_CLUSTER_DIR") == str(self.cluster_dir)
+            ):
                 found.append(f"{proc.pid}: {cmdline[:200]}")
         return found
 
@@ -283,8 +330,10 @@ class Stack:
             for raw in f.read_text(errors="replace").splitlines():
                 try:
                     entry = json.loads(raw)
-                    lines.append(f"{entry.get('timestamp', '')} {entry.get('level', '')} {entry.get('event', '')}"
-                                 + (f" {entry['error_detail']}" if entry.get("error_detail") else ""))
+                    lines.append(
+                        f"{entry.get('timestamp', '')} {entry.get('level', '')} {entry.get('event', '')}"
+                        + (f" {entry['error_detail']}" if entry.get("error_detail") else "")
+                    )
                 except ValueError:
                     lines.append(raw)
         return "\n".join(lines)
@@ -312,6 +361,7 @@ def stack(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ the data
 
+
 class Lines:
     """Ingests batches of text lines with the CLI and keeps every line, for the expected counts."""
 
@@ -320,13 +370,18 @@ class Lines:
         self.random = random.Random(6)
 
     def ingest(self, count: int) -> None:
-        batch = [" ".join(self.random.choice(VOCABULARY) for _ in range(self.random.randint(1, 8)))
-                 + self.random.choice(["", "!", ", ok.", " -- 42"]) for _ in range(count)]
+        batch = [
+            " ".join(self.random.choice(VOCABULARY) for _ in range(self.random.randint(1, 8)))
+            + self.random.choice(["", "!", ", ok.", " -- 42"])
+            for _ in range(count)
+        ]
         self.files += 1
         path = self.stack.base / f"lines-{self.files}.jsonl"
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         path.write_text("".join(json.dumps({"line": text, "event_time": now}) + "\n" for text in batch))
-        out = self.stack.run(str(BIN / "streamtable"), "ingest", "text_lines", str(path), "--lake", str(self.stack.lake))
+        out = self.stack.run(
+            str(BIN / "streamtable"), "ingest", "text_lines", str(path), "--lake", str(self.stack.lake)
+        )
         result = json.loads(out.stdout)
         assert result["appended"] == count and result["quarantined"] == 0, result
         self.lines += batch
@@ -344,6 +399,7 @@ def counts(stack: Stack) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------------------------------------ the test
+
 
 def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
     started = time.monotonic()
@@ -377,8 +433,11 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
 
         step("unpause and trigger")
         stack.rest("PATCH", f"/dags/{DAG_ID}", json={"is_paused": False})
-        run = stack.rest("POST", f"/dags/{DAG_ID}/dagRuns", json={
-            "logical_date": None, "conf": {"stall_timeout_s": STALL_TIMEOUT_S, "stop_grace_s": STOP_GRACE_S}})
+        run = stack.rest(
+            "POST",
+            f"/dags/{DAG_ID}/dagRuns",
+            json={"logical_date": None, "conf": {"stall_timeout_s": STALL_TIMEOUT_S, "stop_grace_s": STOP_GRACE_S}},
+        )
         run_id = run["dag_run_id"]
 
         def in_try(n: int) -> Callable[[], bool]:
@@ -387,6 +446,7 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
                 ti = stack.task_instance(run_id)
                 assert ti["state"] not in ("failed", "success", "upstream_failed"), f"the task ended: {ti}"
                 return ti["try_number"] == n and ti["state"] == "running"
+
             return check
 
         def driver() -> psutil.Process | None:
@@ -403,19 +463,27 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
         def caught_up(what: str, try_number: int, timeout_s: float = 600) -> None:
             """word_counts equals the expectation and the batch is recorded as consumed (so a stall is measured
             from it), while try `try_number` runs."""
+
             def check() -> bool:
                 if counts(stack) == lines.expected() and not recorded_behind():
                     return True
                 ti = stack.task_instance(run_id)  # fail at once when the try ends instead of waiting it out
                 assert (ti["try_number"], ti["state"]) == (try_number, "running"), (
                     f"waiting for {what}, the task left try {try_number}: {ti}\n"
-                    + "\n".join(stack.task_log(try_number).splitlines()[-40:]))
+                    + "\n".join(stack.task_log(try_number).splitlines()[-40:])
+                )
                 return False
 
-            wait_for(what, check, timeout_s, seen=lambda: (
-                f"{len(lines.lines)} lines ingested; word_counts differs from the expected on "
-                f"{sorted(set(counts(stack).items()) ^ set(lines.expected().items()))[:10]}; "
-                f"task {stack.task_instance(run_id)}"))
+            wait_for(
+                what,
+                check,
+                timeout_s,
+                seen=lambda: (
+                    f"{len(lines.lines)} lines ingested; word_counts differs from the expected on "
+                    f"{sorted(set(counts(stack).items()) ^ set(lines.expected().items()))[:10]}; "
+                    f"task {stack.task_instance(run_id)}"
+                ),
+            )
 
         step("try 1 runs and consumes what was ingested before and while it runs")
         wait_for("try 1 to run", in_try(1), 300, seen=lambda: stack.task_instance(run_id))
@@ -431,7 +499,9 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
         step("try 2 (Airflow's retry) resumes from the checkpoint")
         wait_for("try 2 to run", in_try(2), 300, seen=lambda: stack.task_instance(run_id))
         caught_up("try 2 to count every line exactly once", 2)
-        assert "Error code is: 137" in stack.task_log(1), stack.task_log(1)[-3000:]  # spark-submit: its driver was killed
+        assert "Error code is: 137" in stack.task_log(1), stack.task_log(1)[
+            -3000:
+        ]  # spark-submit: its driver was killed
 
         step("freeze the driver (SIGSTOP) and ingest: the supervisor must declare a stall")
         second = wait_for("the driver of try 2", driver, 120)
@@ -439,8 +509,12 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
         second.suspend()
         frozen_at = time.monotonic()
         lines.ingest(20)
-        wait_for("try 3 to run after the stall", in_try(3), STALL_TIMEOUT_S + STOP_GRACE_S + 300,
-                 seen=lambda: stack.task_instance(run_id))
+        wait_for(
+            "try 3 to run after the stall",
+            in_try(3),
+            STALL_TIMEOUT_S + STOP_GRACE_S + 300,
+            seen=lambda: stack.task_instance(run_id),
+        )
         stalled_after = time.monotonic() - frozen_at
         log2 = stack.task_log(2)
         assert "stalled: word_count has unconsumed input" in log2, log2[-3000:]
@@ -455,13 +529,25 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
 
         step("mark the task failed through the REST API: on_kill stops the job")
         stack.rest("PATCH", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{TASK_ID}", json={"new_state": "failed"})
-        wait_for("the driver of try 3 to exit", lambda: not third.is_running() or third.status() == psutil.STATUS_ZOMBIE,
-                 STOP_GRACE_S + 120)
+        wait_for(
+            "the driver of try 3 to exit",
+            lambda: not third.is_running() or third.status() == psutil.STATUS_ZOMBIE,
+            STOP_GRACE_S + 120,
+        )
         log3 = stack.task_log(3)
         assert "on_kill: SIGTERM to the driver" in log3, log3[-3000:]
-        wait_for("no process of the job left (spark-submit, driver, guardian)", lambda: not [
-            p for p in stack.leftovers() if "streamtable_job.py" in p or "streamtable.supervise" in p
-            or "SparkSubmit" in p], 120, seen=stack.leftovers)
+        wait_for(
+            "no process of the job left (spark-submit, driver, guardian)",
+            lambda: (
+                not [
+                    p
+                    for p in stack.leftovers()
+                    if "streamtable_job.py" in p or "streamtable.supervise" in p or "SparkSubmit" in p
+                ]
+            ),
+            120,
+            seen=stack.leftovers,
+        )
         wait_for("the Spark master to run no application", lambda: not stack.spark_apps(), 60, seen=stack.spark_apps)
         assert stack.task_instance(run_id)["state"] == "failed"
         assert stack.rest("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")["state"] == "failed"
@@ -473,6 +559,9 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
         wait_for("every process of the test to end", lambda: not stack.leftovers(), 60, seen=stack.leftovers)
         step("done")
     except BaseException:
-        print(f"\n===== FAILED in phase '{phase}' after {time.monotonic() - started:.0f} s; logs:\n{stack.report()}",
-              file=sys.stderr, flush=True)
+        print(
+            f"\n===== FAILED in phase '{phase}' after {time.monotonic() - started:.0f} s; logs:\n{stack.report()}",
+            file=sys.stderr,
+            flush=True,
+        )
         raise

@@ -5,16 +5,15 @@ script that prints progress lines and obeys, ignores or never sees SIGTERM) and 
 spark-submit's JVM waits for the PySpark driver. The operator runs in a subprocess (importing Airflow
 configures the whole process; see test_dags.py), with a fake `streamtable.status`.
 """
+
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import textwrap
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,14 +23,20 @@ import pytest
 from streamtable.supervise import find_driver, find_drivers, group_alive, guard, stalled, start_guardian, stop_job
 
 ROOT = Path(__file__).resolve().parents[1]
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def status(behind: bool, finished_at: datetime | None = None, inputs=None, held_by: dict | None = None):
     last = None if finished_at is None else {"batch_id": 7, "finished_at": finished_at}
-    return SimpleNamespace(pipeline="word_count", behind=behind, last_batch=last, held_by=held_by,
-                           inputs=inputs if inputs is not None else
-                           [{"table": "text_lines", "consumed_version": 3, "latest_version": 5, "records_behind": 12}])
+    return SimpleNamespace(
+        pipeline="word_count",
+        behind=behind,
+        last_batch=last,
+        held_by=held_by,
+        inputs=inputs
+        if inputs is not None
+        else [{"table": "text_lines", "consumed_version": 3, "latest_version": 5, "records_behind": 12}],
+    )
 
 
 def at(seconds: float) -> datetime:
@@ -39,6 +44,7 @@ def at(seconds: float) -> datetime:
 
 
 # ----------------------------------------------------------------------------------------- the stall rule
+
 
 def test_idle_pipeline_is_never_stalled():
     assert stalled(status(False, finished_at=at(0)), since=at(0), now=at(10_000), timeout_s=60) is None
@@ -95,7 +101,7 @@ def test_the_lock_says_who_holds_it_and_forgets_when_released(tmp_path):
     with lake.lock("word_count", "reprocess"):
         held = lake.holder("word_count")
         assert (held["command"], held["pid"]) == ("reprocess", os.getpid()) and lake.locked("word_count")
-        assert abs((datetime.fromisoformat(held["since"]) - datetime.now(timezone.utc)).total_seconds()) < 5
+        assert abs((datetime.fromisoformat(held["since"]) - datetime.now(UTC)).total_seconds()) < 5
     assert lake.holder("word_count") is None
     (lake.pipeline_dir("word_count") / "lock").write_text('{"command": "serve", "pid": 99999999}')  # a dead holder
     assert lake.holder("word_count") is None
@@ -103,7 +109,7 @@ def test_the_lock_says_who_holds_it_and_forgets_when_released(tmp_path):
 
 # ----------------------------------------------------------------------------------------- fake jobs
 
-FAKE_DRIVER = '''
+FAKE_DRIVER = """
 import json, os, signal, sys, time
 mode = os.environ.get("FAKE_MODE", "serve")
 marker = os.environ.get("FAKE_MARKER")
@@ -127,16 +133,16 @@ while not stop:
 note("stopping")
 print(json.dumps({"pipeline": "word_count", "batches": batch}), flush=True)
 sys.exit(0)
-'''
+"""
 
-FAKE_SUBMIT = '''
+FAKE_SUBMIT = """
 import subprocess, sys
 args = sys.argv[1:]
 i = next(i for i, a in enumerate(args) if a.endswith("streamtable_job.py"))
 proc = subprocess.Popen([sys.executable, *args[i:]])
 code = proc.wait()
 sys.exit(128 - code if code < 0 else code)
-'''
+"""
 
 
 @pytest.fixture
@@ -156,9 +162,20 @@ def fake(tmp_path):
 
 def start_job(fake: Path, mode: str, *args: str) -> subprocess.Popen:
     env = {**os.environ, "FAKE_MODE": mode, "FAKE_MARKER": str(fake / "marker")}
-    proc = subprocess.Popen([str(fake / "spark-submit"), "--master", "local[2]", str(fake / "jobs" / "streamtable_job.py"),
-                             "serve", "word_count", *args], env=env, stdout=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(fake / "spark-submit"),
+            "--master",
+            "local[2]",
+            str(fake / "jobs" / "streamtable_job.py"),
+            "serve",
+            "word_count",
+            *args,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 30
     while find_driver(proc.pid) is None or "started" not in marker(fake):  # its SIGTERM handler is set
         assert time.monotonic() < deadline, "the fake driver did not start"
@@ -230,7 +247,7 @@ def test_guardian_leaves_when_the_job_ends():
 
 # ----------------------------------------------------------------------------------------- the operator
 
-OPERATOR = '''
+OPERATOR = """
 import json, sys, threading, time, types
 from datetime import datetime, timezone
 state = {"behind": False, "finished_at": None}
@@ -262,19 +279,31 @@ except AirflowException as e:
     result = {"raised": str(e)}
 result["seconds"] = time.monotonic() - started
 print("RESULT " + json.dumps(result))
-'''
+"""
 
 
 def run_operator(fake: Path, scenario: str, mode: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
-    env.update({"AIRFLOW_HOME": str(fake / "airflow_home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-                "FAKE_MODE": mode, "FAKE_MARKER": str(fake / "marker")})
-    proc = subprocess.run([sys.executable, "-c", OPERATOR, scenario, str(fake)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=180)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(fake / "airflow_home"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "FAKE_MODE": mode,
+            "FAKE_MARKER": str(fake / "marker"),
+        }
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", OPERATOR, scenario, str(fake)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    return json.loads(lines[-1][len("RESULT "):]) | {"log": proc.stdout + proc.stderr}
+    return json.loads(lines[-1][len("RESULT ") :]) | {"log": proc.stdout + proc.stderr}
 
 
 def no_fake_driver_left(fake: Path) -> bool:
@@ -309,11 +338,17 @@ def test_operator_returns_the_report_when_the_job_ends_by_itself(fake):
 
 # ----------------------------------------------------------------------------------------- the DAGs
 
+
 def test_one_stream_dag_per_pipeline(tmp_path):
     """stream_PIPELINE: triggered only, one run at a time, one supervised `serve` in the pipeline's pool."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))}
-    env.update({"AIRFLOW_HOME": str(tmp_path / "airflow_home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "STREAMTABLE_LAKE": str(tmp_path / "lake")})
+    env.update(
+        {
+            "AIRFLOW_HOME": str(tmp_path / "airflow_home"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "STREAMTABLE_LAKE": str(tmp_path / "lake"),
+        }
+    )
     code = f"""
 import json, runpy
 from streamtable.airflow_tasks import pipeline_names
@@ -333,15 +368,19 @@ print("RESULT " + json.dumps(out))
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = json.loads(lines[-1][len("RESULT ") :])
     assert sorted(result["dags"]) == sorted(f"stream_{p}" for p in result["pipelines"])
     dag = result["dags"]["stream_word_count"]
     assert dag["schedule"] is None and dag["max_active_runs"] == 1 and dag["doc"]
     assert dag["params"] == {"interval": "2 seconds", "stall_timeout_s": 600, "stop_grace_s": 120}
     assert dag["type"] == "StreamServeOperator" and dag["task_id"] == "serve"
     assert dag["args"][:3] == ["serve", "word_count", "--lake"] and "{{" in dag["args"][3]
-    assert dag["args"][4:] == ["--interval", "{{ params.interval }}",
-                               "--stop-timeout", "{{ [params.stop_grace_s - 5, 1] | max }}"]
+    assert dag["args"][4:] == [
+        "--interval",
+        "{{ params.interval }}",
+        "--stop-timeout",
+        "{{ [params.stop_grace_s - 5, 1] | max }}",
+    ]
     assert dag["pool"] == "streamtable_word_count" and dag["conn_id"] == "spark_default"
     assert dag["retries"] == 3 and dag["retry_delay_s"] == 15 and dag["execution_timeout"] is None
     assert (dag["stall"], dag["grace"]) == ("{{ params.stall_timeout_s }}", "{{ params.stop_grace_s }}")

@@ -1,4 +1,5 @@
 """The table-table left join with retraction: changes on either side recompute exactly the affected keys."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,8 +52,7 @@ def test_without_the_result_every_failing_changed_key_is_retracted(spark):
 
 def test_deletions_on_either_side_are_changes_too(spark):
     # a leaves the left side (retracted); b's right row is deleted, so b passes again.
-    got = joined(spark, [("a", 6), ("b", 6)], [("a", 6, True)], [("b", True)], [("b", True, True)],
-                 result=[("a", 6)])
+    got = joined(spark, [("a", 6), ("b", 6)], [("a", 6, True)], [("b", True)], [("b", True, True)], result=[("a", 6)])
     assert got == {"a": None, "b": (6, None)}
 
 

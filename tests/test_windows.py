@@ -1,7 +1,8 @@
 """The window operator against the pure-Python definition: edges, negative starts, grace, late records."""
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,18 +13,19 @@ W = Windows(size=timedelta(seconds=5), advance=timedelta(seconds=2), grace=timed
 
 
 def at(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return datetime.fromtimestamp(seconds, tz=UTC)
 
 
 def frame(spark, times, key="k"):
-    return spark.createDataFrame([(key, at(t), 0, i) for i, t in enumerate(times)],
-                                 "key STRING, event_time TIMESTAMP, _commit_version BIGINT, _line BIGINT")
+    return spark.createDataFrame(
+        [(key, at(t), 0, i) for i, t in enumerate(times)],
+        "key STRING, event_time TIMESTAMP, _commit_version BIGINT, _line BIGINT",
+    )
 
 
 @pytest.mark.parametrize("t", [0, 1, 2, 4.999, 5, 6, 100, 101.5])
 def test_window_membership_matches_the_definition_including_edges_and_no_negative_starts(spark, t):
-    got = sorted((r.window_start.timestamp(), r.window_end.timestamp())
-                 for r in W.assign(frame(spark, [t])).collect())
+    got = sorted((r.window_start.timestamp(), r.window_end.timestamp()) for r in W.assign(frame(spark, [t])).collect())
     assert got == sorted(hopping_windows(at(t), 5, 2))
 
 
@@ -44,8 +46,9 @@ def test_late_record_counts_in_open_windows_and_is_reported_for_closed_ones(spar
 
 
 def test_counts_add_to_the_current_windows(spark):
-    current = spark.createDataFrame([("k", at(4), at(9), 3)],
-                                    "key STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT")
+    current = spark.createDataFrame(
+        [("k", at(4), at(9), 3)], "key STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT"
+    )
     changed, late = count_in_windows(frame(spark, [4.5, 4.6]), current, ["key"], W, None)
     got = {r.window_start.timestamp(): r["count"] for r in changed.collect()}
     assert got == {0: 2, 2: 2, 4: 5} and late.count() == 0

@@ -1,4 +1,5 @@
 """word_count against the pure-Python reference (tests/reference.py) and hand-computed counts."""
+
 from __future__ import annotations
 
 from deltalake import DeltaTable
@@ -40,25 +41,63 @@ def test_punctuation_tabs_repeated_spaces_cyrillic_and_accents(spark, lake):
     run(lake, P)
     got = counts(lake)
     assert got == expected(lines)
-    assert {w: got[w] for w in ("hello", "world", "x2", "привет", "мир", "ёлка", "école", "été", "naïve", "café",
-                                "straße", "σοφος", "हिन्दी", "3", "14", "don", "t")} == {
-        "hello": 2, "world": 2, "x2": 2, "привет": 1, "мир": 3, "ёлка": 2, "école": 1, "été": 2, "naïve": 1,
-        "café": 2, "straße": 1, "σοφος": 1, "हिन्दी": 1, "3": 1, "14": 1, "don": 1, "t": 1}
+    assert {
+        w: got[w]
+        for w in (
+            "hello",
+            "world",
+            "x2",
+            "привет",
+            "мир",
+            "ёлка",
+            "école",
+            "été",
+            "naïve",
+            "café",
+            "straße",
+            "σοφος",
+            "हिन्दी",
+            "3",
+            "14",
+            "don",
+            "t",
+        )
+    } == {
+        "hello": 2,
+        "world": 2,
+        "x2": 2,
+        "привет": 1,
+        "мир": 3,
+        "ёлка": 2,
+        "école": 1,
+        "été": 2,
+        "naïve": 1,
+        "café": 2,
+        "straße": 1,
+        "σοφος": 1,
+        "हिन्दी": 1,
+        "3": 1,
+        "14": 1,
+        "don": 1,
+        "t": 1,
+    }
     assert "" not in got and sum(got.values()) == sum(len(words(t)) for t in lines)
 
 
 def test_one_run_and_three_runs_give_the_same_counts_and_a_second_run_changes_nothing(spark, tmp_path):
     from streamtable.lake import Lake
 
-    batches = [[line("the cat sat on the mat"), line("Кот  сидел")],
-               [line("The dog; the CAT!", "2025-12-31T00:00:00Z")],  # older event time: still counted
-               [line("кот\tи КОТ, the end")]]
+    batches = [
+        [line("the cat sat on the mat"), line("Кот  сидел")],
+        [line("The dog; the CAT!", "2025-12-31T00:00:00Z")],  # older event time: still counted
+        [line("кот\tи КОТ, the end")],
+    ]
     one, three = Lake(tmp_path / "one"), Lake(tmp_path / "three")
     for n, b in enumerate(batches):
         ingest(one, "text_lines", b)
         ingest(three, "text_lines", b)
         run(three, P)
-        assert counts(three) == expected([r["line"] for done in batches[:n + 1] for r in done])
+        assert counts(three) == expected([r["line"] for done in batches[: n + 1] for r in done])
     run(one, P)
     want = expected([r["line"] for b in batches for r in b])
     assert counts(one) == counts(three) == want
@@ -85,8 +124,7 @@ def test_small_files_are_compacted_and_the_counts_stay_exact(spark, lake, monkey
     finally:
         spark.conf.unset("spark.databricks.delta.autoCompact.minNumFiles")
     assert run(lake, P).batches == 0 and counts(lake) == expected(done) and counts(lake)["x4"] == 2
-    for path in (lake.table_path("word_counts"), lake.table_path("stream_progress"),
-                 lake.state_path(P, 0, PROGRESS)):
+    for path in (lake.table_path("word_counts"), lake.table_path("stream_progress"), lake.state_path(P, 0, PROGRESS)):
         operations = [h["operation"] for h in DeltaTable(path).history()]
         assert "OPTIMIZE" in operations, (path, operations)
         assert len(DeltaTable(path).file_uris()) < operations.count("WRITE") + operations.count("MERGE")

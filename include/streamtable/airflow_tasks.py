@@ -28,6 +28,7 @@ A DAG for another pipeline is one short file:
              user_defined_macros=MACROS):
         pipeline_tasks("word_count")   # run >> quality_gate
 """
+
 from __future__ import annotations
 
 import glob
@@ -35,10 +36,11 @@ import json
 import os
 import sys
 import threading
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import UTC, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param
@@ -105,9 +107,14 @@ def pipeline_pool(pipeline: str) -> str:
 
 def pools() -> dict[str, dict[str, Any]]:
     """Every pipeline's pool, in the format of `airflow pools import`."""
-    return {pipeline_pool(p): {"slots": 1, "include_deferred": False,
-                               "description": f"streamtable: {p}'s run, reprocess and reset take turns"}
-            for p in pipeline_names()}
+    return {
+        pipeline_pool(p): {
+            "slots": 1,
+            "include_deferred": False,
+            "description": f"streamtable: {p}'s run, reprocess and reset take turns",
+        }
+        for p in pipeline_names()
+    }
 
 
 def output_assets(pipeline: str) -> list[Asset]:
@@ -115,9 +122,14 @@ def output_assets(pipeline: str) -> list[Asset]:
     from .pipelines import get_pipeline
 
     lake = Lake(Path(env_lake()))
-    return [Asset(name=f"streamtable.{table.name}", uri=Path(lake.table_path(table.name)).as_uri(),
-                  extra={"pipeline": pipeline, "keys": list(table.keys)})
-            for table in get_pipeline(pipeline).outputs]
+    return [
+        Asset(
+            name=f"streamtable.{table.name}",
+            uri=Path(lake.table_path(table.name)).as_uri(),
+            extra={"pipeline": pipeline, "keys": list(table.keys)},
+        )
+        for table in get_pipeline(pipeline).outputs
+    ]
 
 
 def spark_conf() -> dict[str, str]:
@@ -126,7 +138,8 @@ def spark_conf() -> dict[str, str]:
     return {
         "spark.driver.extraJavaOptions": (
             f"-Duser.timezone=UTC -Dstreamtable.spark.log.level={log_level}"
-            f" -Dlog4j2.configurationFile={PACKAGE_DIR / 'log4j2.properties'}"),
+            f" -Dlog4j2.configurationFile={PACKAGE_DIR / 'log4j2.properties'}"
+        ),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
     }
 
@@ -181,8 +194,14 @@ def _json_objects(lines: Any, found: Callable[[dict], Any]) -> Any:
         yield line
 
 
-def streamtable_task(task_id: str, command: str, pipeline: str, args_from: str | None = None,
-                     operator: Callable[..., SparkSubmitOperator] | None = None, **kwargs: Any) -> SparkSubmitOperator:
+def streamtable_task(
+    task_id: str,
+    command: str,
+    pipeline: str,
+    args_from: str | None = None,
+    operator: Callable[..., SparkSubmitOperator] | None = None,
+    **kwargs: Any,
+) -> SparkSubmitOperator:
     """A task that runs `streamtable COMMAND PIPELINE --lake LAKE` inside spark-submit, in the pipeline's pool.
 
     With `args_from` (the task whose XCom `args` are appended to the command line) it is a
@@ -233,8 +252,15 @@ class StreamServeOperator(SparkSubmitOperator):
 
     template_fields = (*SparkSubmitOperator.template_fields, "stall_timeout_s", "stop_grace_s")
 
-    def __init__(self, *, pipeline: str, stall_timeout_s: float | str = 600, stop_grace_s: float | str = 120,
-                 poll_s: float = 5.0, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        stall_timeout_s: float | str = 600,
+        stop_grace_s: float | str = 120,
+        poll_s: float = 5.0,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.stall_timeout_s = stall_timeout_s
@@ -259,15 +285,25 @@ class StreamServeOperator(SparkSubmitOperator):
 
         def supervise(lines: Any) -> None:  # called by hook.submit right after it started spark-submit
             job = hook._submit_sp
-            self.log.info("supervising %s (spark-submit pid %d): stall_timeout_s %g, stop_grace_s %g, lake %s",
-                          self.pipeline, job.pid, timeout_s, grace_s, lake)
+            self.log.info(
+                "supervising %s (spark-submit pid %d): stall_timeout_s %g, stop_grace_s %g, lake %s",
+                self.pipeline,
+                job.pid,
+                timeout_s,
+                grace_s,
+                lake,
+            )
             start_guardian(os.getpid(), job.pid, grace_s)
-            watchdog = threading.Thread(target=self._watch, args=(job.pid, lake, timeout_s, grace_s),
-                                        name="stream-watchdog", daemon=True)
+            watchdog = threading.Thread(
+                target=self._watch, args=(job.pid, lake, timeout_s, grace_s), name="stream-watchdog", daemon=True
+            )
             watchdog.start()
             try:
-                process_log(_json_objects(lines, lambda value: last.update(
-                    {"progress" if "progress" in value else "report": value})))
+                process_log(
+                    _json_objects(
+                        lines, lambda value: last.update({"progress" if "progress" in value else "report": value})
+                    )
+                )
             finally:
                 self._done.set()
 
@@ -293,7 +329,7 @@ class StreamServeOperator(SparkSubmitOperator):
 
     def _watch(self, pgid: int, lake: str | None, timeout_s: float, grace_s: float) -> None:
         """The watchdog: poll the pipeline's status until the job ends; stop the job on a stall."""
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         from .supervise import stalled, stop_job
 
@@ -302,7 +338,7 @@ class StreamServeOperator(SparkSubmitOperator):
         except ImportError as e:
             self.log.error("no stall detection: cannot import streamtable.status (%s)", e)
             return
-        since = datetime.now(timezone.utc)
+        since = datetime.now(UTC)
         failures = 0
         while not self._done.wait(self.poll_s):
             try:
@@ -311,13 +347,18 @@ class StreamServeOperator(SparkSubmitOperator):
             except Exception as e:  # a table being written, a transient read error: try again next poll
                 failures += 1
                 if failures in (1, 10) or failures % 60 == 0:
-                    self.log.warning("watchdog: could not read %s's status (%d in a row): %s: %s",
-                                     self.pipeline, failures, type(e).__name__, e)
+                    self.log.warning(
+                        "watchdog: could not read %s's status (%d in a row): %s: %s",
+                        self.pipeline,
+                        failures,
+                        type(e).__name__,
+                        e,
+                    )
                 continue
             if status is None:
                 continue
             try:
-                reason = stalled(status, since, datetime.now(timezone.utc), timeout_s)
+                reason = stalled(status, since, datetime.now(UTC), timeout_s)
             except Exception as e:  # never let the watchdog die silently
                 self.log.exception("watchdog: cannot apply the stall rule to %s: %s", status, e)
                 continue
@@ -335,20 +376,37 @@ class StreamServeOperator(SparkSubmitOperator):
         job = self._hook._submit_sp if self._hook is not None else None
         if job is None or job.poll() is not None:
             return
-        self.log.warning("on_kill: %s; the guardian SIGKILLs the job if it still runs %s s after this task ends",
-                         ask_to_stop(job.pid), self.stop_grace_s)
+        self.log.warning(
+            "on_kill: %s; the guardian SIGKILLs the job if it still runs %s s after this task ends",
+            ask_to_stop(job.pid),
+            self.stop_grace_s,
+        )
 
 
 # The form of a stream_PIPELINE DAG (`airflow dags trigger stream_word_count --conf '{"stall_timeout_s": 120}'`).
 STREAM_PARAMS: dict[str, Param] = {
-    "interval": Param("2 seconds", type="string", pattern=r"^[1-9][0-9]* (second|seconds|minute|minutes)$",
-                      title="Trigger interval",
-                      description="How often a micro-batch starts when input is waiting (Spark's processing-time trigger)."),
-    "stall_timeout_s": Param(600, type="integer", minimum=10, title="Stall timeout (s)",
-                             description="Restart the job when input waits and no batch has finished for this long."),
-    "stop_grace_s": Param(120, type="integer", minimum=5, title="Stop grace period (s)",
-                          description="After asking the driver to stop (SIGTERM), SIGKILL the job if it still runs this long "
-                                      "(serve itself gives up on its batch in flight 5 s before)."),
+    "interval": Param(
+        "2 seconds",
+        type="string",
+        pattern=r"^[1-9][0-9]* (second|seconds|minute|minutes)$",
+        title="Trigger interval",
+        description="How often a micro-batch starts when input is waiting (Spark's processing-time trigger).",
+    ),
+    "stall_timeout_s": Param(
+        600,
+        type="integer",
+        minimum=10,
+        title="Stall timeout (s)",
+        description="Restart the job when input waits and no batch has finished for this long.",
+    ),
+    "stop_grace_s": Param(
+        120,
+        type="integer",
+        minimum=5,
+        title="Stop grace period (s)",
+        description="After asking the driver to stop (SIGTERM), SIGKILL the job if it still runs this long "
+        "(serve itself gives up on its batch in flight 5 s before).",
+    ),
 }
 
 
@@ -359,14 +417,32 @@ def stream_task(pipeline: str, task_id: str = "serve", **kwargs: Any) -> StreamS
     retries 3 times, 15 s apart (a retry resumes from the checkpoint), no execution timeout.
     """
     options: dict[str, Any] = dict(
-        stall_timeout_s="{{ params.stall_timeout_s }}", stop_grace_s="{{ params.stop_grace_s }}",
-        retries=3, retry_delay=timedelta(seconds=15), execution_timeout=None)
+        stall_timeout_s="{{ params.stall_timeout_s }}",
+        stop_grace_s="{{ params.stop_grace_s }}",
+        retries=3,
+        retry_delay=timedelta(seconds=15),
+        execution_timeout=None,
+    )
     options.update(kwargs)
     # serve gives up on its batch in flight 5 s before the supervisor would SIGKILL it, so it exits on its own
-    args = ["serve", pipeline, "--lake", LAKE, "--interval", "{{ params.interval }}",
-            "--stop-timeout", "{{ [params.stop_grace_s - 5, 1] | max }}"]
-    return streamtable_task(task_id, "serve", pipeline, operator=partial(StreamServeOperator, pipeline=pipeline),
-                            application_args=args, **options)
+    args = [
+        "serve",
+        pipeline,
+        "--lake",
+        LAKE,
+        "--interval",
+        "{{ params.interval }}",
+        "--stop-timeout",
+        "{{ [params.stop_grace_s - 5, 1] | max }}",
+    ]
+    return streamtable_task(
+        task_id,
+        "serve",
+        pipeline,
+        operator=partial(StreamServeOperator, pipeline=pipeline),
+        application_args=args,
+        **options,
+    )
 
 
 def pipeline_tasks(pipeline: str, **kwargs: Any) -> tuple[SparkSubmitOperator, SparkSubmitOperator]:

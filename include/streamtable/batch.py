@@ -8,6 +8,7 @@ commits the same staged files again, and Delta skips what was already written (t
 until the next batch starts). So nothing is lost or counted twice, even though Delta has no
 multi-table transaction.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,10 @@ SOURCE = "_source"  # the input table a record of the micro-batch came from
 VERSION = "_commit_version"  # the Delta version (offset) that brought the record
 COMMITTED_AT = "_commit_timestamp"  # when that version was committed (ingested)
 HEARTBEAT = "_heartbeat"  # the platform's wall-clock input of pipelines that close results by wall clock
-PROGRESS_DDL = ("batch_id BIGINT, run_started_at TIMESTAMP, stream_time TIMESTAMP, records BIGINT, "
-                "input_versions MAP<STRING, BIGINT>, metrics MAP<STRING, BIGINT>")
+PROGRESS_DDL = (
+    "batch_id BIGINT, run_started_at TIMESTAMP, stream_time TIMESTAMP, records BIGINT, "
+    "input_versions MAP<STRING, BIGINT>, metrics MAP<STRING, BIGINT>"
+)
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,13 @@ class RunContext:
         for table in self.pipeline.outputs + (LATE_EVENTS,):
             delta_io.ensure_table(self.spark, self.path(table.name), table)
         for table in self.pipeline.state + (Table(PROGRESS, (), "stream"),):
-            delta_io.ensure_table(self.spark, self.path(table.name), table, change_feed=False,
-                                  ddl=PROGRESS_DDL if table.name == PROGRESS else None)
+            delta_io.ensure_table(
+                self.spark,
+                self.path(table.name),
+                table,
+                change_feed=False,
+                ddl=PROGRESS_DDL if table.name == PROGRESS else None,
+            )
 
     def progress(self) -> list[dict]:
         """The progress rows of the committed runs of this generation (read with delta-rs: no Spark job)."""
@@ -102,8 +110,9 @@ class RunContext:
 class Batch:
     """What `Pipeline.process` sees of one run and the changes it stages."""
 
-    def __init__(self, ctx: RunContext, batch_id: int, records: DataFrame, wall_clock: datetime,
-                 newest: datetime | None):
+    def __init__(
+        self, ctx: RunContext, batch_id: int, records: DataFrame, wall_clock: datetime, newest: datetime | None
+    ):
         self.ctx = ctx
         self.spark = ctx.spark
         self.batch_id = batch_id
@@ -136,8 +145,9 @@ class Batch:
         """Stage rows that replace the rows with the same keys; where column `delete` is true, remove them."""
         spec = self.ctx.pipeline.output(table)
         flag = F.col(delete) if delete else F.lit(False)
-        self._staging.stage(table, "upsert", rows.select(*[c.name for c in spec.columns],
-                                                         flag.cast("boolean").alias(delta_io.DELETE)))
+        self._staging.stage(
+            table, "upsert", rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_io.DELETE))
+        )
 
     def append(self, table: str, rows: DataFrame) -> None:
         """Stage rows appended to a stream output."""
@@ -146,8 +156,9 @@ class Batch:
 
     def late(self, rows: DataFrame) -> None:
         """Stage records that arrived too late to count (columns `table`, `raw`, `reason`, `event_time`)."""
-        self._late.append(rows.select(F.lit(self.ctx.pipeline.name).alias("pipeline"), "table", "raw", "reason",
-                                      "event_time"))
+        self._late.append(
+            rows.select(F.lit(self.ctx.pipeline.name).alias("pipeline"), "table", "raw", "reason", "event_time")
+        )
 
     def metric(self, name: str, value: int) -> None:
         """Record a count this run consumed, for reconciliation suites (`sum_equals`)."""
@@ -165,14 +176,20 @@ class Batch:
         log.info("batch %d staged", self.batch_id)
         self._staging.validate(metrics)
         log.info("batch %d validated", self.batch_id)
-        self._staging.mark_complete(BatchSummary(records, self.next_stream_time, oldest_input_at, versions,
-                                                 self.wall_clock, self._metrics))
+        self._staging.mark_complete(
+            BatchSummary(records, self.next_stream_time, oldest_input_at, versions, self.wall_clock, self._metrics)
+        )
 
 
 def read_changelog(spark: SparkSession, path: str, name: str) -> DataFrame:
     """A whole append-only input table with each record's commit version (via Change Data Feed)."""
-    return (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
-            .drop("_change_type", "_commit_timestamp"))
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(path)
+        .drop("_change_type", "_commit_timestamp")
+    )
 
 
 @dataclass(frozen=True)
@@ -188,28 +205,49 @@ class BatchSummary:
 
     def as_json(self) -> dict:
         times = ("watermark", "oldest_input_at", "wall_clock")
-        return {"input_rows": self.input_rows, "input_versions": self.input_versions, "metrics": self.metrics,
-                **{k: getattr(self, k).isoformat() if getattr(self, k) else None for k in times}}
+        return {
+            "input_rows": self.input_rows,
+            "input_versions": self.input_versions,
+            "metrics": self.metrics,
+            **{k: getattr(self, k).isoformat() if getattr(self, k) else None for k in times},
+        }
 
     @classmethod
-    def from_json(cls, value: dict) -> "BatchSummary":
+    def from_json(cls, value: dict) -> BatchSummary:
         def when(key: str) -> datetime | None:
             return datetime.fromisoformat(value[key]) if value[key] else None
 
-        return cls(value["input_rows"], when("watermark"), when("oldest_input_at"), value["input_versions"],
-                   when("wall_clock"), value["metrics"])
+        return cls(
+            value["input_rows"],
+            when("watermark"),
+            when("oldest_input_at"),
+            value["input_versions"],
+            when("wall_clock"),
+            value["metrics"],
+        )
 
     @classmethod
-    def from_progress_row(cls, row: dict) -> "BatchSummary":
+    def from_progress_row(cls, row: dict) -> BatchSummary:
         """The summary a `progress` row holds (no ingest commit time: that row predates `lag_ms`)."""
-        return cls(row["records"], row["stream_time"], None, dict(row["input_versions"] or ()), row["run_started_at"],
-                   dict(row["metrics"] or ()))
+        return cls(
+            row["records"],
+            row["stream_time"],
+            None,
+            dict(row["input_versions"] or ()),
+            row["run_started_at"],
+            dict(row["metrics"] or ()),
+        )
 
     def progress_row(self, batch_id: int) -> dict:
         """The batch's row of the generation's `progress` store."""
-        return {"batch_id": batch_id, "run_started_at": self.wall_clock, "stream_time": self.watermark,
-                "records": self.input_rows, "input_versions": list(self.input_versions.items()),
-                "metrics": list(self.metrics.items())}
+        return {
+            "batch_id": batch_id,
+            "run_started_at": self.wall_clock,
+            "stream_time": self.watermark,
+            "records": self.input_rows,
+            "input_versions": list(self.input_versions.items()),
+            "metrics": list(self.metrics.items()),
+        }
 
 
 class Staging:
@@ -261,8 +299,9 @@ class Staging:
             failures.extend(report.failures)
         if failures:
             self.discard()
-            raise QualityGateError(f"{self.ctx.pipeline.name}: quality gate failed, nothing published: "
-                                   + "; ".join(failures))
+            raise QualityGateError(
+                f"{self.ctx.pipeline.name}: quality gate failed, nothing published: " + "; ".join(failures)
+            )
 
     def mark_complete(self, summary: BatchSummary) -> None:
         write_json_atomic(self.manifest, {"changes": self.changes, "summary": summary.as_json()})
@@ -297,8 +336,11 @@ class Staging:
         manifest = json.loads(self.manifest.read_text())
         if isinstance(manifest, dict):
             return manifest["changes"], BatchSummary.from_json(manifest["summary"])
-        [row] = pyarrow.dataset.dataset(next(c["path"] for c in manifest if c["table"] == PROGRESS),
-                                        format="parquet").to_table().to_pylist()
+        [row] = (
+            pyarrow.dataset.dataset(next(c["path"] for c in manifest if c["table"] == PROGRESS), format="parquet")
+            .to_table()
+            .to_pylist()
+        )
         return manifest, BatchSummary.from_progress_row(row)
 
     def discard_earlier(self) -> None:

@@ -3,6 +3,7 @@
 Errors print one line to stderr and exit 1 (2 for usage errors); `--debug` shows the traceback.
 Commands that need Spark import it lazily, so `ingest`, `show`, `query`, `status` and `pipelines` start fast.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -92,8 +93,15 @@ def cmd_validate(args: argparse.Namespace) -> None:
     from .lifecycle import validate
 
     reports = validate(_lake(args), args.pipeline)
-    print(json.dumps({"pipeline": args.pipeline, "suites": {r.suite: r.success for r in reports},
-                      "data_docs": next((r.docs_path for r in reports if r.docs_path), None)}))
+    print(
+        json.dumps(
+            {
+                "pipeline": args.pipeline,
+                "suites": {r.suite: r.success for r in reports},
+                "data_docs": next((r.docs_path for r in reports if r.docs_path), None),
+            }
+        )
+    )
     failures = [f for r in reports for f in r.failures]
     if failures:
         raise QualityGateError(f"{args.pipeline}: " + "; ".join(failures))
@@ -128,8 +136,17 @@ def cmd_pipelines(args: argparse.Namespace) -> None:
     from .pipelines import PIPELINES
 
     for p in PIPELINES.values():
-        print(json.dumps({"pipeline": p.name, "primary": p.primary, "inputs": list(p.inputs),
-                          "outputs": [t.name for t in p.outputs], "doc": p.doc.strip().splitlines()[0]}))
+        print(
+            json.dumps(
+                {
+                    "pipeline": p.name,
+                    "primary": p.primary,
+                    "inputs": list(p.inputs),
+                    "outputs": [t.name for t in p.outputs],
+                    "doc": p.doc.strip().splitlines()[0],
+                }
+            )
+        )
 
 
 def _docs(args: argparse.Namespace) -> str:
@@ -157,9 +174,13 @@ def parser() -> argparse.ArgumentParser:
     p = command("serve", cmd_serve, "run continuously, one run per micro-batch, until SIGTERM")
     p.add_argument("pipeline")
     p.add_argument("--interval", default="2 seconds", help="processing-time trigger (default: 2 seconds)")
-    p.add_argument("--stop-timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="after SIGTERM, how long the batch in flight may take before exiting without it (code 3;"
-                        " default: 600)")
+    p.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="after SIGTERM, how long the batch in flight may take before exiting without it (code 3; default: 600)",
+    )
     p = command("reprocess", cmd_reprocess, "rebuild outputs from a version (or time) of the primary input")
     p.add_argument("pipeline")
     start = p.add_mutually_exclusive_group(required=True)
@@ -170,16 +191,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("pipeline")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted")
     command("validate", cmd_validate, "run the pipeline's quality suites on its published outputs").add_argument(
-        "pipeline")
+        "pipeline"
+    )
     command("show", cmd_show, "print a table as JSON lines").add_argument("table")
     p = command("query", cmd_query, "print the current rows whose leading keys equal KEY...")
     p.add_argument("table")
     p.add_argument("key", nargs="*")
     command("status", cmd_status, "each pipeline's last batch and how far behind its inputs it is").add_argument(
-        "pipeline", nargs="?")
+        "pipeline", nargs="?"
+    )
     command("pipelines", cmd_pipelines, "list the pipelines, their inputs and outputs")
     command("emit-ticks", cmd_emit_ticks, "append a tick per user ever seen in user_presence").add_argument(
-        "--at", help="the ticks' time, ISO-8601 (default: now)")
+        "--at", help="the ticks' time, ISO-8601 (default: now)"
+    )
     return top
 
 
@@ -187,8 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.debug:
         os.environ.setdefault("STREAMTABLE_SPARK_LOG_LEVEL", "warn")
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                            stream=sys.stderr)
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        )
     else:  # PySpark logs failures itself (as JSON); the one line below is what a user needs
         logging.disable(logging.CRITICAL)
     try:
@@ -201,8 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # anything else is a bug or an environment problem: still one line
         if args.debug:
             raise
-        print(f"streamtable: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-              " (run with --debug for details)", file=sys.stderr)
+        print(
+            f"streamtable: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            " (run with --debug for details)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

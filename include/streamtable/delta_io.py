@@ -1,8 +1,9 @@
 """Idempotent Delta writes: every write of a batch carries (`txnAppId`, `txnVersion` = batch id), so a replayed batch is skipped."""
+
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -23,8 +24,9 @@ OUTPUT_TABLE_PROPERTIES = {
 }
 
 
-def ensure_table(spark: SparkSession, path: str, table: Table, ddl: str | None = None,
-                 change_feed: bool = True) -> None:
+def ensure_table(
+    spark: SparkSession, path: str, table: Table, ddl: str | None = None, change_feed: bool = True
+) -> None:
     """Create the Delta table at `path` with `table`'s columns (or `ddl`) if it does not exist yet.
 
     Internal state stores have no change feed (they may keep their records' `_commit_version`).
@@ -55,8 +57,7 @@ def transaction(spark: SparkSession, app_id: str, version: int) -> Iterator[None
 
 def append(df: DataFrame, path: str, app_id: str, version: int) -> None:
     """Append `df` to the Delta table at `path` exactly once for (app_id, version)."""
-    (df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", version)
-     .save(path))
+    (df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", version).save(path))
 
 
 def upsert(spark: SparkSession, df: DataFrame, path: str, keys: Sequence[str], app_id: str, version: int) -> None:
@@ -64,11 +65,15 @@ def upsert(spark: SparkSession, df: DataFrame, path: str, keys: Sequence[str], a
     columns = [c for c in df.columns if c != DELETE]
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
     with transaction(spark, app_id, version):
-        (DeltaTable.forPath(spark, path).alias("t").merge(df.alias("s"), on)
-         .whenMatchedDelete(condition=f"s.`{DELETE}`")
-         .whenMatchedUpdate(set={c: f"s.`{c}`" for c in columns})
-         .whenNotMatchedInsert(condition=f"NOT s.`{DELETE}`", values={c: f"s.`{c}`" for c in columns})
-         .execute())
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(df.alias("s"), on)
+            .whenMatchedDelete(condition=f"s.`{DELETE}`")
+            .whenMatchedUpdate(set={c: f"s.`{c}`" for c in columns})
+            .whenNotMatchedInsert(condition=f"NOT s.`{DELETE}`", values={c: f"s.`{c}`" for c in columns})
+            .execute()
+        )
 
 
 def replace(df: DataFrame, path: str, where: str | None = None) -> None:

@@ -1,4 +1,5 @@
 """Named exceptions: each says what is wrong in one line, which the CLI prints without a traceback."""
+
 from __future__ import annotations
 
 

@@ -2,6 +2,7 @@
 
 Pipelines declare rules with these small values so that declaring a pipeline never imports GX.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -3,6 +3,7 @@
 Points: `staged` (batch computed and marked complete, nothing committed) and `committed:<table>`
 (that table committed, the rest of the batch not). Unset, a crash point costs one dict lookup.
 """
+
 from __future__ import annotations
 
 import os

@@ -4,12 +4,13 @@ Ingest needs no Spark: it validates in Python and writes with delta-rs (`deltala
 well under a second. Input tables are created with Change Data Feed on, which gives every record its
 commit version (its offset) when a pipeline reads it.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Iterable
+from datetime import UTC, datetime
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
@@ -39,8 +40,12 @@ class IngestResult:
     version: int | None
 
     def as_dict(self) -> dict:
-        return {"table": self.table, "appended": self.appended, "quarantined": self.quarantined,
-                "version": self.version}
+        return {
+            "table": self.table,
+            "appended": self.appended,
+            "quarantined": self.quarantined,
+            "version": self.version,
+        }
 
 
 def input_table(name: str) -> Table:
@@ -64,8 +69,9 @@ def parse_record(table: Table, text: str) -> dict:
         value = record.get(column.name)
         if value is None:
             if not column.nullable:
-                raise RecordError(f"missing field {column.name}" if column.name not in record
-                                  else f"{column.name} is null")
+                raise RecordError(
+                    f"missing field {column.name}" if column.name not in record else f"{column.name} is null"
+                )
             row[column.name] = None
             continue
         row[column.name] = _typed(column.name, column.type, value)
@@ -140,8 +146,9 @@ def table_version(path: str) -> int | None:
 
 def quarantine(lake: Lake, table_name: str, bad: list[tuple[str, str]]) -> None:
     """Append unusable records, with their raw text and the reason, to `quarantine` in one commit."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     data = pa.Table.from_pylist(
         [{"table": table_name, "raw": raw, "reason": reason, "ingested_at": now} for raw, reason in bad],
-        schema=arrow_schema(QUARANTINE.columns))
+        schema=arrow_schema(QUARANTINE.columns),
+    )
     write_deltalake(lake.table_path(QUARANTINE.name), data, mode="append")

@@ -11,17 +11,18 @@ Layout (everything a pipeline keeps lives inside its lake):
 A new generation (reset, reprocess) gets a fresh checkpoint and a fresh `txnAppId`, so its idempotent
 writes are never mistaken for the old generation's.
 """
+
 from __future__ import annotations
 
 import fcntl
 import json
 import os
 import socket
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterator
 
 from .timefmt import format_time
 
@@ -98,8 +99,16 @@ class Lake:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 handle.truncate(0)
-                handle.write(json.dumps({"command": command, "pid": os.getpid(), "host": socket.gethostname(),
-                                         "since": format_time(datetime.now(timezone.utc))}))
+                handle.write(
+                    json.dumps(
+                        {
+                            "command": command,
+                            "pid": os.getpid(),
+                            "host": socket.gethostname(),
+                            "since": format_time(datetime.now(UTC)),
+                        }
+                    )
+                )
                 handle.flush()
                 yield
             finally:

@@ -5,6 +5,7 @@ checkpoint, fresh `txnAppId`, empty state) from the chosen version of the primar
 tables, gates them with the quality suites, then swaps each output in one atomic overwrite and makes
 the new generation live, so the next `run` continues from where the reprocess stopped.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ from .lake import Lake, write_json_atomic
 from .pipeline import Pipeline
 from .pipelines import get_pipeline
 from .runner import RunReport, drain, serve
-from .timefmt import system_clock
 from .tables import LATE_EVENTS
+from .timefmt import system_clock
 
 SWAP = "swap.json"  # present while a reprocess's outputs are being swapped in
 
@@ -44,8 +45,12 @@ def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float
     pipeline = get_pipeline(name)
     with lake.lock(name, "serve"):
         finish_swap(lake, pipeline)
-        return serve(RunContext(get_spark(), lake, pipeline, lake.generation(name)), interval, stop_timeout_s,
-                     on_progress=on_progress)
+        return serve(
+            RunContext(get_spark(), lake, pipeline, lake.generation(name)),
+            interval,
+            stop_timeout_s,
+            on_progress=on_progress,
+        )
 
 
 def validate(lake: Lake, name: str) -> list:
@@ -77,8 +82,10 @@ def check_version(lake: Lake, table: str, version: int) -> None:
     latest = table_version(lake.table_path(table))
     if version < 0 or latest is None or version > latest:
         raise OffsetOutOfRangeError(
-            f"version {version} is not in {table} (versions 0..{latest})" if latest is not None
-            else f"{table} has no data yet")
+            f"version {version} is not in {table} (versions 0..{latest})"
+            if latest is not None
+            else f"{table} has no data yet"
+        )
 
 
 @dataclass
@@ -92,9 +99,16 @@ class ReprocessReport:
     run: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {"pipeline": self.pipeline, "from_version": self.from_version, "generation": self.generation,
-                "published": self.published, "rows_before": self.rows_before, "rows_after": self.rows_after,
-                "suites": "passed", "run": self.run}
+        return {
+            "pipeline": self.pipeline,
+            "from_version": self.from_version,
+            "generation": self.generation,
+            "published": self.published,
+            "rows_before": self.rows_before,
+            "rows_after": self.rows_after,
+            "suites": "passed",
+            "run": self.run,
+        }
 
 
 def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, clock=system_clock) -> ReprocessReport:
@@ -114,8 +128,15 @@ def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, c
         except Exception:
             shutil.rmtree(ctx.dir, ignore_errors=True)  # a refused rebuild leaves nothing behind
             raise
-        result = ReprocessReport(name, from_version, ctx.generation, published=not dry_run, run=report.as_dict(),
-                                 rows_before=row_counts(live), rows_after=row_counts(ctx))
+        result = ReprocessReport(
+            name,
+            from_version,
+            ctx.generation,
+            published=not dry_run,
+            run=report.as_dict(),
+            rows_before=row_counts(live),
+            rows_after=row_counts(ctx),
+        )
         if dry_run:
             shutil.rmtree(ctx.dir, ignore_errors=True)
         else:
@@ -143,8 +164,7 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
     live = RunContext(shadow.spark, lake, pipeline, generation)
     for table in pipeline.outputs:
         delta_io.replace(shadow.read(table.name), live.path(table.name))
-    delta_io.replace(shadow.read(LATE_EVENTS.name), live.path(LATE_EVENTS.name),
-                     where=f"pipeline = '{pipeline.name}'")
+    delta_io.replace(shadow.read(LATE_EVENTS.name), live.path(LATE_EVENTS.name), where=f"pipeline = '{pipeline.name}'")
     lake.set_generation(pipeline.name, generation)
     shutil.rmtree(shadow.dir / "shadow", ignore_errors=True)
     marker.unlink()
@@ -154,9 +174,12 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
 def reset(lake: Lake, name: str, dry_run: bool = False) -> dict:
     """Forget a pipeline's progress, state and outputs, so that the next run starts from version 0."""
     pipeline = get_pipeline(name)
-    plan = {"pipeline": name, "outputs": [lake.table_path(t.name) for t in pipeline.outputs],
-            "late_events": f"rows with pipeline = {name!r}",
-            "progress": [str(p) for p in sorted(lake.pipeline_dir(name).glob("g*"))]}
+    plan = {
+        "pipeline": name,
+        "outputs": [lake.table_path(t.name) for t in pipeline.outputs],
+        "late_events": f"rows with pipeline = {name!r}",
+        "progress": [str(p) for p in sorted(lake.pipeline_dir(name).glob("g*"))],
+    }
     if dry_run:
         return plan | {"dry_run": True}
     from . import delta_io
@@ -168,8 +191,7 @@ def reset(lake: Lake, name: str, dry_run: bool = False) -> dict:
         ctx.prepare()
         for table in pipeline.outputs:
             delta_io.replace(ctx.read(table.name).limit(0), ctx.path(table.name))
-        delta_io.replace(ctx.read(LATE_EVENTS.name).limit(0), ctx.path(LATE_EVENTS.name),
-                         where=f"pipeline = '{name}'")
+        delta_io.replace(ctx.read(LATE_EVENTS.name).limit(0), ctx.path(LATE_EVENTS.name), where=f"pipeline = '{name}'")
         lake.set_generation(name, ctx.generation)
         discard_generations(lake, name, keep=ctx.generation)
     return plan | {"dry_run": False}

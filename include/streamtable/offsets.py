@@ -5,10 +5,11 @@ Airflow tasks call these before they spark-submit anything, so a bad request fai
 line saying what is wrong; the command checks again when it runs (`lifecycle.check_version`, `version_at`).
 Nothing here imports pyspark or Airflow.
 """
+
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .errors import BadInputError, OffsetOutOfRangeError
@@ -42,7 +43,7 @@ def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
     except FileNotFoundError:
         return None
     millis = info.get("timestamp")
-    return datetime.fromtimestamp(millis / 1000, timezone.utc) if millis is not None else None
+    return datetime.fromtimestamp(millis / 1000, UTC) if millis is not None else None
 
 
 def first_version_since(lake: Lake, table: str, moment: datetime) -> int | None:
@@ -56,8 +57,9 @@ def _describe_latest(history: list[tuple[int, float]]) -> str:
     return f"the latest, version {version}, was committed at {format_time(parse_time(int(committed)))}"
 
 
-def reprocess_arguments(lake: Lake, pipeline: object, from_version: object = None, from_timestamp: object = None,
-                        dry_run: object = False) -> tuple[list[str], str]:
+def reprocess_arguments(
+    lake: Lake, pipeline: object, from_version: object = None, from_timestamp: object = None, dry_run: object = False
+) -> tuple[list[str], str]:
     """Check a reprocess request; return the arguments after `reprocess PIPELINE` and a one-line summary.
 
     Exactly one of `from_version` (an integer from 0 to the primary input's latest version) and
@@ -72,11 +74,15 @@ def reprocess_arguments(lake: Lake, pipeline: object, from_version: object = Non
     if from_timestamp == "":
         from_timestamp = None  # an emptied form field
     if from_version is not None and from_timestamp is not None:
-        raise BadInputError(f"give from_version or from_timestamp, not both (got from_version={from_version!r} "
-                            f"and from_timestamp={from_timestamp!r})")
+        raise BadInputError(
+            f"give from_version or from_timestamp, not both (got from_version={from_version!r} "
+            f"and from_timestamp={from_timestamp!r})"
+        )
     if from_version is None and from_timestamp is None:
-        raise BadInputError(f"give from_version (a Delta version of {primary}, {pipeline}'s primary input) "
-                            "or from_timestamp (an ISO-8601 time); neither was given")
+        raise BadInputError(
+            f"give from_version (a Delta version of {primary}, {pipeline}'s primary input) "
+            "or from_timestamp (an ISO-8601 time); neither was given"
+        )
     history = commits(lake, primary)
     if not history:
         raise OffsetOutOfRangeError(f"{primary}, {pipeline}'s primary input, has no data yet: nothing to reprocess")
@@ -85,8 +91,9 @@ def reprocess_arguments(lake: Lake, pipeline: object, from_version: object = Non
         if isinstance(from_version, bool) or not isinstance(from_version, int) or from_version < 0:
             raise BadInputError(f"from_version must be an integer >= 0, got {from_version!r}")
         if from_version > latest:
-            raise OffsetOutOfRangeError(f"from_version {from_version} is beyond the latest version of {primary} "
-                                        f"(versions 0..{latest})")
+            raise OffsetOutOfRangeError(
+                f"from_version {from_version} is beyond the latest version of {primary} (versions 0..{latest})"
+            )
         start, version = ["--from-version", str(from_version)], from_version
         origin = f"version {from_version}"
     else:
@@ -96,12 +103,12 @@ def reprocess_arguments(lake: Lake, pipeline: object, from_version: object = Non
             raise BadInputError(f"from_timestamp: {e}") from None
         version = first_version_since(lake, primary, moment)
         if version is None:
-            raise OffsetOutOfRangeError(f"no version of {primary} was committed at or after {moment.isoformat()} "
-                                        f"({_describe_latest(history)})")
+            raise OffsetOutOfRangeError(
+                f"no version of {primary} was committed at or after {moment.isoformat()} ({_describe_latest(history)})"
+            )
         start = ["--from-timestamp", moment.isoformat()]
         origin = f"{moment.isoformat()} (version {version})"
-    summary = (f"{'dry run: ' if dry_run else ''}reprocess {pipeline} from {origin} of {primary} "
-               f"(versions 0..{latest})")
+    summary = f"{'dry run: ' if dry_run else ''}reprocess {pipeline} from {origin} of {primary} (versions 0..{latest})"
     return start + (["--dry-run"] if dry_run else []), summary
 
 
@@ -114,9 +121,11 @@ def lookback_arguments(lake: Lake, pipeline: str, since: datetime) -> tuple[list
     version = first_version_since(lake, primary, since)
     if version is None:
         return None
-    return (["--from-timestamp", since.isoformat()],
-            f"reprocess {pipeline} from {since.isoformat()}: version {version} of {primary} "
-            f"(the first committed since then)")
+    return (
+        ["--from-timestamp", since.isoformat()],
+        f"reprocess {pipeline} from {since.isoformat()}: version {version} of {primary} "
+        f"(the first committed since then)",
+    )
 
 
 def reset_arguments(pipeline: object, dry_run: object = True) -> tuple[list[str], str]:

@@ -1,8 +1,10 @@
 """A pipeline: its inputs, outputs, quality suites and the function that turns one run's records into changes."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from .expectations import Suite
 from .tables import Table
@@ -29,7 +31,7 @@ class Pipeline:
     doc: str
     streams: tuple[str, ...]
     outputs: tuple[Table, ...]
-    process: Callable[["Batch"], None]
+    process: Callable[[Batch], None]
     tables: tuple[str, ...] = ()
     state: tuple[Table, ...] = ()
     suites: tuple[Suite, ...] = ()

@@ -8,6 +8,7 @@ batch committed again after a crash is recorded once.
 Tables appended one small file per batch this way (`stream_progress`, a generation's `progress` store) are
 compacted every `COMPACT_EVERY` commits, as Delta Spark's auto compaction does for the Spark-written ones.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,12 +60,21 @@ class BatchProgress:
     def row(self) -> dict:
         """The `stream_progress` row."""
         seconds = max(self.duration_ms, 1) / 1000
-        return {"pipeline": self.pipeline, "generation": self.generation, "batch_id": self.batch_id,
-                "mode": self.mode, "started_at": self.started_at, "finished_at": self.finished_at,
-                "duration_ms": self.duration_ms, "input_rows": self.input_rows,
-                "rows_per_second": round(self.input_rows / seconds, 1), "watermark": self.watermark,
-                "lag_ms": self.lag_ms, "input_versions": json.dumps(self.input_versions, sort_keys=True),
-                "output_rows": json.dumps(self.output_rows, sort_keys=True)}
+        return {
+            "pipeline": self.pipeline,
+            "generation": self.generation,
+            "batch_id": self.batch_id,
+            "mode": self.mode,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_ms": self.duration_ms,
+            "input_rows": self.input_rows,
+            "rows_per_second": round(self.input_rows / seconds, 1),
+            "watermark": self.watermark,
+            "lag_ms": self.lag_ms,
+            "input_versions": json.dumps(self.input_versions, sort_keys=True),
+            "output_rows": json.dumps(self.output_rows, sort_keys=True),
+        }
 
     def as_dict(self) -> dict:
         """The row as JSON-ready values (times as ISO-8601, JSON columns as objects)."""
@@ -83,9 +93,12 @@ def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: 
     if recorded is not None and recorded >= version:
         return False
     schema = schema or pa.schema(table.schema().to_arrow())
-    write_deltalake(table if table is not None else path, pa.Table.from_pylist(rows, schema=schema), mode="append",
-                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)],
-                                                       max_commit_retries=20))
+    write_deltalake(
+        table if table is not None else path,
+        pa.Table.from_pylist(rows, schema=schema),
+        mode="append",
+        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)], max_commit_retries=20),
+    )
     if table is not None:  # a write to a DeltaTable moves it to the version it committed
         compact_now_and_then(table)
     return True
@@ -117,8 +130,13 @@ def compact_now_and_then(table: DeltaTable) -> None:
 
 def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:
     """Append the batch's row to `stream_progress` once for (app_id, batch id), and log it."""
-    if append_once(lake.table_path(STREAM_PROGRESS.name), [progress.row()], app_id, progress.batch_id,
-                   arrow_schema(STREAM_PROGRESS.columns)):
+    if append_once(
+        lake.table_path(STREAM_PROGRESS.name),
+        [progress.row()],
+        app_id,
+        progress.batch_id,
+        arrow_schema(STREAM_PROGRESS.columns),
+    ):
         log.info("progress %s", json.dumps(progress.as_dict()))
 
 
@@ -135,4 +153,3 @@ def history(lake: Lake, pipeline: str, generation: int | None = None) -> list[di
     found = DeltaTable(path).to_pyarrow_dataset().to_table(filter=where)
     rows = found.sort_by([("finished_at", "ascending"), ("batch_id", "ascending")]).to_pylist()
     return [row | {c: json.loads(row[c]) for c in JSON_COLUMNS} for row in rows]
-

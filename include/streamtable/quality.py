@@ -9,6 +9,7 @@ Each lake keeps its own GX file project, validation history and Data Docs under 
 flock on `<quality_dir>/.lock`), because GX rewrites `great_expectations.yml` and keeps the current
 project in a process-wide global.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -17,11 +18,12 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from .expectations import Expectation, Suite
@@ -36,8 +38,18 @@ PANDAS_MAX_ROWS = 200_000  # validate(engine=None) collects frames up to this si
 # float (numpy compares float32 with a bound in float32, Spark in double) and decimal (GX on pandas sums it as
 # floats and fails on nulls). GX stores in_set values as JSON, dates and timestamps as ISO strings, which
 # Spark casts back; pandas does not for dates and is dropping it for timestamps, so such rules run in Spark.
-_PANDAS_TYPES = {"boolean", "byte", "short", "integer", "long", "double", "string", "date", "timestamp",
-                 "timestamp_ntz"}
+_PANDAS_TYPES = {
+    "boolean",
+    "byte",
+    "short",
+    "integer",
+    "long",
+    "double",
+    "string",
+    "date",
+    "timestamp",
+    "timestamp_ntz",
+}
 _TEMPORAL = {"date", "timestamp", "timestamp_ntz"}
 BATCH_DEFINITION = "whole_dataframe"
 SITE = "local_site"
@@ -66,8 +78,15 @@ def docs_index(quality_dir: str) -> str:
     return str(Path(quality_dir).resolve() / "gx" / SITE_DIR / "index.html")
 
 
-def validate(df: "DataFrame", pipeline: str, suite: Suite, quality_dir: str,
-             metrics: dict[str, int] | None = None, build_docs: bool = True, engine: str | None = None) -> Report:
+def validate(
+    df: DataFrame,
+    pipeline: str,
+    suite: Suite,
+    quality_dir: str,
+    metrics: dict[str, int] | None = None,
+    build_docs: bool = True,
+    engine: str | None = None,
+) -> Report:
     """Validate `df` with `suite` as the GX suite `<pipeline>.<table>`; store the result (and Data Docs) in quality_dir.
 
     `metrics` supplies the values `sum_equals` rules reconcile against; a missing one is a ValueError.
@@ -90,23 +109,26 @@ def validate(df: "DataFrame", pipeline: str, suite: Suite, quality_dir: str,
         with _locked(quality_dir):
             ctx = _context(quality_dir)
             prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
-            checkpoint = _checkpoint(ctx, name, _gx_suite(name, suite.expectations), build_docs,
-                                     "spark" if frame is None else "pandas")
-            result = checkpoint.run(batch_parameters={"dataframe": df if frame is None else frame},
-                                    expectation_parameters=params)
+            checkpoint = _checkpoint(
+                ctx, name, _gx_suite(name, suite.expectations), build_docs, "spark" if frame is None else "pandas"
+            )
+            result = checkpoint.run(
+                batch_parameters={"dataframe": df if frame is None else frame}, expectation_parameters=params
+            )
             docs = _docs_path(ctx) if build_docs else None
     finally:
         if cache:
             df.unpersist()
     (validation,) = result.run_results.values()
-    failed = sorted((r for r in validation.results if not r.success),
-                    key=lambda r: r.expectation_config.meta[_RULE])
-    failures = tuple(_failure(suite.table, suite.expectations[r.expectation_config.meta[_RULE]], r.result,
-                              r.exception_info, params) for r in failed)
+    failed = sorted((r for r in validation.results if not r.success), key=lambda r: r.expectation_config.meta[_RULE])
+    failures = tuple(
+        _failure(suite.table, suite.expectations[r.expectation_config.meta[_RULE]], r.result, r.exception_info, params)
+        for r in failed
+    )
     return Report(suite=name, success=bool(result.success), failures=failures, docs_path=docs, rows=rows)
 
 
-def _to_pandas(df: "DataFrame", rules: tuple[Expectation, ...] | None) -> Any:
+def _to_pandas(df: DataFrame, rules: tuple[Expectation, ...] | None) -> Any:
     """`df` collected in one Spark job (through Arrow) as a pandas frame on which GX checks rules as on Spark.
 
     Unlike `df.toPandas()`, integer and boolean columns keep their type when they hold nulls (nullable
@@ -116,8 +138,10 @@ def _to_pandas(df: "DataFrame", rules: tuple[Expectation, ...] | None) -> Any:
     rule reads a date or timestamp, and no double is NaN (Spark: a value above every number; pandas: a null).
     """
     types = {f.name: f.dataType.typeName() for f in df.schema.fields}
-    if rules is not None and (not set(types.values()) <= _PANDAS_TYPES or any(
-            r.kind == "in_set" and types.get(r.columns[0]) in _TEMPORAL for r in rules)):
+    if rules is not None and (
+        not set(types.values()) <= _PANDAS_TYPES
+        or any(r.kind == "in_set" and types.get(r.columns[0]) in _TEMPORAL for r in rules)
+    ):
         return None
     import pandas as pd
     import pyarrow as pa
@@ -126,8 +150,13 @@ def _to_pandas(df: "DataFrame", rules: tuple[Expectation, ...] | None) -> Any:
     table = df.toArrow()
     if rules is not None and any(pa.types.is_floating(c.type) and pc.any(pc.is_nan(c)).as_py() for c in table.columns):
         return None
-    nullable = {pa.bool_(): pd.BooleanDtype(), pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
-                pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
+    nullable = {
+        pa.bool_(): pd.BooleanDtype(),
+        pa.int8(): pd.Int8Dtype(),
+        pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+    }
     frame = table.to_pandas(types_mapper=nullable.get, date_as_object=True, coerce_temporal_nanoseconds=True)
     zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
     for i, dtype in enumerate(frame.dtypes):
@@ -154,9 +183,11 @@ def _null_safe_sum() -> type:
 
     Spark's SUM over no values is NULL, which the stock expectation always fails.
     """
+
     class ExpectColumnNullSafeSumToBeBetween(_gx().expectations.ExpectColumnSumToBeBetween):
-        def _validate(self, metrics: dict, runtime_configuration: dict | None = None,
-                      execution_engine: Any = None) -> dict:
+        def _validate(
+            self, metrics: dict, runtime_configuration: dict | None = None, execution_engine: Any = None
+        ) -> dict:
             if metrics.get("column.sum") is None:
                 metrics = {**metrics, "column.sum": 0}
             return super()._validate(metrics, runtime_configuration, execution_engine)
@@ -176,8 +207,10 @@ def _parameters(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict
         if rule.kind != "sum_equals":
             continue
         if rule.metric not in metrics:
-            raise ValueError(f"sum_equals({rule.columns[0]}) needs metric {rule.metric!r}, "
-                             f"which this run did not report (has: {sorted(metrics)})")
+            raise ValueError(
+                f"sum_equals({rule.columns[0]}) needs metric {rule.metric!r}, "
+                f"which this run did not report (has: {sorted(metrics)})"
+            )
         key = _parameter(rule.metric)
         if params.get(key, metrics[rule.metric]) != metrics[rule.metric]:
             raise ValueError(f"metric names collide as suite parameter {key!r}")
@@ -197,8 +230,9 @@ def _gx_expectation(rule: Expectation, index: int) -> Any:
             return gxe.ExpectColumnValuesToBeUnique(column=c[0], **mostly)
         return gxe.ExpectCompoundColumnsToBeUnique(column_list=list(c), **mostly)
     if rule.kind == "between":
-        return gxe.ExpectColumnValuesToBeBetween(column=c[0], min_value=rule.min_value,
-                                                 max_value=rule.max_value, **mostly)
+        return gxe.ExpectColumnValuesToBeBetween(
+            column=c[0], min_value=rule.min_value, max_value=rule.max_value, **mostly
+        )
     if rule.kind == "in_set":
         return gxe.ExpectColumnValuesToBeInSet(column=c[0], value_set=list(rule.value_set), **mostly)
     if rule.kind == "sum_equals":
@@ -206,7 +240,8 @@ def _gx_expectation(rule: Expectation, index: int) -> Any:
         return _null_safe_sum()(column=c[0], min_value=bound, max_value=bound, meta=meta)
     if rule.kind == "column_pair_le":  # left <= right  <=>  right >= left; rows with a null are skipped
         return gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A=c[1], column_B=c[0], or_equal=True, ignore_row_if="either_value_is_missing", **mostly)
+            column_A=c[1], column_B=c[0], or_equal=True, ignore_row_if="either_value_is_missing", **mostly
+        )
     if rule.kind == "any_not_null":  # where all but the last are null, the last must not be
         # (a row condition, not UnexpectedRowsExpectation: that one works on Spark but takes no `mostly`
         # and registers the frame as the session-wide temp view "tmp_view"; here `mostly` counts among
@@ -248,11 +283,14 @@ def _context(quality_dir: str) -> Any:
         ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         ctx.variables.save()
     if SITE not in ctx.list_data_docs_sites():
-        ctx.add_data_docs_site(SITE, {
-            "class_name": "SiteBuilder",
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": SITE_DIR},
-            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-        })
+        ctx.add_data_docs_site(
+            SITE,
+            {
+                "class_name": "SiteBuilder",
+                "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": SITE_DIR},
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            },
+        )
     return ctx
 
 
@@ -263,8 +301,11 @@ def _checkpoint(ctx: Any, name: str, suite: Any, build_docs: bool, engine: str) 
     try:
         datasource = ctx.data_sources.get(source)
     except KeyError:  # add_or_update_* would drop every existing asset
-        datasource = (ctx.data_sources.add_spark(source, persist=False) if engine == "spark"
-                      else ctx.data_sources.add_pandas(source))
+        datasource = (
+            ctx.data_sources.add_spark(source, persist=False)
+            if engine == "spark"
+            else ctx.data_sources.add_pandas(source)
+        )
     try:
         asset = datasource.get_asset(name)
     except LookupError:
@@ -276,8 +317,9 @@ def _checkpoint(ctx: Any, name: str, suite: Any, build_docs: bool, engine: str) 
     suite = ctx.suites.add_or_update(suite)
     validation = ctx.validation_definitions.add_or_update(gx.ValidationDefinition(name=name, data=batch, suite=suite))
     actions = [gx.checkpoint.UpdateDataDocsAction(name="update_data_docs", site_names=[SITE])] if build_docs else []
-    return ctx.checkpoints.add_or_update(gx.Checkpoint(
-        name=name, validation_definitions=[validation], actions=actions, result_format=RESULT_FORMAT))
+    return ctx.checkpoints.add_or_update(
+        gx.Checkpoint(name=name, validation_definitions=[validation], actions=actions, result_format=RESULT_FORMAT)
+    )
 
 
 def prune_results(quality_dir: str, suite: str, keep: int = KEEP_RESULTS) -> int:
@@ -288,7 +330,7 @@ def prune_results(quality_dir: str, suite: str, keep: int = KEEP_RESULTS) -> int
     removed = 0
     for store in ("uncommitted/validations", SITE_DIR + "validations"):
         runs = sorted(Path(quality_dir, "gx", store, *suite.split(".")).glob("*/*"), key=lambda p: p.name)
-        for run in runs[:max(0, len(runs) - keep)]:
+        for run in runs[: max(0, len(runs) - keep)]:
             shutil.rmtree(run, ignore_errors=True)
             removed += store.startswith("uncommitted/validations")
     return removed
@@ -345,8 +387,7 @@ def _error(exception_info: dict | None) -> str | None:
     return None
 
 
-def _failure(table: str, rule: Expectation, result: dict, exception_info: dict | None,
-             params: dict[str, int]) -> str:
+def _failure(table: str, rule: Expectation, result: dict, exception_info: dict | None, params: dict[str, int]) -> str:
     """One short human line for a failed rule."""
     cols = ", ".join(rule.columns)
     error = _error(exception_info)
@@ -360,15 +401,21 @@ def _failure(table: str, rule: Expectation, result: dict, exception_info: dict |
         return f"{table}: {what} is not unique ({_rows(rule, result, 'duplicate row')})"
     if rule.kind == "between":
         lo, hi = rule.min_value, rule.max_value
-        bounds = (f"between {lo} and {hi}" if lo is not None and hi is not None
-                  else f">= {lo}" if lo is not None else f"<= {hi}")
+        bounds = (
+            f"between {lo} and {hi}"
+            if lo is not None and hi is not None
+            else f">= {lo}"
+            if lo is not None
+            else f"<= {hi}"
+        )
         return f"{table}: {cols} is not {bounds} ({rows}{_examples(result)})"
     if rule.kind == "in_set":
         return f"{table}: {cols} has values outside {list(rule.value_set)} ({rows}{_examples(result)})"
     if rule.kind == "sum_equals":
         expected = params.get(_parameter(rule.metric or ""))
-        return (f"{table}: sum of {cols} is {_number(result.get('observed_value'))}, "
-                f"but metric {rule.metric} is {expected}")
+        return (
+            f"{table}: sum of {cols} is {_number(result.get('observed_value'))}, but metric {rule.metric} is {expected}"
+        )
     if rule.kind == "column_pair_le":
         return f"{table}: {rule.columns[0]} > {rule.columns[1]} ({rows})"
     if rule.kind == "any_not_null":

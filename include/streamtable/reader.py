@@ -1,15 +1,16 @@
 """Reading tables without Spark (delta-rs + pyarrow): `show`, and interactive queries that answer in milliseconds.
 
-    >>> from streamtable.reader import query
-    >>> query("lake", "clicks_per_region", "europe")
-    [{'region': 'europe', 'clicks': 109}]
+>>> from streamtable.reader import query
+>>> query("lake", "clicks_per_region", "europe")
+[{'region': 'europe', 'clicks': 109}]
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -93,5 +94,6 @@ def _parse_key(type_: Type, text: str) -> object:
 def json_lines(records: list[dict]) -> Iterator[str]:
     """Render rows as JSON lines, times as ISO-8601 with milliseconds and `Z`."""
     for record in records:
-        yield json.dumps({k: format_time(v) if isinstance(v, datetime) else v for k, v in record.items()},
-                         ensure_ascii=False)
+        yield json.dumps(
+            {k: format_time(v) if isinstance(v, datetime) else v for k, v in record.items()}, ensure_ascii=False
+        )

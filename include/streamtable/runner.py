@@ -5,6 +5,7 @@ offset), unioned, and handed to `foreachBatch`, which computes, stages, validate
 run (see `streamtable.batch`). The query's checkpoint under the live generation is the consumer
 group: it records how far each input was consumed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -12,10 +13,10 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import reduce
-from typing import Callable
 
 import pyarrow as pa
 from deltalake import write_deltalake
@@ -49,10 +50,14 @@ class RunReport:
     changes: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {"pipeline": self.pipeline, "generation": self.generation, "batches": self.batches,
-                "records": self.records,
-                "stream_time": format_time(self.stream_time) if self.stream_time else None,
-                "changes": self.changes}
+        return {
+            "pipeline": self.pipeline,
+            "generation": self.generation,
+            "batches": self.batches,
+            "records": self.records,
+            "stream_time": format_time(self.stream_time) if self.stream_time else None,
+            "changes": self.changes,
+        }
 
 
 def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
@@ -61,17 +66,26 @@ def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
         path = lake.table_path(name)
         if table_version(path) is None:
             table = INPUTS[name]
-            write_deltalake(path, pa.Table.from_pylist([], schema=arrow_schema(table.stored_columns)),
-                            mode="append", configuration=INPUT_TABLE_PROPERTIES)
+            write_deltalake(
+                path,
+                pa.Table.from_pylist([], schema=arrow_schema(table.stored_columns)),
+                mode="append",
+                configuration=INPUT_TABLE_PROPERTIES,
+            )
 
 
 def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame:
     """A streaming read of an input changelog from a version, tagged with its table name."""
     path = ctx.heartbeat_path if name == HEARTBEAT else ctx.lake.table_path(name)
-    return (ctx.spark.readStream.format("delta").option("readChangeFeed", "true")
-            .option("startingVersion", starting_version).option("maxFilesPerTrigger", ONE_BATCH)
-            .load(path)
-            .drop("_change_type").withColumn(SOURCE, F.lit(name)))
+    return (
+        ctx.spark.readStream.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", starting_version)
+        .option("maxFilesPerTrigger", ONE_BATCH)
+        .load(path)
+        .drop("_change_type")
+        .withColumn(SOURCE, F.lit(name))
+    )
 
 
 def beat(ctx: RunContext, clock: Clock) -> None:
@@ -82,16 +96,20 @@ def beat(ctx: RunContext, clock: Clock) -> None:
     carry no event time, so they never move stream time.
     """
     if ctx.pipeline.wall_clock:
-        write_deltalake(ctx.heartbeat_path, pa.table({"at": pa.array([clock()], pa.timestamp("us", tz="UTC")),
-                                                      "_line": pa.array([0], pa.int64())}),
-                        mode="append", configuration=INPUT_TABLE_PROPERTIES)
+        write_deltalake(
+            ctx.heartbeat_path,
+            pa.table({"at": pa.array([clock()], pa.timestamp("us", tz="UTC")), "_line": pa.array([0], pa.int64())}),
+            mode="append",
+            configuration=INPUT_TABLE_PROPERTIES,
+        )
 
 
 class BatchHandler:
     """The `foreachBatch` function: compute and stage the batch once, then commit it."""
 
-    def __init__(self, ctx: RunContext, report: RunReport, clock: Clock, mode: str,
-                 on_progress: OnProgress | None = None):
+    def __init__(
+        self, ctx: RunContext, report: RunReport, clock: Clock, mode: str, on_progress: OnProgress | None = None
+    ):
         self.ctx, self.report, self.clock, self.mode, self.on_progress = ctx, report, clock, mode, on_progress
         self.lock = threading.Lock()  # held while a batch is in flight (graceful stop waits for it)
         self.stopping = False
@@ -109,7 +127,7 @@ class BatchHandler:
         with self.lock:
             if self.stopping:
                 raise Stopping(f"{self.ctx.pipeline.name}: stopping; batch {batch_id} is left to the next start")
-            started = datetime.now(timezone.utc)  # real time, not the pipeline's (injectable) wall clock
+            started = datetime.now(UTC)  # real time, not the pipeline's (injectable) wall clock
             staging = Staging(self.ctx, batch_id)
             staging.discard_earlier()
             if not staging.complete():
@@ -126,9 +144,19 @@ class BatchHandler:
         self.report.stream_time = summary.watermark
         for table, rows in output_rows.items():
             self.report.changes[table] = self.report.changes.get(table, 0) + rows
-        progress = BatchProgress(self.ctx.pipeline.name, self.ctx.generation, batch_id, self.mode, started,
-                                 datetime.now(timezone.utc), summary.input_rows, summary.watermark,
-                                 summary.oldest_input_at, summary.input_versions, output_rows)
+        progress = BatchProgress(
+            self.ctx.pipeline.name,
+            self.ctx.generation,
+            batch_id,
+            self.mode,
+            started,
+            datetime.now(UTC),
+            summary.input_rows,
+            summary.watermark,
+            summary.oldest_input_at,
+            summary.input_versions,
+            output_rows,
+        )
         record(self.ctx.lake, progress, self.ctx.app_id)
         if self.on_progress:
             self.on_progress(progress)
@@ -137,18 +165,33 @@ class BatchHandler:
         records = records.persist()
         try:
             log.info("batch %d computing", batch_id)
-            stats = (records.where(F.col(SOURCE) != HEARTBEAT).groupBy(SOURCE)
-                     .agg(F.max(VERSION).alias("version"), F.count("*").alias("n"), F.max("event_time").alias("t"),
-                          F.min(VERSION).alias("first"), F.min(COMMITTED_AT).alias("committed"))
-                     .collect())
-            batch = Batch(self.ctx, batch_id, records, self.clock(),
-                          newest=max((as_utc(r["t"]) for r in stats if r["t"] is not None), default=None))
+            stats = (
+                records.where(F.col(SOURCE) != HEARTBEAT)
+                .groupBy(SOURCE)
+                .agg(
+                    F.max(VERSION).alias("version"),
+                    F.count("*").alias("n"),
+                    F.max("event_time").alias("t"),
+                    F.min(VERSION).alias("first"),
+                    F.min(COMMITTED_AT).alias("committed"),
+                )
+                .collect()
+            )
+            batch = Batch(
+                self.ctx,
+                batch_id,
+                records,
+                self.clock(),
+                newest=max((as_utc(r["t"]) for r in stats if r["t"] is not None), default=None),
+            )
             self.ctx.pipeline.process(batch)
-            batch.finish({r[SOURCE]: int(r["version"]) for r in stats}, sum(r["n"] for r in stats),
-                         min((self._committed_at(r) for r in stats), default=None))
+            batch.finish(
+                {r[SOURCE]: int(r["version"]) for r in stats},
+                sum(r["n"] for r in stats),
+                min((self._committed_at(r) for r in stats), default=None),
+            )
         finally:
             records.unpersist()
-
 
     def _committed_at(self, stats: Row) -> datetime:
         """When a batch's first version of one input was committed, from the same log entry `status` reads."""
@@ -159,17 +202,25 @@ class Stopping(Exception):
     """Raised by a batch that starts after `serve` was asked to stop: it commits nothing and runs again on the next start."""
 
 
-def start_query(ctx: RunContext, report: RunReport, clock: Clock, starting: dict[str, int],
-                processing_time: str | None = None, on_progress: OnProgress | None = None):
+def start_query(
+    ctx: RunContext,
+    report: RunReport,
+    clock: Clock,
+    starting: dict[str, int],
+    processing_time: str | None = None,
+    on_progress: OnProgress | None = None,
+):
     """Start the pipeline's streaming query; AvailableNow unless a processing-time trigger is given."""
     names = ctx.pipeline.streams + ((HEARTBEAT,) if ctx.pipeline.wall_clock else ())
     streams = [input_stream(ctx, name, starting.get(name, 0)) for name in names]
     records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), streams)
     mode = "serve" if processing_time else "reprocess" if ctx.shadow else "run"
     handler = BatchHandler(ctx, report, clock, mode, on_progress)
-    writer = (records.writeStream.foreachBatch(handler)
-              .option("checkpointLocation", str(ctx.dir / "checkpoint"))
-              .queryName(f"{ctx.pipeline.name}_g{ctx.generation}"))
+    writer = (
+        records.writeStream.foreachBatch(handler)
+        .option("checkpointLocation", str(ctx.dir / "checkpoint"))
+        .queryName(f"{ctx.pipeline.name}_g{ctx.generation}")
+    )
     writer = writer.trigger(processingTime=processing_time) if processing_time else writer.trigger(availableNow=True)
     return writer.start(), handler
 
@@ -187,8 +238,13 @@ def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int]
     return report
 
 
-def serve(ctx: RunContext, interval: str, stop_timeout_s: float, clock: Clock = system_clock,
-          on_progress: OnProgress | None = None) -> RunReport:
+def serve(
+    ctx: RunContext,
+    interval: str,
+    stop_timeout_s: float,
+    clock: Clock = system_clock,
+    on_progress: OnProgress | None = None,
+) -> RunReport:
     """Run one micro-batch per `interval` until SIGTERM/SIGINT; then finish the batch in flight and return.
 
     A batch that has not finished `stop_timeout_s` after the signal is abandoned: the process exits
@@ -218,8 +274,9 @@ def serve(ctx: RunContext, interval: str, stop_timeout_s: float, clock: Clock = 
 
 
 def _abandon(pipeline: str, waited_s: float) -> None:
-    log.error("%s: the batch in flight did not finish %.0f s after the stop signal; exiting without it",
-              pipeline, waited_s)
+    log.error(
+        "%s: the batch in flight did not finish %.0f s after the stop signal; exiting without it", pipeline, waited_s
+    )
     os._exit(3)
 
 

@@ -1,4 +1,5 @@
 """Table schemas declared once and rendered for pyarrow (ingest, reads) and Spark (jobs)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,6 +40,11 @@ def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
 
 def spark_ddl(columns: tuple[Column, ...]) -> str:
     """The Spark DDL string of these columns, e.g. `user STRING, clicks BIGINT`."""
-    names = {Type.STRING: "STRING", Type.LONG: "BIGINT", Type.TIMESTAMP: "TIMESTAMP", Type.BOOLEAN: "BOOLEAN",
-             Type.DOUBLE: "DOUBLE"}
+    names = {
+        Type.STRING: "STRING",
+        Type.LONG: "BIGINT",
+        Type.TIMESTAMP: "TIMESTAMP",
+        Type.BOOLEAN: "BOOLEAN",
+        Type.DOUBLE: "DOUBLE",
+    }
     return ", ".join(f"`{c.name}` {names[c.type]}" for c in columns)

@@ -1,4 +1,5 @@
 """The SparkSession every streamtable job uses: Delta's jars from the project, UI off, paths not a metastore."""
+
 from __future__ import annotations
 
 import glob
@@ -34,8 +35,10 @@ def get_spark(app_name: str = "streamtable") -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local jobs never listen beyond loopback
     level = os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "fatal")
-    quiet = (f"-Duser.timezone=UTC {os.environ.get('STREAMTABLE_JVM_OPTS', '')} -Dstreamtable.spark.log.level={level} "
-             f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties')}")
+    quiet = (
+        f"-Duser.timezone=UTC {os.environ.get('STREAMTABLE_JVM_OPTS', '')} -Dstreamtable.spark.log.level={level} "
+        f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties')}"
+    )
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.jars", ",".join(delta_jars()))
@@ -51,6 +54,7 @@ def get_spark(app_name: str = "streamtable") -> SparkSession:
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit: we choose the master
         builder = builder.master(os.environ.get("STREAMTABLE_SPARK_MASTER", "local[2]")).config(
-            "spark.driver.memory", os.environ.get("STREAMTABLE_DRIVER_MEMORY", "4g"))
+            "spark.driver.memory", os.environ.get("STREAMTABLE_DRIVER_MEMORY", "4g")
+        )
     spark = builder.getOrCreate()
     return spark

@@ -4,10 +4,11 @@ Spark-free (delta-rs only), so `streamtable status` answers in about a second an
 supervisor can poll it. An input's lag is what its changelog holds beyond the newest version the
 pipeline's live generation has committed: Kafka's consumer lag, counted in records and in age.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from deltalake import DeltaTable
 
@@ -29,9 +30,13 @@ class InputLag:
     oldest_unconsumed_at: datetime | None  # commit time of the oldest version not consumed yet
 
     def as_dict(self) -> dict:
-        return {"table": self.table, "consumed_version": self.consumed_version,
-                "latest_version": self.latest_version, "records_behind": self.records_behind,
-                "oldest_unconsumed_at": _time(self.oldest_unconsumed_at)}
+        return {
+            "table": self.table,
+            "consumed_version": self.consumed_version,
+            "latest_version": self.latest_version,
+            "records_behind": self.records_behind,
+            "oldest_unconsumed_at": _time(self.oldest_unconsumed_at),
+        }
 
 
 @dataclass(frozen=True)
@@ -62,12 +67,23 @@ class PipelineStatus:
         return max(0.0, (self.checked_at - min(oldest)).total_seconds()) if oldest else 0.0
 
     def as_dict(self) -> dict:
-        last = {k: _time(v) if isinstance(v, datetime) else v for k, v in self.last_batch.items()} \
-            if self.last_batch else None
-        return {"pipeline": self.pipeline, "generation": self.generation, "busy": self.busy,
-                "held_by": self.held_by, "behind": self.behind, "lag_seconds": round(self.lag_seconds, 3),
-                "records_behind": sum(i.records_behind for i in self.inputs), "last_batch": last,
-                "inputs": [i.as_dict() for i in self.inputs], "checked_at": _time(self.checked_at)}
+        last = (
+            {k: _time(v) if isinstance(v, datetime) else v for k, v in self.last_batch.items()}
+            if self.last_batch
+            else None
+        )
+        return {
+            "pipeline": self.pipeline,
+            "generation": self.generation,
+            "busy": self.busy,
+            "held_by": self.held_by,
+            "behind": self.behind,
+            "lag_seconds": round(self.lag_seconds, 3),
+            "records_behind": sum(i.records_behind for i in self.inputs),
+            "last_batch": last,
+            "inputs": [i.as_dict() for i in self.inputs],
+            "checked_at": _time(self.checked_at),
+        }
 
 
 def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> PipelineStatus:
@@ -77,8 +93,14 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
     batches = history(lake, pipeline, generation)
     consumed = _consumed_versions(lake, pipeline, generation)
     inputs = tuple(_lag(lake, name, consumed.get(name)) for name in spec.streams)
-    return PipelineStatus(pipeline, generation, lake.holder(pipeline), batches[-1] if batches else None, inputs,
-                          now or datetime.now(timezone.utc))
+    return PipelineStatus(
+        pipeline,
+        generation,
+        lake.holder(pipeline),
+        batches[-1] if batches else None,
+        inputs,
+        now or datetime.now(UTC),
+    )
 
 
 def _consumed_versions(lake: Lake, pipeline: str, generation: int) -> dict[str, int]:
@@ -97,12 +119,20 @@ def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
     if latest is None or latest < first_unconsumed:
         return InputLag(table, consumed, latest, 0, None)
     commits = DeltaTable(path).history(limit=latest - first_unconsumed + 1)
-    unconsumed = [c for c in commits if c["version"] >= first_unconsumed
-                  and (c.get("operationMetrics") or {}).get("num_added_rows")]
+    unconsumed = [
+        c
+        for c in commits
+        if c["version"] >= first_unconsumed and (c.get("operationMetrics") or {}).get("num_added_rows")
+    ]
     records = sum(c["operationMetrics"]["num_added_rows"] for c in unconsumed)
     oldest = min((c["timestamp"] for c in unconsumed), default=None)
-    return InputLag(table, consumed, latest, records,
-                    datetime.fromtimestamp(oldest / 1000, timezone.utc) if oldest is not None else None)
+    return InputLag(
+        table,
+        consumed,
+        latest,
+        records,
+        datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None,
+    )
 
 
 def _time(value: datetime | None) -> str | None:

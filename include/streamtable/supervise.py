@@ -16,6 +16,7 @@ after a grace period. A guardian (`python -m streamtable.supervise guard ...`, i
 watches the task process: when it is gone (killed by Airflow 5 s after its SIGTERM, or crashed) and
 the job still runs, it stops the job the same way, so a job never outlives its supervisor.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,9 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 import psutil
 
@@ -47,20 +49,27 @@ def stalled(status: Any, since: datetime, now: datetime, timeout_s: float) -> st
         return None
     last = _get(status.last_batch or {}, "finished_at")
     if last is not None and last.tzinfo is None:
-        last = last.replace(tzinfo=timezone.utc)  # Delta timestamps without a zone are UTC
+        last = last.replace(tzinfo=UTC)  # Delta timestamps without a zone are UTC
     took_lock = datetime.fromisoformat(holder["since"]) if holder.get("since") else None
-    starts = [(last, f"the last batch ({_get(status.last_batch, 'batch_id')}) finished at {_iso(last)}"),
-              (took_lock, f"serve took the pipeline's lock at {_iso(took_lock)}"),
-              (since, f"supervision started at {since.isoformat()}")]
+    starts = [
+        (last, f"the last batch ({_get(status.last_batch, 'batch_id')}) finished at {_iso(last)}"),
+        (took_lock, f"serve took the pipeline's lock at {_iso(took_lock)}"),
+        (since, f"supervision started at {since.isoformat()}"),
+    ]
     reference, since_what = max(((t, what) for t, what in starts if t is not None), key=lambda start: start[0])
     idle_s = (now - reference).total_seconds()
     if idle_s < timeout_s:
         return None
     behind = [i for i in (status.inputs or []) if _get(i, "records_behind")]
-    detail = ", ".join(f"{_get(i, 'table')} {_get(i, 'records_behind')} records behind "
-                       f"(version {_get(i, 'consumed_version')} of {_get(i, 'latest_version')})" for i in behind)
-    return (f"{status.pipeline} has unconsumed input{': ' + detail if detail else ''} and no batch finished "
-            f"for {idle_s:.0f} s (stall_timeout_s {timeout_s:g}; {since_what})")
+    detail = ", ".join(
+        f"{_get(i, 'table')} {_get(i, 'records_behind')} records behind "
+        f"(version {_get(i, 'consumed_version')} of {_get(i, 'latest_version')})"
+        for i in behind
+    )
+    return (
+        f"{status.pipeline} has unconsumed input{': ' + detail if detail else ''} and no batch finished "
+        f"for {idle_s:.0f} s (stall_timeout_s {timeout_s:g}; {since_what})"
+    )
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -164,10 +173,24 @@ def stop_job(pgid: int, grace_s: float, log: Callable[[str], Any] = print, poll_
 def start_guardian(watched_pid: int, pgid: int, grace_s: float) -> subprocess.Popen:
     """Start the guardian of a job (its own session, so the signals Airflow sends the task miss it)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "streamtable.supervise", "guard", "--watch", str(watched_pid),
-         "--pgid", str(pgid), "--grace", str(grace_s)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        close_fds=True)
+        [
+            sys.executable,
+            "-m",
+            "streamtable.supervise",
+            "guard",
+            "--watch",
+            str(watched_pid),
+            "--pgid",
+            str(pgid),
+            "--grace",
+            str(grace_s),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
 
 
 def _alive(proc: psutil.Process | None) -> bool:

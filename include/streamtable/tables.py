@@ -1,4 +1,5 @@
 """The tables of a lake: input changelogs (with their record rules), outputs, and the system tables."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -67,8 +68,13 @@ class Table:
         return self.columns + raw + (Column(LINE, L),)
 
 
-def _input(name: str, columns: tuple[Column, ...], keys: tuple[str, ...] = (),
-           rules: tuple[Rule, ...] = (), keep_raw: bool = False) -> Table:
+def _input(
+    name: str,
+    columns: tuple[Column, ...],
+    keys: tuple[str, ...] = (),
+    rules: tuple[Rule, ...] = (),
+    keep_raw: bool = False,
+) -> Table:
     return Table(name, columns, "input", keys=keys, time_column="event_time", rules=rules, keep_raw=keep_raw)
 
 
@@ -78,36 +84,86 @@ def _non_empty(*columns: str) -> tuple[Rule, ...]:
 
 EVENT_TIME = Column("event_time", TS)
 
-INPUTS: dict[str, Table] = {t.name: t for t in (
-    _input("user_clicks", (Column("user", S), Column("clicks", L), EVENT_TIME),
-           rules=_non_empty("user") + (Rule("at_least", "clicks", 0),)),
-    _input("user_regions", (Column("user", S), Column("region", S, nullable=True), EVENT_TIME),
-           keys=("user",), rules=_non_empty("user")),
-    _input("user_presence", (Column("user", S), Column("action", S), EVENT_TIME),
-           keys=("user",), rules=_non_empty("user") + (Rule("one_of", "action", ("Open", "Close")),)),
-    _input("ticks", (Column("user", S), EVENT_TIME), rules=_non_empty("user")),
-    _input("call_analytics", (Column("user1", S), Column("user2", S), EVENT_TIME, Column("analytics", S)),
-           rules=_non_empty("user1", "user2")),
-    _input("call_metrics", (Column("user1", S), Column("user2", S), EVENT_TIME, Column("metrics", S)),
-           rules=_non_empty("user1", "user2")),
-    _input("app_logs", (EVENT_TIME, Column("logger_name", S), Column("browserHash", S), Column("message", S)),
-           rules=_non_empty("browserHash"), keep_raw=True),
-    _input("text_lines", (Column("line", S), EVENT_TIME)),
-    _input("inventory_events", (Column("store", S), Column("item", S), Column("quantity", L), EVENT_TIME),
-           rules=_non_empty("store", "item")),
-)}
+INPUTS: dict[str, Table] = {
+    t.name: t
+    for t in (
+        _input(
+            "user_clicks",
+            (Column("user", S), Column("clicks", L), EVENT_TIME),
+            rules=_non_empty("user") + (Rule("at_least", "clicks", 0),),
+        ),
+        _input(
+            "user_regions",
+            (Column("user", S), Column("region", S, nullable=True), EVENT_TIME),
+            keys=("user",),
+            rules=_non_empty("user"),
+        ),
+        _input(
+            "user_presence",
+            (Column("user", S), Column("action", S), EVENT_TIME),
+            keys=("user",),
+            rules=_non_empty("user") + (Rule("one_of", "action", ("Open", "Close")),),
+        ),
+        _input("ticks", (Column("user", S), EVENT_TIME), rules=_non_empty("user")),
+        _input(
+            "call_analytics",
+            (Column("user1", S), Column("user2", S), EVENT_TIME, Column("analytics", S)),
+            rules=_non_empty("user1", "user2"),
+        ),
+        _input(
+            "call_metrics",
+            (Column("user1", S), Column("user2", S), EVENT_TIME, Column("metrics", S)),
+            rules=_non_empty("user1", "user2"),
+        ),
+        _input(
+            "app_logs",
+            (EVENT_TIME, Column("logger_name", S), Column("browserHash", S), Column("message", S)),
+            rules=_non_empty("browserHash"),
+            keep_raw=True,
+        ),
+        _input("text_lines", (Column("line", S), EVENT_TIME)),
+        _input(
+            "inventory_events",
+            (Column("store", S), Column("item", S), Column("quantity", L), EVENT_TIME),
+            rules=_non_empty("store", "item"),
+        ),
+    )
+}
 
-QUARANTINE = Table("quarantine", (Column("table", S), Column("raw", S), Column("reason", S), Column("ingested_at", TS)),
-                   "stream", time_column="ingested_at")
-LATE_EVENTS = Table("late_events", (Column("pipeline", S), Column("table", S), Column("raw", S), Column("reason", S),
-                                    EVENT_TIME), "stream", time_column="event_time")
+QUARANTINE = Table(
+    "quarantine",
+    (Column("table", S), Column("raw", S), Column("reason", S), Column("ingested_at", TS)),
+    "stream",
+    time_column="ingested_at",
+)
+LATE_EVENTS = Table(
+    "late_events",
+    (Column("pipeline", S), Column("table", S), Column("raw", S), Column("reason", S), EVENT_TIME),
+    "stream",
+    time_column="event_time",
+)
 # One row per committed batch of every pipeline (`run`, `serve` and `reprocess`), written after its outputs.
 # lag_ms: from the ingest commit of the batch's oldest record to the commit of its outputs (the batch's
 # largest end-to-end latency); input_versions and output_rows are JSON objects (input -> newest version
 # consumed, output -> rows changed).
-STREAM_PROGRESS = Table("stream_progress", (
-    Column("pipeline", S), Column("generation", L), Column("batch_id", L), Column("mode", S),
-    Column("started_at", TS), Column("finished_at", TS), Column("duration_ms", L), Column("input_rows", L),
-    Column("rows_per_second", D), Column("watermark", TS, nullable=True), Column("lag_ms", L, nullable=True),
-    Column("input_versions", S), Column("output_rows", S)), "stream", time_column="finished_at")
+STREAM_PROGRESS = Table(
+    "stream_progress",
+    (
+        Column("pipeline", S),
+        Column("generation", L),
+        Column("batch_id", L),
+        Column("mode", S),
+        Column("started_at", TS),
+        Column("finished_at", TS),
+        Column("duration_ms", L),
+        Column("input_rows", L),
+        Column("rows_per_second", D),
+        Column("watermark", TS, nullable=True),
+        Column("lag_ms", L, nullable=True),
+        Column("input_versions", S),
+        Column("output_rows", S),
+    ),
+    "stream",
+    time_column="finished_at",
+)
 SYSTEM: dict[str, Table] = {t.name: t for t in (QUARANTINE, LATE_EVENTS, STREAM_PROGRESS)}

@@ -7,9 +7,10 @@ commit), so the command starts in well under a second.
 Emitting at an instant is idempotent: a user who already has a tick at exactly that instant gets no
 second one, so a retried scheduler task (which passes the same `--at`) never doubles a reminder.
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -24,7 +25,7 @@ PRESENCE, TICKS = "user_presence", "ticks"
 
 def now() -> datetime:
     """The current time, to the millisecond (the precision of the contract's times)."""
-    t = datetime.now(timezone.utc)
+    t = datetime.now(UTC)
     return t.replace(microsecond=t.microsecond // 1000 * 1000)
 
 
@@ -37,7 +38,7 @@ def _column(lake: Lake, table: str, column: str, where: ds.Expression | None = N
 
 def emit_ticks(lake: Lake, at: datetime | None = None) -> IngestResult:
     """Append a tick at `at` (default: now) for every user that ever appeared in user_presence and has none there yet."""
-    at = now() if at is None else at.astimezone(timezone.utc)
+    at = now() if at is None else at.astimezone(UTC)
     users = set(_column(lake, PRESENCE, "user"))
     ticked = set(_column(lake, TICKS, "user", where=pc.field("event_time") == pc.scalar(at)))
     rows = [{"user": user, "event_time": at, LINE: line} for line, user in enumerate(sorted(users - ticked))]

@@ -1,10 +1,11 @@
 """Event times: parsed from ISO-8601 (any offset; none means UTC) or epoch milliseconds, printed as ISO-8601 `...sssZ`."""
+
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parse_time(value: object) -> datetime:
@@ -12,33 +13,32 @@ def parse_time(value: object) -> datetime:
     if isinstance(value, bool):
         raise ValueError(f"expected an ISO-8601 time or epoch milliseconds, got {value!r}")
     if isinstance(value, int):
-        return datetime.fromtimestamp(value / 1000, tz=timezone.utc).replace(
-            microsecond=(value % 1000) * 1000)
+        return datetime.fromtimestamp(value / 1000, tz=UTC).replace(microsecond=(value % 1000) * 1000)
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value.strip())
         except ValueError:
             raise ValueError(f"not an ISO-8601 time: {value!r}") from None
         if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=timezone.utc)
-        return parsed.astimezone(timezone.utc)
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.astimezone(UTC)
     raise ValueError(f"expected an ISO-8601 time or epoch milliseconds, got {value!r}")
 
 
 def format_time(value: datetime) -> str:
     """Format a time as ISO-8601 UTC with milliseconds and `Z`, e.g. `2026-01-01T00:00:05.000Z`."""
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    value = value.astimezone(timezone.utc)
+        value = value.replace(tzinfo=UTC)
+    value = value.astimezone(UTC)
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
 def as_utc(value: datetime) -> datetime:
     """An aware UTC datetime; a naive one (as PySpark returns timestamps) is taken as the process's local time."""
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 def system_clock() -> datetime:
     """Now, or $STREAMTABLE_WALL_CLOCK (ISO-8601) when set: wall-clock time is injectable for tests."""
     fixed = os.environ.get("STREAMTABLE_WALL_CLOCK")
-    return parse_time(fixed) if fixed else datetime.now(timezone.utc)
+    return parse_time(fixed) if fixed else datetime.now(UTC)

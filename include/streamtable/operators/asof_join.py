@@ -1,7 +1,8 @@
 """As-of stream-table join (Kafka's versioned-table join, KIP-889)."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -13,17 +14,23 @@ from ..tables import LINE
 def versioned(changelog: DataFrame, key: str, values: Sequence[str], time: str = "event_time") -> DataFrame:
     """Turn a table's changelog into versions `[valid_from, valid_to)` per key; of records with equal times the later-ingested wins."""
     order = Window.partitionBy(key).orderBy("valid_from", VERSION, LINE)
-    return (changelog.select(key, *values, F.col(time).alias("valid_from"), VERSION, LINE)
-            .withColumn("valid_to", F.lead("valid_from").over(order))
-            .where(F.col("valid_to").isNull() | (F.col("valid_to") > F.col("valid_from")))
-            .drop(VERSION, LINE))
+    return (
+        changelog.select(key, *values, F.col(time).alias("valid_from"), VERSION, LINE)
+        .withColumn("valid_to", F.lead("valid_from").over(order))
+        .where(F.col("valid_to").isNull() | (F.col("valid_to") > F.col("valid_from")))
+        .drop(VERSION, LINE)
+    )
 
 
-def asof_join(stream: DataFrame, changelog: DataFrame, key: str, values: Sequence[str],
-              time: str = "event_time") -> DataFrame:
+def asof_join(
+    stream: DataFrame, changelog: DataFrame, key: str, values: Sequence[str], time: str = "event_time"
+) -> DataFrame:
     """Each stream row gets `values` of the table's latest record for its key with time <= its own (ties: the later ingest), or nulls if none; a null value is a delete."""
     table = versioned(changelog, key, values, time).alias("v")
     s = stream.alias("s")
-    cond = ((F.col(f"s.{key}") == F.col(f"v.{key}")) & (F.col("v.valid_from") <= F.col(f"s.{time}"))
-            & (F.col("v.valid_to").isNull() | (F.col(f"s.{time}") < F.col("v.valid_to"))))
+    cond = (
+        (F.col(f"s.{key}") == F.col(f"v.{key}"))
+        & (F.col("v.valid_from") <= F.col(f"s.{time}"))
+        & (F.col("v.valid_to").isNull() | (F.col(f"s.{time}") < F.col("v.valid_to")))
+    )
     return s.join(table, cond, "left").select("s.*", *[F.col(f"v.{v}") for v in values])

@@ -3,11 +3,12 @@
 Events wait in an *open* store until they match or close; emitted events go to a *history* store, so a
 partner that arrives after its call was closed is reported late instead of making a second row.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Sequence
 
 import pandas as pd
 from pyspark.sql import DataFrame
@@ -50,13 +51,21 @@ def match_pairs(events: pd.DataFrame, within_us: int) -> pd.DataFrame:
             partner[i], partner[j] = j, i
         else:
             waiting[side].append(i)
-    return events.assign(partner_t=[times[j] if j >= 0 else -1 for j in partner],
-                         partner_payload=[payloads[j] if j >= 0 else None for j in partner])
+    return events.assign(
+        partner_t=[times[j] if j >= 0 else -1 for j in partner],
+        partner_payload=[payloads[j] if j >= 0 else None for j in partner],
+    )
 
 
-def outer_join_within(new: DataFrame, open_: DataFrame, history: DataFrame, keys: Sequence[str],
-                      window: JoinWindow, stream_time: datetime | None, wall_clock: datetime
-                      ) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame]:
+def outer_join_within(
+    new: DataFrame,
+    open_: DataFrame,
+    history: DataFrame,
+    keys: Sequence[str],
+    window: JoinWindow,
+    stream_time: datetime | None,
+    wall_clock: datetime,
+) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame]:
     """Match new and open events within T; close what stays unmatched once `ts + T + grace` has passed by stream time or wall clock.
 
     Returns (matched events of both sides, with `partner_time` and `partner_payload`; closed unmatched
@@ -64,20 +73,26 @@ def outer_join_within(new: DataFrame, open_: DataFrame, history: DataFrame, keys
     other side within T was emitted by an earlier run is late: its call is already closed.
     """
     cols = [*keys, *EVENT_COLUMNS]
-    candidates = (new.select(*cols).withColumn("_new", F.lit(True))
-                  .unionByName(open_.select(*cols).withColumn("_new", F.lit(False)))
-                  .withColumn("t", F.unix_micros("event_time")))
+    candidates = (
+        new.select(*cols)
+        .withColumn("_new", F.lit(True))
+        .unionByName(open_.select(*cols).withColumn("_new", F.lit(False)))
+        .withColumn("t", F.unix_micros("event_time"))
+    )
     schema = ", ".join(f"`{k}` STRING" for k in keys) + (
         ", side STRING, event_time TIMESTAMP, payload STRING, raw STRING, _commit_version BIGINT, _line BIGINT,"
-        " _new BOOLEAN, t BIGINT, partner_t BIGINT, partner_payload STRING")
-    swept = (candidates.groupBy(*keys).applyInPandas(lambda frame: match_pairs(frame, window.within_us), schema)
-             .withColumn("partner_time", F.when(F.col("partner_t") >= 0, F.timestamp_micros("partner_t")))
-             .localCheckpoint())
+        " _new BOOLEAN, t BIGINT, partner_t BIGINT, partner_payload STRING"
+    )
+    swept = (
+        candidates.groupBy(*keys)
+        .applyInPandas(lambda frame: match_pairs(frame, window.within_us), schema)
+        .withColumn("partner_time", F.when(F.col("partner_t") >= 0, F.timestamp_micros("partner_t")))
+        .localCheckpoint()
+    )
     matched = swept.where(F.col("partner_time").isNotNull())
     unmatched = swept.where(F.col("partner_time").isNull())
     emitted = history.select(*keys, F.col("side").alias("_hside"), F.col("event_time").alias("_ht"))
-    near = ((F.col("side") != F.col("_hside"))
-            & (F.abs(F.col("t") - F.unix_micros("_ht")) <= window.within_us))
+    near = (F.col("side") != F.col("_hside")) & (F.abs(F.col("t") - F.unix_micros("_ht")) <= window.within_us)
     event_key = [*keys, "side", "_commit_version", "_line"]
     late = unmatched.where("_new").join(emitted, list(keys)).where(near).select(*cols).dropDuplicates(event_key)
     alive = unmatched.join(late.select(*event_key), event_key, "left_anti")

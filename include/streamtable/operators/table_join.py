@@ -1,7 +1,8 @@
 """Table-table left join with retraction (Kafka's KTable-KTable leftJoin, then filter, kept as a table)."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -16,9 +17,16 @@ def _after(current: DataFrame, changes: DataFrame, keys: Sequence[str], flag: st
     return kept.unionByName(changes.where(~deleted).select(*current.columns))
 
 
-def table_left_join(left: DataFrame, left_changes: DataFrame, right: DataFrame, right_changes: DataFrame,
-                    keys: Sequence[str], keep: Column | None = None, result: DataFrame | None = None,
-                    flag: str = RETRACT) -> DataFrame:
+def table_left_join(
+    left: DataFrame,
+    left_changes: DataFrame,
+    right: DataFrame,
+    right_changes: DataFrame,
+    keys: Sequence[str],
+    keep: Column | None = None,
+    result: DataFrame | None = None,
+    flag: str = RETRACT,
+) -> DataFrame:
     """When either side changes, the affected result rows are recomputed, and rows that no longer pass are deleted.
 
     `left` and `right` are the two tables as committed (one row per key), `left_changes` and
@@ -38,9 +46,9 @@ def table_left_join(left: DataFrame, left_changes: DataFrame, right: DataFrame, 
     if clash:
         raise ValueError(f"table_left_join: both sides have columns {sorted(clash)}; rename one side's")
     touched = left_changes.select(*keys).unionByName(right_changes.select(*keys)).distinct()
-    joined = (touched
-              .join(_after(left, left_changes, keys, flag).withColumn("_left_row", F.lit(True)), keys, "left")
-              .join(_after(right, right_changes, keys, flag), keys, "left"))
+    joined = touched.join(
+        _after(left, left_changes, keys, flag).withColumn("_left_row", F.lit(True)), keys, "left"
+    ).join(_after(right, right_changes, keys, flag), keys, "left")
     passes = F.col("_left_row").isNotNull()
     if keep is not None:
         passes = passes & F.coalesce(keep, F.lit(False))

@@ -1,9 +1,10 @@
 """Tumbling and hopping event-time windows with grace, counted into a table; late records reported, never dropped."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -35,10 +36,12 @@ class Windows:
         last = F.floor(t / advance)
         # A record before the epoch is in no window (and F.sequence would count down).
         k = F.explode(F.when(last >= first, F.sequence(first.cast("long"), last.cast("long"))))
-        return (records.select("*", k.alias("_k"))
-                .withColumn("window_start", F.timestamp_micros(F.col("_k") * advance))
-                .withColumn("window_end", F.timestamp_micros(F.col("_k") * advance + size))
-                .drop("_k"))
+        return (
+            records.select("*", k.alias("_k"))
+            .withColumn("window_start", F.timestamp_micros(F.col("_k") * advance))
+            .withColumn("window_end", F.timestamp_micros(F.col("_k") * advance + size))
+            .drop("_k")
+        )
 
     def closed(self, stream_time: datetime | None) -> Column:
         """True for windows already final at `stream_time`."""
@@ -47,9 +50,16 @@ class Windows:
         return F.col("window_end") + F.expr(f"INTERVAL {self._micros(self.grace)} MICROSECONDS") <= F.lit(stream_time)
 
 
-def count_in_windows(records: DataFrame, current: DataFrame, keys: Sequence[str], windows: Windows,
-                     stream_time: datetime | None, count: str = "count",
-                     raw: Column | None = None, table: str = "") -> tuple[DataFrame, DataFrame]:
+def count_in_windows(
+    records: DataFrame,
+    current: DataFrame,
+    keys: Sequence[str],
+    windows: Windows,
+    stream_time: datetime | None,
+    count: str = "count",
+    raw: Column | None = None,
+    table: str = "",
+) -> tuple[DataFrame, DataFrame]:
     """Count records per key and window into `current`: returns (new rows for the windows that changed, late records).
 
     A record is counted in each of its windows that is still open; for windows already final it is
@@ -60,20 +70,45 @@ def count_in_windows(records: DataFrame, current: DataFrame, keys: Sequence[str]
     tagged = records.withColumn("_raw", raw).withColumn("_record", F.monotonically_increasing_id())
     assigned = windows.assign(tagged).withColumn("_closed", windows.closed(stream_time))
     open_ = assigned.where(~F.col("_closed")).withColumn("_one", F.lit(1))
-    totals = add_to_totals(current, open_.select(*keys, "window_start", "_one").withColumnRenamed("_one", count),
-                           [*keys, "window_start"], count)
+    totals = add_to_totals(
+        current,
+        open_.select(*keys, "window_start", "_one").withColumnRenamed("_one", count),
+        [*keys, "window_start"],
+        count,
+    )
     ends = open_.select(*keys, "window_start", "window_end").distinct()
     changed = totals.join(ends, [*keys, "window_start"]).select(*keys, "window_start", "window_end", count)
-    missed = F.concat_ws(", ", F.array_sort(F.collect_list(F.concat(
-        F.lit("["), F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"), F.lit(", "),
-        F.date_format("window_end", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"), F.lit(")")))))
-    late = (assigned.where("_closed").groupBy("_record", "_raw", "event_time")
-            .agg(missed.alias("_missed"))
-            .select(F.lit(table).alias("table"), F.col("_raw").alias("raw"),
-                    F.concat(F.lit("late: window(s) "), F.col("_missed"),
-                             F.lit(f" already closed (grace {windows.grace})")).alias("reason"),
-                    "event_time"))
+    missed = F.concat_ws(
+        ", ",
+        F.array_sort(
+            F.collect_list(
+                F.concat(
+                    F.lit("["),
+                    F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
+                    F.lit(", "),
+                    F.date_format("window_end", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
+                    F.lit(")"),
+                )
+            )
+        ),
+    )
+    late = (
+        assigned.where("_closed")
+        .groupBy("_record", "_raw", "event_time")
+        .agg(missed.alias("_missed"))
+        .select(
+            F.lit(table).alias("table"),
+            F.col("_raw").alias("raw"),
+            F.concat(
+                F.lit("late: window(s) "), F.col("_missed"), F.lit(f" already closed (grace {windows.grace})")
+            ).alias("reason"),
+            "event_time",
+        )
+    )
     before_epoch = tagged.where(F.unix_micros("event_time") < 0).select(
-        F.lit(table).alias("table"), F.col("_raw").alias("raw"),
-        F.lit("in no window: event time before 1970-01-01 (windows start at the epoch)").alias("reason"), "event_time")
+        F.lit(table).alias("table"),
+        F.col("_raw").alias("raw"),
+        F.lit("in no window: event time before 1970-01-01 (windows start at the epoch)").alias("reason"),
+        "event_time",
+    )
     return changed, late.unionByName(before_epoch)

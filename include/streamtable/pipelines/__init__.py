@@ -1,20 +1,22 @@
 """The registry of pipelines: one short declarative module each."""
+
 from __future__ import annotations
 
 from ..errors import UnknownPipelineError
 from ..pipeline import Pipeline
-from . import browser_captcha, inventory, word_count
-from . import call_analytics, clicks_per_region
-from . import presence_notifications
+from . import browser_captcha, call_analytics, clicks_per_region, inventory, presence_notifications, word_count
 
-PIPELINES: dict[str, Pipeline] = {p.name: p for p in (
-    clicks_per_region.PIPELINE,
-    browser_captcha.PIPELINE,
-    word_count.PIPELINE,
-    inventory.PIPELINE,
-    presence_notifications.PIPELINE,
-    call_analytics.PIPELINE,
-)}
+PIPELINES: dict[str, Pipeline] = {
+    p.name: p
+    for p in (
+        clicks_per_region.PIPELINE,
+        browser_captcha.PIPELINE,
+        word_count.PIPELINE,
+        inventory.PIPELINE,
+        presence_notifications.PIPELINE,
+        call_analytics.PIPELINE,
+    )
+}
 
 
 def get_pipeline(name: str) -> Pipeline:
@@ -23,4 +25,5 @@ def get_pipeline(name: str) -> Pipeline:
         return PIPELINES[name]
     except KeyError:
         raise UnknownPipelineError(
-            f"unknown pipeline {name!r}; pipelines are: {', '.join(sorted(PIPELINES))}") from None
+            f"unknown pipeline {name!r}; pipelines are: {', '.join(sorted(PIPELINES))}"
+        ) from None

@@ -10,6 +10,7 @@ its browser verified (kept in the state store `verified_browsers`); every other 
   an action for a window already closed is still counted in its open windows and in the totals, and
   goes to late_events with its whole log line.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -28,7 +29,7 @@ CAPTCHA_THRESHOLD = 5
 SIZE, ADVANCE, GRACE = timedelta(seconds=5), timedelta(seconds=2), timedelta(seconds=10)
 
 
-def process(batch: "Batch") -> None:
+def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
     from ..operators.aggregate import add_to_totals
@@ -46,21 +47,38 @@ def process(batch: "Batch") -> None:
 
     # A browser stays verified from its earliest verification seen; only new or earlier ones change the store.
     verified = batch.current("verified_browsers")
-    verifications = (logs.where(verifies).groupBy("browser_hash").agg(F.min("event_time").alias("verified_at"))
-                     .join(verified.withColumnRenamed("verified_at", "_known"), ["browser_hash"], "left")
-                     .where(F.col("_known").isNull() | (F.col("verified_at") < F.col("_known")))
-                     .drop("_known"))
+    verifications = (
+        logs.where(verifies)
+        .groupBy("browser_hash")
+        .agg(F.min("event_time").alias("verified_at"))
+        .join(verified.withColumnRenamed("verified_at", "_known"), ["browser_hash"], "left")
+        .where(F.col("_known").isNull() | (F.col("verified_at") < F.col("_known")))
+        .drop("_known")
+    )
     batch.upsert("verified_browsers", verifications)
 
-    requests = table_left_join(counts, counted, verified, verifications, ["browser_hash"],
-                               keep=(F.col("actions") >= CAPTCHA_THRESHOLD) & F.col("verified_at").isNull(),
-                               result=batch.current("captcha_requests"))
+    requests = table_left_join(
+        counts,
+        counted,
+        verified,
+        verifications,
+        ["browser_hash"],
+        keep=(F.col("actions") >= CAPTCHA_THRESHOLD) & F.col("verified_at").isNull(),
+        result=batch.current("captcha_requests"),
+    )
     batch.upsert("captcha_requests", requests, delete=RETRACT)
 
     windows = Windows(size=SIZE, advance=ADVANCE, grace=GRACE)
-    changed, late = count_in_windows(actions.drop("actions"), batch.current("browser_action_windows"),
-                                     ["browser_hash"], windows, batch.stream_time, count="actions",
-                                     raw=F.col("raw"), table="app_logs")
+    changed, late = count_in_windows(
+        actions.drop("actions"),
+        batch.current("browser_action_windows"),
+        ["browser_hash"],
+        windows,
+        batch.stream_time,
+        count="actions",
+        raw=F.col("raw"),
+        table="app_logs",
+    )
     batch.upsert("browser_action_windows", changed)
     batch.late(late)
 
@@ -70,36 +88,51 @@ PIPELINE = Pipeline(
     doc=__doc__,
     streams=("app_logs",),
     outputs=(
-        Table("browser_action_counts", (Column("browser_hash", S), Column("actions", L)), "table",
-              keys=("browser_hash",)),
-        Table("captcha_requests", (Column("browser_hash", S), Column("actions", L)), "table",
-              keys=("browser_hash",)),
-        Table("browser_action_windows", (Column("browser_hash", S), Column("window_start", TS),
-                                         Column("window_end", TS), Column("actions", L)), "table",
-              keys=("browser_hash", "window_start")),
+        Table(
+            "browser_action_counts", (Column("browser_hash", S), Column("actions", L)), "table", keys=("browser_hash",)
+        ),
+        Table("captcha_requests", (Column("browser_hash", S), Column("actions", L)), "table", keys=("browser_hash",)),
+        Table(
+            "browser_action_windows",
+            (Column("browser_hash", S), Column("window_start", TS), Column("window_end", TS), Column("actions", L)),
+            "table",
+            keys=("browser_hash", "window_start"),
+        ),
     ),
-    state=(Table("verified_browsers", (Column("browser_hash", S), Column("verified_at", TS)), "table",
-                 keys=("browser_hash",)),),
+    state=(
+        Table(
+            "verified_browsers", (Column("browser_hash", S), Column("verified_at", TS)), "table", keys=("browser_hash",)
+        ),
+    ),
     process=process,
     metrics=("actions",),
     suites=(
-        expect.Suite("browser_action_counts", (
-            expect.not_null("browser_hash"),
-            expect.unique("browser_hash"),
-            expect.between("actions", min_value=1),
-            expect.sum_equals("actions", metric="actions"),
-        )),
-        expect.Suite("captcha_requests", (
-            expect.not_null("browser_hash"),
-            expect.unique("browser_hash"),
-            expect.between("actions", min_value=CAPTCHA_THRESHOLD),
-        )),
-        expect.Suite("browser_action_windows", (
-            expect.not_null("browser_hash"),
-            expect.not_null("window_start"),
-            expect.unique("browser_hash", "window_start"),
-            expect.column_pair_le("window_start", "window_end"),
-            expect.between("actions", min_value=1),
-        )),
+        expect.Suite(
+            "browser_action_counts",
+            (
+                expect.not_null("browser_hash"),
+                expect.unique("browser_hash"),
+                expect.between("actions", min_value=1),
+                expect.sum_equals("actions", metric="actions"),
+            ),
+        ),
+        expect.Suite(
+            "captcha_requests",
+            (
+                expect.not_null("browser_hash"),
+                expect.unique("browser_hash"),
+                expect.between("actions", min_value=CAPTCHA_THRESHOLD),
+            ),
+        ),
+        expect.Suite(
+            "browser_action_windows",
+            (
+                expect.not_null("browser_hash"),
+                expect.not_null("window_start"),
+                expect.unique("browser_hash", "window_start"),
+                expect.column_pair_le("window_start", "window_end"),
+                expect.between("actions", min_value=1),
+            ),
+        ),
     ),
 )

@@ -6,6 +6,7 @@ one `calls` row, `ts` the earlier time. An event with no partner waits until `ts
 the platform's heartbeat gives every run a batch, so that happens even when no event ever arrives
 again. A partner that arrives after its call was closed goes to `late_events`; no call gets two rows.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -21,19 +22,48 @@ if TYPE_CHECKING:
 
 S, TS, L = Type.STRING, Type.TIMESTAMP, Type.LONG
 KEYS = ("user1", "user2")
-EVENT = (Column("user1", S), Column("user2", S), Column("side", S), Column("event_time", TS),
-         Column("payload", S, nullable=True), Column("raw", S), Column("_commit_version", L), Column("_line", L))
+EVENT = (
+    Column("user1", S),
+    Column("user2", S),
+    Column("side", S),
+    Column("event_time", TS),
+    Column("payload", S, nullable=True),
+    Column("raw", S),
+    Column("_commit_version", L),
+    Column("_line", L),
+)
 EVENT_KEY = ("user1", "user2", "side", "_commit_version", "_line")
-CALLS = Table("calls", (Column("user1", S), Column("user2", S), Column("ts", TS), Column("analytics", S, nullable=True),
-                        Column("metrics", S, nullable=True)), "stream", time_column="ts")
+CALLS = Table(
+    "calls",
+    (
+        Column("user1", S),
+        Column("user2", S),
+        Column("ts", TS),
+        Column("analytics", S, nullable=True),
+        Column("metrics", S, nullable=True),
+    ),
+    "stream",
+    time_column="ts",
+)
 OPEN = Table("open_call_events", EVENT, "table", keys=EVENT_KEY)
-HISTORY = Table("call_history", (Column("user1", S), Column("user2", S), Column("side", S), Column("event_time", TS),
-                                 Column("call_ts", TS), Column("_commit_version", L), Column("_line", L)),
-                "table", keys=EVENT_KEY)
+HISTORY = Table(
+    "call_history",
+    (
+        Column("user1", S),
+        Column("user2", S),
+        Column("side", S),
+        Column("event_time", TS),
+        Column("call_ts", TS),
+        Column("_commit_version", L),
+        Column("_line", L),
+    ),
+    "table",
+    keys=EVENT_KEY,
+)
 SIDES = {"call_analytics": ("left", "analytics"), "call_metrics": ("right", "metrics")}
 
 
-def process(batch: "Batch") -> None:
+def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
     from ..operators.stream_join import JoinWindow, outer_join_within
@@ -42,33 +72,67 @@ def process(batch: "Batch") -> None:
         side, payload = SIDES[table]
         rows = batch.new(table)
         raw = F.to_json(F.struct("user1", "user2", "event_time", payload))
-        return rows.select(*KEYS, F.lit(side).alias("side"), "event_time", F.col(payload).alias("payload"),
-                           raw.alias("raw"), "_commit_version", "_line")
+        return rows.select(
+            *KEYS,
+            F.lit(side).alias("side"),
+            "event_time",
+            F.col(payload).alias("payload"),
+            raw.alias("raw"),
+            "_commit_version",
+            "_line",
+        )
 
     window = JoinWindow(within=timedelta(seconds=60), grace=timedelta(seconds=180))
     opened = batch.current(OPEN.name)
     matched, closed, still_open, late = outer_join_within(
-        events("call_analytics").unionByName(events("call_metrics")), opened, batch.current(HISTORY.name), KEYS,
-        window, batch.next_stream_time, batch.wall_clock)
+        events("call_analytics").unionByName(events("call_metrics")),
+        opened,
+        batch.current(HISTORY.name),
+        KEYS,
+        window,
+        batch.next_stream_time,
+        batch.wall_clock,
+    )
 
     left = F.col("side") == "left"
-    joined = matched.where(left).select(*KEYS, F.least("event_time", "partner_time").alias("ts"),
-                                        F.col("payload").alias("analytics"), F.col("partner_payload").alias("metrics"))
-    partial = closed.select(*KEYS, F.col("event_time").alias("ts"),
-                            F.when(left, F.col("payload")).alias("analytics"),
-                            F.when(~left, F.col("payload")).alias("metrics"))
+    joined = matched.where(left).select(
+        *KEYS,
+        F.least("event_time", "partner_time").alias("ts"),
+        F.col("payload").alias("analytics"),
+        F.col("partner_payload").alias("metrics"),
+    )
+    partial = closed.select(
+        *KEYS,
+        F.col("event_time").alias("ts"),
+        F.when(left, F.col("payload")).alias("analytics"),
+        F.when(~left, F.col("payload")).alias("metrics"),
+    )
     batch.append(CALLS.name, joined.unionByName(partial))
 
-    done = (matched.select(*EVENT_KEY, "event_time", F.least("event_time", "partner_time").alias("call_ts"))
-            .unionByName(closed.select(*EVENT_KEY, "event_time", F.col("event_time").alias("call_ts"))))
+    done = matched.select(*EVENT_KEY, "event_time", F.least("event_time", "partner_time").alias("call_ts")).unionByName(
+        closed.select(*EVENT_KEY, "event_time", F.col("event_time").alias("call_ts"))
+    )
     batch.upsert(HISTORY.name, done.withColumn("_delete", F.lit(False)), delete="_delete")
     gone = opened.join(still_open.select(*EVENT_KEY), list(EVENT_KEY), "left_anti")
-    batch.upsert(OPEN.name, still_open.withColumn("_delete", F.lit(False))
-                 .unionByName(gone.withColumn("_delete", F.lit(True))), delete="_delete")
-    batch.late(late.select(F.when(left, "call_analytics").otherwise("call_metrics").alias("table"), "raw",
-                           F.concat(F.lit("late: the call of "), F.col("user1"), F.lit(" and "), F.col("user2"),
-                                    F.lit(" within 60 s of this event was already closed")).alias("reason"),
-                           "event_time"))
+    batch.upsert(
+        OPEN.name,
+        still_open.withColumn("_delete", F.lit(False)).unionByName(gone.withColumn("_delete", F.lit(True))),
+        delete="_delete",
+    )
+    batch.late(
+        late.select(
+            F.when(left, "call_analytics").otherwise("call_metrics").alias("table"),
+            "raw",
+            F.concat(
+                F.lit("late: the call of "),
+                F.col("user1"),
+                F.lit(" and "),
+                F.col("user2"),
+                F.lit(" within 60 s of this event was already closed"),
+            ).alias("reason"),
+            "event_time",
+        )
+    )
 
 
 PIPELINE = Pipeline(
@@ -80,15 +144,21 @@ PIPELINE = Pipeline(
     process=process,
     wall_clock=True,
     suites=(
-        expect.Suite(CALLS.name, (
-            expect.not_null("ts"),
-            expect.unique("user1", "user2", "ts"),
-            expect.any_not_null("analytics", "metrics"),
-        )),
+        expect.Suite(
+            CALLS.name,
+            (
+                expect.not_null("ts"),
+                expect.unique("user1", "user2", "ts"),
+                expect.any_not_null("analytics", "metrics"),
+            ),
+        ),
         # Each emitted event belongs to one call, whose ts is the minimum of its events' times.
-        expect.Suite(HISTORY.name, (
-            expect.unique(*EVENT_KEY),
-            expect.column_pair_le("call_ts", "event_time"),
-        )),
+        expect.Suite(
+            HISTORY.name,
+            (
+                expect.unique(*EVENT_KEY),
+                expect.column_pair_le("call_ts", "event_time"),
+            ),
+        ),
     ),
 )

@@ -4,6 +4,7 @@ user_clicks (KStream) left-joins user_regions (a versioned KTable) as of event t
 and sums. No region, or a deleted (null) one, counts as `UNKNOWN`; a later region change never moves
 clicks already counted.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from ..batch import Batch
 
 
-def process(batch: "Batch") -> None:
+def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
     from ..operators.aggregate import add_to_totals
@@ -26,7 +27,9 @@ def process(batch: "Batch") -> None:
     clicks = batch.new("user_clicks")
     enriched = asof_join(clicks, batch.table("user_regions"), key="user", values=["region"])
     by_region = enriched.select(F.coalesce("region", F.lit("UNKNOWN")).alias("region"), "clicks")
-    batch.upsert("clicks_per_region", add_to_totals(batch.current("clicks_per_region"), by_region, ["region"], "clicks"))
+    batch.upsert(
+        "clicks_per_region", add_to_totals(batch.current("clicks_per_region"), by_region, ["region"], "clicks")
+    )
     batch.metric("clicks", clicks.agg(F.sum("clicks")).first()[0])
 
 
@@ -35,14 +38,22 @@ PIPELINE = Pipeline(
     doc=__doc__,
     streams=("user_clicks",),
     tables=("user_regions",),
-    outputs=(Table("clicks_per_region", (Column("region", Type.STRING), Column("clicks", Type.LONG)), "table",
-                   keys=("region",)),),
+    outputs=(
+        Table(
+            "clicks_per_region", (Column("region", Type.STRING), Column("clicks", Type.LONG)), "table", keys=("region",)
+        ),
+    ),
     process=process,
     metrics=("clicks",),
-    suites=(expect.Suite("clicks_per_region", (
-        expect.not_null("region"),
-        expect.unique("region"),
-        expect.between("clicks", min_value=0),
-        expect.sum_equals("clicks", metric="clicks"),
-    )),),
+    suites=(
+        expect.Suite(
+            "clicks_per_region",
+            (
+                expect.not_null("region"),
+                expect.unique("region"),
+                expect.between("clicks", min_value=0),
+                expect.sum_equals("clicks", metric="clicks"),
+            ),
+        ),
+    ),
 )

@@ -5,6 +5,7 @@ inventory_events (KStream) is grouped by (store, item) and its signed `quantity`
 answers from the table without Spark. A quantity may go negative (more sold than received is
 reported, not hidden), and an item whose stock returns to 0 keeps its row.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from ..batch import Batch
 
 
-def process(batch: "Batch") -> None:
+def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
     from ..operators.aggregate import add_to_totals
@@ -32,15 +33,26 @@ PIPELINE = Pipeline(
     name="inventory",
     doc=__doc__,
     streams=("inventory_events",),
-    outputs=(Table("inventory", (Column("store", Type.STRING), Column("item", Type.STRING),
-                                 Column("quantity", Type.LONG)), "table", keys=("store", "item")),),
+    outputs=(
+        Table(
+            "inventory",
+            (Column("store", Type.STRING), Column("item", Type.STRING), Column("quantity", Type.LONG)),
+            "table",
+            keys=("store", "item"),
+        ),
+    ),
     process=process,
     metrics=("quantity",),
-    suites=(expect.Suite("inventory", (
-        expect.not_null("store"),
-        expect.not_null("item"),
-        expect.not_null("quantity"),
-        expect.unique("store", "item"),
-        expect.sum_equals("quantity", metric="quantity"),
-    )),),
+    suites=(
+        expect.Suite(
+            "inventory",
+            (
+                expect.not_null("store"),
+                expect.not_null("item"),
+                expect.not_null("quantity"),
+                expect.unique("store", "item"),
+                expect.sum_equals("quantity", metric="quantity"),
+            ),
+        ),
+    ),
 )

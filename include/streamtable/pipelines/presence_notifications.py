@@ -31,6 +31,7 @@ Ticks that notify nobody and Open events count in nothing, so they are never lat
 Reconciliation: the metric `counted` is the number of (notification, open window) pairs a run counted;
 summed over the runs it equals the sum of `count` in `notification_counts`.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -52,7 +53,7 @@ SIZE, ADVANCE, GRACE = timedelta(minutes=10), timedelta(minutes=1), timedelta(mi
 ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"  # the contract's JSON time format (the session time zone is UTC)
 
 
-def process(batch: "Batch") -> None:
+def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
     from ..batch import VERSION
@@ -63,42 +64,60 @@ def process(batch: "Batch") -> None:
 
     def raw(*columns: str):
         """The input record as JSON text (inputs keep no raw line), times in the contract's format."""
-        return F.to_json(F.struct(*[F.date_format(c, ISO_MILLIS).alias(c) if c == "event_time" else F.col(c)
-                                    for c in columns]))
+        return F.to_json(
+            F.struct(*[F.date_format(c, ISO_MILLIS).alias(c) if c == "event_time" else F.col(c) for c in columns])
+        )
 
     def notification(frame, source: str, table: str, columns: tuple[str, ...]):
-        return frame.select("user", "event_time", F.lit(source).alias("source"), F.lit(MESSAGE).alias("message"),
-                            F.lit(table).alias("_table"), raw(*columns).alias("_raw"))
+        return frame.select(
+            "user",
+            "event_time",
+            F.lit(source).alias("source"),
+            F.lit(MESSAGE).alias("message"),
+            F.lit(table).alias("_table"),
+            raw(*columns).alias("_raw"),
+        )
 
     # batch.new() has the columns of every stream of the run (nulls for the others' columns): keep our own.
     presence = batch.new(PRESENCE).select("user", "action", "event_time", VERSION)
     ticks = batch.new(TICKS).select("user", "event_time")
 
-    closes = notification(presence.where(F.col("action") == "Close"), "close", PRESENCE,
-                          ("user", "action", "event_time"))
+    closes = notification(
+        presence.where(F.col("action") == "Close"), "close", PRESENCE, ("user", "action", "event_time")
+    )
     state = asof_join(ticks, consumed_presence(batch, presence), key="user", values=["action"])
     reminders = notification(state.where(F.col("action") == "Close"), "tick", TICKS, ("user", "event_time"))
     notifications = closes.unionByName(reminders).persist()
     try:
         batch.append(NOTIFICATIONS, notifications)
-        counted, _ = count_in_windows(notifications, batch.current(COUNTS), ["user"], windows, batch.stream_time,
-                                      raw=F.col("_raw"))
+        counted, _ = count_in_windows(
+            notifications, batch.current(COUNTS), ["user"], windows, batch.stream_time, raw=F.col("_raw")
+        )
         batch.upsert(COUNTS, counted)
         # Late records per input table (count_in_windows names one table per call); only their late part is used.
         for table in (PRESENCE, TICKS):
             part = notifications.where(F.col("_table") == table)
-            _, late = count_in_windows(part, batch.current(COUNTS), ["user"], windows, batch.stream_time,
-                                       raw=F.col("_raw"), table=table)
-            batch.late(late.withColumn("reason", F.concat(F.lit(f"{'close' if table == PRESENCE else 'tick'} "
-                                                                "notification sent but "), "reason")))
-        stats = (windows.assign(notifications).where(~windows.closed(batch.stream_time))
-                 .agg(F.count("*").alias("counted")).first())
+            _, late = count_in_windows(
+                part, batch.current(COUNTS), ["user"], windows, batch.stream_time, raw=F.col("_raw"), table=table
+            )
+            batch.late(
+                late.withColumn(
+                    "reason",
+                    F.concat(F.lit(f"{'close' if table == PRESENCE else 'tick'} notification sent but "), "reason"),
+                )
+            )
+        stats = (
+            windows.assign(notifications)
+            .where(~windows.closed(batch.stream_time))
+            .agg(F.count("*").alias("counted"))
+            .first()
+        )
         batch.metric("counted", stats["counted"])
     finally:
         notifications.unpersist()
 
 
-def consumed_presence(batch: "Batch", new_presence):
+def consumed_presence(batch: Batch, new_presence):
     """The presence changelog up to the last version this run consumed (earlier runs included).
 
     `batch.table` reads the table as it is when `process` runs, which may already hold records ingested
@@ -122,28 +141,42 @@ PIPELINE = Pipeline(
     doc=__doc__,
     streams=(PRESENCE, TICKS),
     outputs=(
-        Table(NOTIFICATIONS, (Column("user", S), Column("event_time", TS), Column("source", S), Column("message", S)),
-              "stream", time_column="event_time"),
-        Table(COUNTS, (Column("user", S), Column("window_start", TS), Column("window_end", TS), Column("count", L)),
-              "table", keys=("user", "window_start")),
+        Table(
+            NOTIFICATIONS,
+            (Column("user", S), Column("event_time", TS), Column("source", S), Column("message", S)),
+            "stream",
+            time_column="event_time",
+        ),
+        Table(
+            COUNTS,
+            (Column("user", S), Column("window_start", TS), Column("window_end", TS), Column("count", L)),
+            "table",
+            keys=("user", "window_start"),
+        ),
     ),
     process=process,
     suites=(
         # A stream's suite sees the rows a run appends (and the whole table in `streamtable validate`).
-        expect.Suite(NOTIFICATIONS, (
-            expect.not_null("user"),
-            expect.not_null("event_time"),
-            expect.in_set("source", ("close", "tick")),
-            expect.in_set("message", (MESSAGE,)),
-        )),
-        expect.Suite(COUNTS, (
-            expect.not_null("user"),
-            expect.not_null("window_start"),
-            expect.unique("user", "window_start"),
-            expect.column_pair_le("window_start", "window_end"),
-            expect.between("count", min_value=1),
-            expect.sum_equals("count", metric="counted"),
-        )),
+        expect.Suite(
+            NOTIFICATIONS,
+            (
+                expect.not_null("user"),
+                expect.not_null("event_time"),
+                expect.in_set("source", ("close", "tick")),
+                expect.in_set("message", (MESSAGE,)),
+            ),
+        ),
+        expect.Suite(
+            COUNTS,
+            (
+                expect.not_null("user"),
+                expect.not_null("window_start"),
+                expect.unique("user", "window_start"),
+                expect.column_pair_le("window_start", "window_end"),
+                expect.between("count", min_value=1),
+                expect.sum_equals("count", metric="counted"),
+            ),
+        ),
     ),
     metrics=("counted",),
 )

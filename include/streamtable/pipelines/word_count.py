@@ -7,6 +7,7 @@ as `e` + U+0301, or Devanagari vowel signs, stay in their word); everything else
 underscores, tabs, repeated spaces) separates words. Words are compared as stored (no Unicode
 normalisation: a decomposed `é` and a precomposed one are different words).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -24,14 +25,15 @@ if TYPE_CHECKING:
 WORD = r"[\p{L}\p{N}][\p{L}\p{M}\p{N}]*"
 
 
-def process(batch: "Batch") -> None:
+def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
     from ..operators.aggregate import add_to_totals
 
     lines = batch.new("text_lines")
-    words = (lines.select(F.explode(F.regexp_extract_all("line", F.lit(WORD), 0)).alias("word"))
-             .select(F.lower("word").alias("word"), F.lit(1).alias("count")))
+    words = lines.select(F.explode(F.regexp_extract_all("line", F.lit(WORD), 0)).alias("word")).select(
+        F.lower("word").alias("word"), F.lit(1).alias("count")
+    )
     words = words.persist()
     try:
         batch.upsert("word_counts", add_to_totals(batch.current("word_counts"), words, ["word"], "count"))
@@ -44,14 +46,18 @@ PIPELINE = Pipeline(
     name="word_count",
     doc=__doc__,
     streams=("text_lines",),
-    outputs=(Table("word_counts", (Column("word", Type.STRING), Column("count", Type.LONG)), "table",
-                   keys=("word",)),),
+    outputs=(Table("word_counts", (Column("word", Type.STRING), Column("count", Type.LONG)), "table", keys=("word",)),),
     process=process,
     metrics=("words",),
-    suites=(expect.Suite("word_counts", (
-        expect.not_null("word"),
-        expect.unique("word"),
-        expect.between("count", min_value=1),
-        expect.sum_equals("count", metric="words"),
-    )),),
+    suites=(
+        expect.Suite(
+            "word_counts",
+            (
+                expect.not_null("word"),
+                expect.unique("word"),
+                expect.between("count", min_value=1),
+                expect.sum_equals("count", metric="words"),
+            ),
+        ),
+    ),
 )

@@ -34,7 +34,9 @@ for pipeline in pipeline_names():
     with DAG(
         dag_id=f"stream_{pipeline}",
         doc_md=__doc__,
-        description=f"streamtable serve {pipeline}: runs until stopped, restarted from its checkpoint on a crash or stall",
+        description=(
+            f"streamtable serve {pipeline}: runs until stopped, restarted from its checkpoint on a crash or stall"
+        ),
         schedule=None,
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,

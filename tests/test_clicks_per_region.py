@@ -87,7 +87,7 @@ def test_one_run_and_three_runs_give_the_same_table_and_a_second_run_changes_not
 
     regions, clicks = scenario()
     one, three = Lake(tmp_path / "one"), Lake(tmp_path / "three")
-    for r, c in zip(regions, clicks):
+    for r, c in zip(regions, clicks, strict=True):
         ingest(one, "user_regions", r)
         ingest(one, "user_clicks", c)
         ingest(three, "user_regions", r)

@@ -253,8 +253,8 @@ from datetime import datetime, timezone
 state = {"behind": False, "finished_at": None}
 fake_status = types.ModuleType("streamtable.status")
 def pipeline_status(lake, pipeline, now=None):
-    return types.SimpleNamespace(pipeline=pipeline, behind=state["behind"], inputs=[],
-                                 last_batch={"batch_id": 1, "finished_at": state["finished_at"]} if state["finished_at"] else None)
+    last_batch = {"batch_id": 1, "finished_at": state["finished_at"]} if state["finished_at"] else None
+    return types.SimpleNamespace(pipeline=pipeline, behind=state["behind"], inputs=[], last_batch=last_batch)
 fake_status.pipeline_status = pipeline_status
 sys.modules["streamtable.status"] = fake_status
 import streamtable

@@ -55,7 +55,7 @@ LAKE_VARIABLE = "streamtable_lake"
 CONN_ID = "spark_default"
 
 # Rendered when the task runs (Jinja): the Variable, else the env of the task, else <project>/lake.
-LAKE = "{{ var.value.get('%s', streamtable_env_lake()) }}" % LAKE_VARIABLE
+LAKE = "{{ var.value.get('" + LAKE_VARIABLE + "', streamtable_env_lake()) }}"
 
 
 def env_lake() -> str:

@@ -69,7 +69,7 @@ def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
     types = {c.name: c.type for c in spec.columns}
     data = _read(lake, spec)
     mask = None
-    for column, text in zip(keys, key):
+    for column, text in zip(keys, key, strict=False):
         value = _parse_key(types[column], text)
         term = pc.equal(data[column], pa.scalar(value, data.schema.field(column).type))
         mask = term if mask is None else pc.and_(mask, term)

@@ -42,7 +42,7 @@ def match_pairs(events: pd.DataFrame, within_us: int) -> pd.DataFrame:
     times, sides, payloads = events["t"].tolist(), events["side"].tolist(), events["payload"].tolist()
     waiting: dict[str, list[int]] = {LEFT: [], RIGHT: []}
     partner = [-1] * len(events)
-    for i, (t, side) in enumerate(zip(times, sides)):
+    for i, (t, side) in enumerate(zip(times, sides, strict=True)):
         other = waiting[RIGHT if side == LEFT else LEFT]
         while other and times[other[0]] < t - within_us:
             other.pop(0)
@@ -66,7 +66,9 @@ def outer_join_within(
     stream_time: datetime | None,
     wall_clock: datetime,
 ) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame]:
-    """Match new and open events within T; close what stays unmatched once `ts + T + grace` has passed by stream time or wall clock.
+    """Match new and open events within T; close what stays unmatched once `ts + T + grace` has passed.
+
+    An unmatched event closes once `ts + T + grace` has passed by stream time or by wall clock.
 
     Returns (matched events of both sides, with `partner_time` and `partner_payload`; closed unmatched
     events; events still open; late events). A new event that matches nothing while an event of the

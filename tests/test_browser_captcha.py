@@ -1,4 +1,7 @@
-"""browser_captcha against the pure-Python reference: counts, the captcha table's retractions, windows and late records."""
+"""browser_captcha against the pure-Python reference.
+
+Counts, the captcha table's retractions, windows and late records.
+"""
 
 from __future__ import annotations
 

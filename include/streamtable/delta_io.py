@@ -1,4 +1,5 @@
-"""Idempotent Delta writes: every write of a batch carries (`txnAppId`, `txnVersion` = batch id), so a replayed batch is skipped."""
+"""Idempotent Delta writes: every write of a batch carries (`txnAppId`, `txnVersion` = batch id), so a replayed batch
+is skipped."""
 
 from __future__ import annotations
 

@@ -112,7 +112,10 @@ class ReprocessReport:
 
 
 def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, clock=system_clock) -> ReprocessReport:
-    """Rebuild the outputs from `from_version` of the primary input with empty state; publish them only if their suites pass."""
+    """Rebuild the outputs from `from_version` of the primary input with empty state.
+
+    The rebuilt outputs are published only if their suites pass.
+    """
     from .spark import get_spark
 
     pipeline = get_pipeline(name)

@@ -47,7 +47,10 @@ def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
 
 
 def first_version_since(lake: Lake, table: str, moment: datetime) -> int | None:
-    """The first version of `table` committed at or after `moment` (what `reprocess --from-timestamp` seeks), or None."""
+    """The first version of `table` committed at or after `moment`, or None.
+
+    This is what `reprocess --from-timestamp` seeks.
+    """
     millis = moment.timestamp() * 1000
     return next((version for version, committed in commits(lake, table) if committed >= millis), None)
 

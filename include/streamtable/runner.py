@@ -199,7 +199,10 @@ class BatchHandler:
 
 
 class Stopping(Exception):
-    """Raised by a batch that starts after `serve` was asked to stop: it commits nothing and runs again on the next start."""
+    """Raised by a batch that starts after `serve` was asked to stop.
+
+    The batch commits nothing and runs again on the next start.
+    """
 
 
 def start_query(

@@ -37,7 +37,10 @@ def _column(lake: Lake, table: str, column: str, where: ds.Expression | None = N
 
 
 def emit_ticks(lake: Lake, at: datetime | None = None) -> IngestResult:
-    """Append a tick at `at` (default: now) for every user that ever appeared in user_presence and has none there yet."""
+    """Append a tick at `at` (default: now) for every user that ever appeared in user_presence.
+
+    A user that already has a tick at `at` in the ticks table gets none.
+    """
     at = now() if at is None else at.astimezone(UTC)
     users = set(_column(lake, PRESENCE, "user"))
     ticked = set(_column(lake, TICKS, "user", where=pc.field("event_time") == pc.scalar(at)))

@@ -1,4 +1,7 @@
-"""Event times: parsed from ISO-8601 (any offset; none means UTC) or epoch milliseconds, printed as ISO-8601 `...sssZ`."""
+"""Event times: parsed from ISO-8601 (any offset; none means UTC) or epoch milliseconds.
+
+Printed as ISO-8601 `...sssZ`.
+"""
 
 from __future__ import annotations
 

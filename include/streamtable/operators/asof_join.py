@@ -12,7 +12,10 @@ from ..tables import LINE
 
 
 def versioned(changelog: DataFrame, key: str, values: Sequence[str], time: str = "event_time") -> DataFrame:
-    """Turn a table's changelog into versions `[valid_from, valid_to)` per key; of records with equal times the later-ingested wins."""
+    """Turn a table's changelog into versions `[valid_from, valid_to)` per key.
+
+    Of records with equal times the later-ingested wins.
+    """
     order = Window.partitionBy(key).orderBy("valid_from", VERSION, LINE)
     return (
         changelog.select(key, *values, F.col(time).alias("valid_from"), VERSION, LINE)
@@ -25,7 +28,10 @@ def versioned(changelog: DataFrame, key: str, values: Sequence[str], time: str =
 def asof_join(
     stream: DataFrame, changelog: DataFrame, key: str, values: Sequence[str], time: str = "event_time"
 ) -> DataFrame:
-    """Each stream row gets `values` of the table's latest record for its key with time <= its own (ties: the later ingest), or nulls if none; a null value is a delete."""
+    """Each stream row gets `values` of the table's latest record for its key with time <= its own, or nulls if none.
+
+    Of records with equal times the later ingest wins; a null value is a delete.
+    """
     table = versioned(changelog, key, values, time).alias("v")
     s = stream.alias("s")
     cond = (

@@ -14,7 +14,9 @@ from .aggregate import add_to_totals
 
 @dataclass(frozen=True)
 class Windows:
-    """Windows `[k*advance, k*advance + size)` for k >= 0 (no window starts before the epoch); tumbling when advance == size.
+    """Windows `[k*advance, k*advance + size)` for k >= 0; tumbling when advance == size.
+
+    No window starts before the epoch.
 
     A window is final once stream time (the largest event time consumed by earlier runs) reaches its
     end plus `grace`.

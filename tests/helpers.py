@@ -14,6 +14,8 @@ from streamtable.reader import rows
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(ROOT / ".venv" / "bin" / "streamtable")
+DAGS = ROOT / "dags"
+BIN = Path(sys.executable).parent  # the project's .venv/bin: airflow, streamtable, spark-submit
 
 
 def ingest(lake: Lake, table: str, records: list[dict | str]) -> IngestResult:
@@ -39,3 +41,45 @@ def cli(lake: Lake, *args: str, env: dict | None = None, check: bool = True) -> 
         sys.stderr.write(proc.stderr)
         raise AssertionError(f"streamtable {' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
     return proc
+
+
+def airflow_env(home: Path, lake: Path | None = None) -> dict[str, str]:
+    """The environment `make` gives Airflow, pointed at a test AIRFLOW_HOME (and lake)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW__", "AIRFLOW_VAR_", "AIRFLOW_CONN_", "PYSPARK_GATEWAY"))
+    }
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "GX_ANALYTICS_ENABLED": "false",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+    )
+    if lake is not None:
+        env["STREAMTABLE_LAKE"] = str(lake)
+    else:
+        env.pop("STREAMTABLE_LAKE", None)
+    return env
+
+
+def run_python(code: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def last_json(proc: subprocess.CompletedProcess) -> dict:
+    """The last `RESULT {...}` line a subprocess printed (Airflow logs on stdout too)."""
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, (
+        f"exit {proc.returncode}\n--- stdout (tail)\n{proc.stdout[-6000:]}\n--- stderr (tail)\n{proc.stderr[-6000:]}"
+    )
+    return json.loads(lines[-1][len("RESULT ") :])

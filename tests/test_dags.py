@@ -1,90 +1,26 @@
-"""The Airflow DAGs: every file in dags/ imports cleanly and without pyspark, and clicks_per_region runs end to end.
+"""The Airflow DAGs: every file in dags/ imports cleanly and without pyspark, every pipeline has its DAGs, and
+`make demo` (clicks_per_region through `airflow dags test`) runs end to end.
 
-Airflow runs in subprocesses, against a session-wide temporary AIRFLOW_HOME whose SQLite DB is made once
-by `airflow db migrate`: importing Airflow configures logging, settings and an ORM for the whole
-process, which must not leak into the other tests (nor theirs into Airflow).
+Airflow runs in subprocesses, against the session's temporary AIRFLOW_HOME (`airflow_home` in conftest.py, one
+SQLite DB made once by `airflow db migrate`): importing Airflow configures logging, settings and an ORM for the
+whole process, which must not leak into the other tests (nor theirs into Airflow).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DAGS = ROOT / "dags"
+from helpers import BIN, DAGS, ROOT, airflow_env, last_json, run_python
+from streamtable.lake import Lake
+
 EXAMPLE = ROOT / "examples" / "clicks_per_region"
-BIN = Path(sys.executable).parent  # the project's .venv/bin: airflow, streamtable, spark-submit
 DAG_FILES = sorted(p for p in DAGS.glob("*.py") if not p.name.startswith("_"))
 HEAVY = ("pyspark", "great_expectations", "delta", "py4j")  # what no DAG file may import at parse time
-
-
-def airflow_env(home: Path, lake: Path | None = None) -> dict[str, str]:
-    """The environment `make` gives Airflow, pointed at a test AIRFLOW_HOME (and lake)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AIRFLOW__", "AIRFLOW_VAR_", "AIRFLOW_CONN_", "PYSPARK_GATEWAY"))
-    }
-    env.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "GX_ANALYTICS_ENABLED": "false",
-            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        }
-    )
-    if lake is not None:
-        env["STREAMTABLE_LAKE"] = str(lake)
-    else:
-        env.pop("STREAMTABLE_LAKE", None)
-    return env
-
-
-def run_python(code: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def last_json(proc: subprocess.CompletedProcess) -> dict:
-    """The last `RESULT {...}` line a subprocess printed (Airflow logs on stdout too)."""
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, (
-        f"exit {proc.returncode}\n--- stdout (tail)\n{proc.stdout[-6000:]}\n--- stderr (tail)\n{proc.stderr[-6000:]}"
-    )
-    return json.loads(lines[-1][len("RESULT ") :])
-
-
-@pytest.fixture(scope="session")
-def airflow_home(tmp_path_factory) -> Path:
-    """A temporary AIRFLOW_HOME with a migrated SQLite metadata DB, made once per test session."""
-    home = tmp_path_factory.mktemp("airflow_home")
-    proc = subprocess.run(
-        [str(BIN / "airflow"), "db", "migrate"],
-        env=airflow_env(home),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return home
-
-
-def test_there_are_dags():
-    assert DAG_FILES, f"no DAG files in {DAGS}"
-    assert DAGS / "clicks_per_region.py" in DAG_FILES
 
 
 def test_dagbag_imports_every_dag_without_errors(airflow_home):
@@ -109,18 +45,37 @@ print("RESULT " + json.dumps({{
         assert info["doc_md"], f"{dag_id} has no doc_md (set doc_md=__doc__)"
         assert info["tasks"] > 0, f"{dag_id} has no task"
 
+    from streamtable.pipelines import PIPELINES
 
-@pytest.mark.parametrize("dag_file", DAG_FILES, ids=[p.name for p in DAG_FILES])
-def test_dag_file_does_not_import_pyspark(dag_file, airflow_home):
+    for name in PIPELINES:  # every pipeline: its micro-batch DAG, its stream DAG, its daily reprocess
+        for dag_id in (name, f"stream_{name}", f"reprocess_daily_{name}"):
+            assert dag_id in result["dags"], f"pipeline {name} has no DAG {dag_id}"
+    assert {"reprocess", "reset"} <= set(result["dags"])
+
+
+@pytest.fixture(scope="module")
+def heavy_imports(airflow_home) -> dict[str, list[str]]:
+    """For each DAG file, the heavy modules that parsing it imported (all files parsed in turn in one process)."""
     proc = run_python(
         f"""
 import json, runpy, sys
-runpy.run_path({str(dag_file)!r})
-print("RESULT " + json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})))
+heavy = {{}}
+for path in {[str(p) for p in DAG_FILES]!r}:
+    runpy.run_path(path)
+    heavy[path] = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})
+    if heavy[path]:
+        break  # later files would be blamed for this one's imports
+print("RESULT " + json.dumps(heavy))
 """,
         airflow_env(airflow_home),
     )
-    heavy = last_json(proc)
+    return last_json(proc)
+
+
+@pytest.mark.parametrize("dag_file", DAG_FILES, ids=[p.name for p in DAG_FILES])
+def test_dag_file_does_not_import_pyspark(dag_file, heavy_imports):
+    assert str(dag_file) in heavy_imports, f"{dag_file.name} was not parsed: an earlier DAG file imports pyspark"
+    heavy = heavy_imports[str(dag_file)]
     assert heavy == [], f"{dag_file.name} imports {heavy[:8]} when parsed: keep Spark and GX inside the job"
 
 
@@ -168,47 +123,39 @@ print("RESULT " + json.dumps({{
 
 
 @pytest.mark.timeout(1800)  # two cold spark-submits: ~3 min on an idle 2-core machine, 7 under load
-def test_clicks_per_region_dag_test_run(airflow_home, tmp_path):
-    """`dag.test()` on a fresh lake holding the example: the run succeeds and the table is the hand-computed one."""
-    lake = tmp_path / "lake"
-    env = airflow_env(airflow_home, lake)
-    for table in ("user_regions", "user_clicks"):
-        ingest = subprocess.run(
-            [str(BIN / "streamtable"), "ingest", table, str(EXAMPLE / f"{table}.jsonl"), "--lake", str(lake)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert ingest.returncode == 0, ingest.stderr
-        assert json.loads(ingest.stdout)["quarantined"] == 0
-
+def test_make_demo(airflow_home, tmp_path):
+    """`make demo`'s script on a fresh lake: the DAG run succeeds, the table is the hand-computed one, the Asset
+    is updated and the Data Docs are there (the README's first command)."""
+    lake = tmp_path / "demo_lake"
+    env = airflow_env(airflow_home) | {"DEMO_LAKE": str(lake), "DEMO_LOG": str(tmp_path / "demo.log")}
     started = time.monotonic()
+    demo = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "demo.sh")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=1500
+    )
+    print(f"make demo's script took {time.monotonic() - started:.0f} s")
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:] + (tmp_path / "demo.log").read_text()[-3000:]
+    assert "as expected: americas 101" in demo.stdout
+
     proc = run_python(
-        f"""
+        """
 import json
 from sqlalchemy import select
-from airflow.dag_processing.dagbag import DagBag
 from airflow.models.asset import AssetEvent, AssetModel
+from airflow.models.dagrun import DagRun
+from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
 
-dag = DagBag(dag_folder={str(DAGS)!r}).get_dag("clicks_per_region")
-run = dag.test()
-from airflow.models.taskinstance import TaskInstance
 with create_session() as session:
-    states = {{ti.task_id: str(ti.state) for ti in session.scalars(
-        select(TaskInstance).where(TaskInstance.dag_id == "clicks_per_region", TaskInstance.run_id == run.run_id))}}
+    run = session.scalars(select(DagRun).where(DagRun.dag_id == "clicks_per_region").order_by(DagRun.id.desc())).first()
+    states = {ti.task_id: str(ti.state) for ti in session.scalars(
+        select(TaskInstance).where(TaskInstance.dag_id == "clicks_per_region", TaskInstance.run_id == run.run_id))}
     events = list(session.scalars(select(AssetModel.uri).join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
                                   .where(AssetEvent.source_run_id == run.run_id)))
-print("RESULT " + json.dumps({{"state": str(run.state), "tasks": states, "asset_events": events}}))
+    print("RESULT " + json.dumps({"state": str(run.state), "tasks": states, "asset_events": events}))
 """,
-        env,
-        timeout=1500,
+        airflow_env(airflow_home, lake),
     )
     result = last_json(proc)
-    elapsed = time.monotonic() - started
-    print(f"dag.test() of clicks_per_region took {elapsed:.0f} s")
-
     assert result["state"] == "success", result
     assert result["tasks"] == {"run": "success", "quality_gate": "success"}
     assert result["asset_events"] == [(lake / "tables" / "clicks_per_region").as_uri()]
@@ -216,7 +163,7 @@ print("RESULT " + json.dumps({{"state": str(run.state), "tasks": states, "asset_
     from streamtable.reader import rows
 
     expected = [json.loads(line) for line in (EXAMPLE / "expected_clicks_per_region.jsonl").read_text().splitlines()]
-    assert rows(lake, "clicks_per_region") == expected
+    assert rows(Lake(lake), "clicks_per_region") == expected
     # asia 137 = 13 + 25 + 99 (alice's first click, before her move), europe 96 = 56 + 40, americas 101 = 4 + 19 + 78
     assert {r["region"]: r["clicks"] for r in expected} == {"asia": 137, "europe": 96, "americas": 101}
     # the quality gate wrote the Data Docs inside the lake

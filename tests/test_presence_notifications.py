@@ -10,9 +10,8 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from deltalake import DeltaTable
-from test_dags import DAGS, airflow_env, airflow_home, last_json, run_python  # noqa: F401 (airflow_home: a fixture)
 
-from helpers import cli, ingest
+from helpers import DAGS, airflow_env, cli, ingest, last_json, run_python
 from reference import presence_notifications as expected
 from streamtable.lake import Lake
 from streamtable.lifecycle import run, validate

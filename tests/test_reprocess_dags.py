@@ -1,8 +1,8 @@
 """Reprocessing and backfills driven from Airflow: the `reprocess`, `reprocess_daily_*` and `reset` DAGs, the pools,
 backfill-style runs of a pipeline DAG, and the pipeline lock between a reprocess and a run in two processes.
 
-DAG runs are `dag.test()` in subprocesses against the session's temporary AIRFLOW_HOME of test_dags.py (its
-`airflow_home` fixture). Every spark-submit costs one to a few minutes on 2 cores, so each test submits as
+DAG runs are `dag.test()` in subprocesses against the session's temporary AIRFLOW_HOME (`airflow_home` in
+conftest.py). Every spark-submit costs one to a few minutes on 2 cores, so each test submits as
 little as it can: set-up runs happen in this process (the `spark` fixture), and the checks that need no
 Spark (refused requests, the look-back, the DAGs' shape) run together without any.
 """
@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from test_dags import BIN, DAGS, ROOT, airflow_env, airflow_home, last_json, run_python  # noqa: F401 (a fixture)
 
-from helpers import CLI, ingest, table
+from helpers import BIN, CLI, DAGS, ROOT, airflow_env, ingest, last_json, run_python, table
 from reference import clicks_per_region as expected
 from streamtable.lake import Lake
 
@@ -167,9 +166,7 @@ def test_check_of_a_reprocess_request(lake):
             assert (
                 first_version_since(lake, "user_clicks", moment) == version_at(lake, "user_clicks", moment) == version
             )
-        assert commit_time(lake, "user_clicks", version) == datetime.fromtimestamp(
-            committed[version] / 1000, UTC
-        )
+        assert commit_time(lake, "user_clicks", version) == datetime.fromtimestamp(committed[version] / 1000, UTC)
     assert commit_time(lake, "user_clicks", 3) is None
 
     assert reset_arguments(P) == (["--dry-run"], f"dry run: list what a reset of {P} would delete")
@@ -320,7 +317,7 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
     )
     results, output = dag_tests(env, runs)
 
-    for (conf, where, message), result in zip(bad, results):
+    for (conf, where, message), result in zip(bad, results[: len(bad)], strict=True):
         if where == "form":
             assert "refused" in result and message in result["refused"], (conf, result)
         else:

@@ -62,7 +62,8 @@ class Served:
         try:
             return self.out.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"serve printed nothing for {timeout} s; stderr:\n{''.join(self.stderr[-40:])}")
+            tail = "".join(self.stderr[-40:])
+            raise AssertionError(f"serve printed nothing for {timeout} s; stderr:\n{tail}") from None
 
     def wait_for_log(self, text: str, timeout: float = 300) -> None:
         deadline = time.time() + timeout

@@ -173,11 +173,3 @@ def test_malformed_log_lines_are_quarantined_at_ingest_and_extra_fields_kept(lak
     assert "browserHash is empty" in reasons[bad[2]] and "malformed JSON" in reasons[bad[3]]
     [stored] = rows(lake, "app_logs")
     assert stored["raw"] == good and json.loads(stored["raw"])["stack"] == ["a", "b"]
-
-
-def test_the_reference_windows_helper_matches_the_definition():
-    from reference import hopping_windows, windows_containing
-
-    for t in (0, 1, 2, 4.999, 5, 6, 7, 100, 101.5):
-        moment = datetime.fromtimestamp(t, tz=UTC)
-        assert windows_containing(moment, 5, 2) == hopping_windows(moment, 5, 2)

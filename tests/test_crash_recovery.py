@@ -1,4 +1,9 @@
-"""A run killed inside a batch (SIGKILL, at the worst moments) and then run again loses and duplicates nothing."""
+"""A run killed inside a batch (SIGKILL, at the worst moments) and then run again loses and duplicates nothing.
+
+The killed run is a `streamtable run` process of its own (the kill is what is under test, and each test asserts it
+landed: the process ended by SIGKILL, not by finishing first); the runs after it are in this process, on the test
+session's Spark.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,14 @@ import os
 import signal
 import subprocess
 import time
+from datetime import datetime
 
 import pytest
 
 from helpers import CLI, cli, ingest, table
 from reference import clicks_per_region as expected
+from streamtable.lifecycle import run
+from streamtable.timefmt import parse_time
 
 P = "clicks_per_region"
 REGIONS = [
@@ -27,14 +35,14 @@ MORE = [{"user": "alice", "clicks": 2, "event_time": "2026-03-01T10:04:00Z"}]
 
 
 @pytest.mark.parametrize("point", ["staged", f"committed:{P}", "committed:progress"])
-def test_killed_at_a_crash_point_then_rerun_gives_exactly_the_right_table(lake, point):
+def test_killed_at_a_crash_point_then_rerun_gives_exactly_the_right_table(spark, lake, point):
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)
     killed = cli(lake, "run", P, env={"STREAMTABLE_KILL_AT": point}, check=False)
-    assert killed.returncode == -signal.SIGKILL
-    cli(lake, "run", P)
+    assert killed.returncode == -signal.SIGKILL, f"the run was not killed at {point}: {killed.stderr[-2000:]}"
+    run(lake, P)
     ingest(lake, "user_clicks", MORE)
-    cli(lake, "run", P)
+    run(lake, P)
     assert (
         table(lake, P, "region", "clicks")
         == expected([REGIONS], CLICKS + MORE)
@@ -42,7 +50,7 @@ def test_killed_at_a_crash_point_then_rerun_gives_exactly_the_right_table(lake, 
     )
 
 
-def test_killed_from_outside_mid_batch_then_rerun_gives_exactly_the_right_table(lake):
+def test_killed_from_outside_mid_batch_then_rerun_gives_exactly_the_right_table(spark, lake):
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)
     staging = lake.generation_dir(P, 0) / "staging"
@@ -52,14 +60,18 @@ def test_killed_from_outside_mid_batch_then_rerun_gives_exactly_the_right_table(
     deadline = time.time() + 600
     while not staging.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)  # the batch has started computing: kill it there
+    assert proc.poll() is None and staging.exists(), "the run ended before its batch started: nothing to kill"
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    cli(lake, "run", P)
+    assert proc.wait() == -signal.SIGKILL
+    assert not lake.root.joinpath("tables", P, "_delta_log", "00000000000000000001.json").exists(), (
+        "the batch had committed before the kill: it was not killed mid-batch"
+    )
+    run(lake, P)
     assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS)
 
 
 @pytest.mark.parametrize("point", ["committed:calls", "committed:call_history"])
-def test_call_analytics_killed_between_its_tables_then_rerun_has_no_duplicate_or_missing_call(lake, point):
+def test_call_analytics_killed_between_its_tables_then_rerun_has_no_duplicate_or_missing_call(spark, lake, point):
     from streamtable.reader import rows
 
     ingest(
@@ -73,14 +85,18 @@ def test_call_analytics_killed_between_its_tables_then_rerun_has_no_duplicate_or
     ingest(lake, "call_metrics", [{"user1": "x", "user2": "y", "event_time": "2026-03-01T10:00:30Z", "metrics": "m"}])
     wall = {"STREAMTABLE_WALL_CLOCK": "2026-03-01T10:10:00Z"}  # p/q's lone event is past its deadline
     killed = cli(lake, "run", "call_analytics", env={**wall, "STREAMTABLE_KILL_AT": point}, check=False)
-    assert killed.returncode == -signal.SIGKILL
-    cli(lake, "run", "call_analytics", env=wall)
-    cli(lake, "run", "call_analytics", env=wall)
+    assert killed.returncode == -signal.SIGKILL, f"the run was not killed at {point}: {killed.stderr[-2000:]}"
+
+    def clock() -> datetime:
+        return parse_time(wall["STREAMTABLE_WALL_CLOCK"])
+
+    run(lake, "call_analytics", clock=clock)
+    run(lake, "call_analytics", clock=clock)
     got = sorted((r["user1"], r["analytics"], r["metrics"]) for r in rows(lake, "calls"))
     assert got == [("p", "b", None), ("x", "a", "m")]
 
 
-def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(lake):
+def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(spark, lake):
     """The earlier release staged a bare list of changes, its progress row among them; this one commits them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -102,13 +118,13 @@ def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(lake)
     old = manifest["changes"] + [{"table": PROGRESS, "mode": "append", "path": str(staged / PROGRESS), "rows": 1}]
     (staged / "changes.json").write_text(json.dumps(old))
 
-    cli(lake, "run", P)
+    run(lake, P)
     assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS)
     [batch] = history(lake, P)
     assert (batch["batch_id"], batch["input_rows"], batch["lag_ms"]) == (0, 3, None)
     assert set(batch["output_rows"]) == {P}
     ingest(lake, "user_clicks", MORE)
-    cli(lake, "run", P)
+    run(lake, P)
     assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS + MORE)
     assert [b["batch_id"] for b in history(lake, P)] == [0, 1]
     assert sorted(r["batch_id"] for r in committed(lake, P, 0, ["batch_id"])) == [0, 1]  # batch 0's row once

@@ -21,6 +21,8 @@ from reference import clicks_per_region as expected
 from streamtable.lifecycle import run
 from streamtable.timefmt import parse_time
 
+pytestmark = pytest.mark.slow  # every test kills a `streamtable run` process of its own
+
 P = "clicks_per_region"
 REGIONS = [
     {"user": "alice", "region": "asia", "event_time": "2026-03-01T10:00:00Z"},

@@ -122,6 +122,7 @@ print("RESULT " + json.dumps({{
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)  # two cold spark-submits: ~3 min on an idle 2-core machine, 7 under load
 def test_make_demo(airflow_home, tmp_path):
     """`make demo`'s script on a fresh lake: the DAG run succeeds, the table is the hand-computed one, the Asset

@@ -339,6 +339,7 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
 # ---------------------------------------------------------------- with Spark
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_run_goes_on(spark, airflow_home, lake):
     from streamtable.lifecycle import run
@@ -370,6 +371,7 @@ def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_
     assert totals(lake) == want(*CLICKS[1:4])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark, airflow_home, lake):
     from streamtable.ingest import append_rows
@@ -406,6 +408,7 @@ def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark,
     assert lake.generation(P) == generation
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_a_run_waits_for_a_reprocess_holding_the_lock_and_nothing_is_counted_twice_or_skipped(spark, lake):
     """Two real processes: `reprocess` holds the pipeline's lock; a `run` started meanwhile waits, then goes on."""
@@ -451,6 +454,7 @@ def test_a_run_waits_for_a_reprocess_holding_the_lock_and_nothing_is_counted_twi
     assert totals(lake) == want(*CLICKS[1:3])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_backfill_style_runs_of_a_pipeline_dag_are_bounded_runs_that_count_nothing_twice(spark, airflow_home, lake):
     """What `airflow backfill create` does to clicks_per_region: each interval's run is one bounded run.
@@ -473,6 +477,7 @@ def test_backfill_style_runs_of_a_pipeline_dag_are_bounded_runs_that_count_nothi
     assert totals(lake) == want(*CLICKS[:2])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_reset_dag_lists_then_forgets_and_the_next_run_starts_from_version_0(spark, airflow_home, lake):
     from streamtable.lifecycle import run

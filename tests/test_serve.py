@@ -163,6 +163,7 @@ def test_progress_rows_and_status_follow_each_batch(spark, lake):
     assert len(cli(lake, "status").stdout.splitlines()) == len(PIPELINES)
 
 
+@pytest.mark.slow
 def test_serve_and_run_take_turns_and_sigterm_finishes_the_batch_in_flight(spark, lake):
     first, second, third, fourth = (
         lines("the cat", "a cat"),
@@ -205,6 +206,7 @@ def test_serve_and_run_take_turns_and_sigterm_finishes_the_batch_in_flight(spark
     assert not pipeline_status(lake, P).busy
 
 
+@pytest.mark.slow
 def test_serve_killed_then_served_again_loses_and_duplicates_nothing(lake):
     batches = [lines("one two"), lines("two three"), lines("three four")]
     served = Served(lake, "--interval", "1 second")

@@ -46,7 +46,7 @@ from streamtable.lake import Lake
 from streamtable.reader import rows
 from streamtable.supervise import find_drivers
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".venv" / "bin"

@@ -222,7 +222,7 @@ class BatchSummary:
             when("watermark"),
             when("oldest_input_at"),
             value["input_versions"],
-            when("wall_clock"),
+            datetime.fromisoformat(value["wall_clock"]),  # always set: as_json writes a datetime
             value["metrics"],
         )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from .errors import BadInputError, OffsetOutOfRangeError
 from .lake import Lake
@@ -39,7 +40,9 @@ def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
     entry = Path(lake.table_path(table)) / "_delta_log" / f"{version:020d}.json"
     try:
         with entry.open() as lines:
-            info = next((action["commitInfo"] for action in map(json.loads, lines) if "commitInfo" in action), {})
+            info: dict[str, Any] = next(
+                (action["commitInfo"] for action in map(json.loads, lines) if "commitInfo" in action), {}
+            )
     except FileNotFoundError:
         return None
     millis = info.get("timestamp")
@@ -97,20 +100,20 @@ def reprocess_arguments(
             raise OffsetOutOfRangeError(
                 f"from_version {from_version} is beyond the latest version of {primary} (versions 0..{latest})"
             )
-        start, version = ["--from-version", str(from_version)], from_version
+        start = ["--from-version", str(from_version)]
         origin = f"version {from_version}"
     else:
         try:
             moment = parse_time(from_timestamp)
         except ValueError as e:
             raise BadInputError(f"from_timestamp: {e}") from None
-        version = first_version_since(lake, primary, moment)
-        if version is None:
+        found = first_version_since(lake, primary, moment)
+        if found is None:
             raise OffsetOutOfRangeError(
                 f"no version of {primary} was committed at or after {moment.isoformat()} ({_describe_latest(history)})"
             )
         start = ["--from-timestamp", moment.isoformat()]
-        origin = f"{moment.isoformat()} (version {version})"
+        origin = f"{moment.isoformat()} (version {found})"
     summary = f"{'dry run: ' if dry_run else ''}reprocess {pipeline} from {origin} of {primary} (versions 0..{latest})"
     return start + (["--dry-run"] if dry_run else []), summary
 

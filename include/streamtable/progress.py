@@ -92,7 +92,10 @@ def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: 
     recorded = table.transaction_version(app_id) if table is not None else None
     if recorded is not None and recorded >= version:
         return False
-    schema = schema or pa.schema(table.schema().to_arrow())
+    if not schema:
+        if table is None:
+            raise ValueError(f"{path} is not a Delta table yet: append_once needs the schema to create it")
+        schema = pa.schema(table.schema().to_arrow())
     write_deltalake(
         table if table is not None else path,
         pa.Table.from_pylist(rows, schema=schema),

@@ -30,7 +30,7 @@ def process(batch: Batch) -> None:
     batch.upsert(
         "clicks_per_region", add_to_totals(batch.current("clicks_per_region"), by_region, ["region"], "clicks")
     )
-    batch.metric("clicks", clicks.agg(F.sum("clicks")).first()[0])
+    batch.metric("clicks", clicks.agg(F.sum("clicks")).head(1)[0][0])  # a global aggregate: one row
 
 
 PIPELINE = Pipeline(

@@ -26,7 +26,7 @@ def process(batch: Batch) -> None:
 
     events = batch.new("inventory_events").select("store", "item", "quantity")
     batch.upsert("inventory", add_to_totals(batch.current("inventory"), events, ["store", "item"], "quantity"))
-    batch.metric("quantity", events.agg(F.sum("quantity")).first()[0])
+    batch.metric("quantity", events.agg(F.sum("quantity")).head(1)[0][0])  # a global aggregate: one row
 
 
 PIPELINE = Pipeline(

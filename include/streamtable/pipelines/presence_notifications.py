@@ -110,7 +110,7 @@ def process(batch: Batch) -> None:
             windows.assign(notifications)
             .where(~windows.closed(batch.stream_time))
             .agg(F.count("*").alias("counted"))
-            .first()
+            .head(1)[0]  # a global aggregate: one row
         )
         batch.metric("counted", stats["counted"])
     finally:
@@ -129,7 +129,8 @@ def consumed_presence(batch: Batch, new_presence):
     from ..batch import PROGRESS, VERSION
 
     earlier = batch.current(PROGRESS).select(F.col("input_versions")[PRESENCE].alias("v"))
-    bound = earlier.unionByName(new_presence.select(F.col(VERSION).alias("v"))).agg(F.max("v")).first()[0]
+    versions = earlier.unionByName(new_presence.select(F.col(VERSION).alias("v")))
+    bound = versions.agg(F.max("v")).head(1)[0][0]  # a global aggregate: one row
     table = batch.table(PRESENCE)
     return table.where(F.col(VERSION) <= F.lit(bound)) if bound is not None else table.limit(0)
 

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from datetime import UTC, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param
@@ -144,6 +144,11 @@ def spark_conf() -> dict[str, str]:
     }
 
 
+# SparkSubmitHook hands spark-submit's output to this method; the operators below replace it on their own hook
+# instance to see every line. Set with setattr: mypy rejects assigning to a method, even on one instance.
+_PROCESS_LOG = "_process_spark_submit_log"
+
+
 class StreamtableSubmitOperator(SparkSubmitOperator):
     """A SparkSubmitOperator that returns the JSON report the command prints (its XCom `return_value`, also logged).
 
@@ -155,7 +160,9 @@ class StreamtableSubmitOperator(SparkSubmitOperator):
         super().__init__(**kwargs)
         self.args_from = args_from
 
-    def execute(self, context: Any) -> dict | None:
+    # Returns the report, which Airflow pushes as XCom: BaseOperator.execute returns Any, but the provider
+    # annotates SparkSubmitOperator.execute `-> None` (it returns nothing), which no override may widen.
+    def execute(self, context: Any) -> dict | None:  # type: ignore[override]
         args = list(self.application_args or [])
         if self.args_from:
             extra = context["ti"].xcom_pull(task_ids=self.args_from, key="args")
@@ -169,7 +176,7 @@ class StreamtableSubmitOperator(SparkSubmitOperator):
         def keep_reports(lines: Any) -> None:
             process_log(_json_objects(lines, reports.append))
 
-        hook._process_spark_submit_log = keep_reports
+        setattr(hook, _PROCESS_LOG, keep_reports)
         try:
             super().execute(context)
         finally:
@@ -192,6 +199,32 @@ def _json_objects(lines: Any, found: Callable[[dict], Any]) -> Any:
             if isinstance(value, dict):
                 found(value)
         yield line
+
+
+_Operator = TypeVar("_Operator", bound=SparkSubmitOperator)
+
+
+@overload
+def streamtable_task(
+    task_id: str,
+    command: str,
+    pipeline: str,
+    args_from: str | None = None,
+    *,
+    operator: Callable[..., _Operator],
+    **kwargs: Any,
+) -> _Operator: ...
+
+
+@overload
+def streamtable_task(
+    task_id: str,
+    command: str,
+    pipeline: str,
+    args_from: str | None = None,
+    operator: None = None,
+    **kwargs: Any,
+) -> SparkSubmitOperator: ...
 
 
 def streamtable_task(
@@ -270,7 +303,9 @@ class StreamServeOperator(SparkSubmitOperator):
         self._killed = False
         self._done = threading.Event()
 
-    def execute(self, context: Any) -> dict | None:
+    # Returns the final report, which Airflow pushes as XCom: BaseOperator.execute returns Any, but the provider
+    # annotates SparkSubmitOperator.execute `-> None` (it returns nothing), which no override may widen.
+    def execute(self, context: Any) -> dict | None:  # type: ignore[override]
         from .supervise import start_guardian
 
         self._stall, self._killed = None, False
@@ -285,6 +320,7 @@ class StreamServeOperator(SparkSubmitOperator):
 
         def supervise(lines: Any) -> None:  # called by hook.submit right after it started spark-submit
             job = hook._submit_sp
+            assert job is not None, "hook.submit reads the log of the spark-submit it started"
             self.log.info(
                 "supervising %s (spark-submit pid %d): stall_timeout_s %g, stop_grace_s %g, lake %s",
                 self.pipeline,
@@ -307,7 +343,7 @@ class StreamServeOperator(SparkSubmitOperator):
             finally:
                 self._done.set()
 
-        hook._process_spark_submit_log = supervise
+        setattr(hook, _PROCESS_LOG, supervise)
         try:
             hook.submit(self.application, start_new_session=True)
         except AirflowException as e:

@@ -184,7 +184,10 @@ def _null_safe_sum() -> type:
     Spark's SUM over no values is NULL, which the stock expectation always fails.
     """
 
-    class ExpectColumnNullSafeSumToBeBetween(_gx().expectations.ExpectColumnSumToBeBetween):
+    _gx()  # analytics off and logs at WARNING before GX is used
+    from great_expectations.expectations import ExpectColumnSumToBeBetween
+
+    class ExpectColumnNullSafeSumToBeBetween(ExpectColumnSumToBeBetween):
         def _validate(
             self, metrics: dict, runtime_configuration: dict | None = None, execution_engine: Any = None
         ) -> dict:
@@ -246,9 +249,9 @@ def _gx_expectation(rule: Expectation, index: int) -> Any:
         # (a row condition, not UnexpectedRowsExpectation: that one works on Spark but takes no `mostly`
         # and registers the frame as the session-wide temp view "tmp_view"; here `mostly` counts among
         # the rows where the others are null)
-        from great_expectations.expectations.row_conditions import AndCondition, Column
+        from great_expectations.expectations.row_conditions import AndCondition, Column, Condition
 
-        nulls = [Column(name).is_null() for name in c[:-1]]
+        nulls: list[Condition] = [Column(name).is_null() for name in c[:-1]]
         condition = nulls[0] if len(nulls) == 1 else AndCondition(conditions=nulls)
         return gxe.ExpectColumnValuesToNotBeNull(column=c[-1], row_condition=condition, **mostly)
     raise ValueError(f"unknown expectation kind {rule.kind!r}")

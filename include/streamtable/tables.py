@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .schema import Column, Type
 
@@ -19,7 +20,7 @@ class Rule:
 
     kind: str
     column: str
-    value: object = None
+    value: Any = None  # at_least: the bound; one_of: the allowed values (a tuple)
 
     def error(self, record: dict) -> str | None:
         """The reason this record breaks the rule, or None."""

@@ -53,7 +53,8 @@ def match_pairs(events: pd.DataFrame, within_us: int) -> pd.DataFrame:
             waiting[side].append(i)
     return events.assign(
         partner_t=[times[j] if j >= 0 else -1 for j in partner],
-        partner_payload=[payloads[j] if j >= 0 else None for j in partner],
+        # pandas takes None as a missing value; pandas-stubs' `assign` accepts no None in a list column
+        partner_payload=[payloads[j] if j >= 0 else None for j in partner],  # type: ignore[misc]
     )
 
 

@@ -7,7 +7,7 @@ here runs on the driver and never imports Airflow.
 
 import sys
 
-from streamtable.cli import main
+from streamtable.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    entry(sys.argv[1:])

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -20,8 +21,6 @@ from helpers import CLI, cli, ingest, table
 from reference import clicks_per_region as expected
 from streamtable.lifecycle import run
 from streamtable.timefmt import parse_time
-
-pytestmark = pytest.mark.slow  # every test kills a `streamtable run` process of its own
 
 P = "clicks_per_region"
 REGIONS = [
@@ -36,6 +35,7 @@ CLICKS = [
 MORE = [{"user": "alice", "clicks": 2, "event_time": "2026-03-01T10:04:00Z"}]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["staged", f"committed:{P}", "committed:progress"])
 def test_killed_at_a_crash_point_then_rerun_gives_exactly_the_right_table(spark, lake, point):
     ingest(lake, "user_regions", REGIONS)
@@ -52,6 +52,7 @@ def test_killed_at_a_crash_point_then_rerun_gives_exactly_the_right_table(spark,
     )
 
 
+@pytest.mark.slow
 def test_killed_from_outside_mid_batch_then_rerun_gives_exactly_the_right_table(spark, lake):
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)
@@ -72,6 +73,7 @@ def test_killed_from_outside_mid_batch_then_rerun_gives_exactly_the_right_table(
     assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["committed:calls", "committed:call_history"])
 def test_call_analytics_killed_between_its_tables_then_rerun_has_no_duplicate_or_missing_call(spark, lake, point):
     from streamtable.reader import rows
@@ -98,6 +100,7 @@ def test_call_analytics_killed_between_its_tables_then_rerun_has_no_duplicate_or
     assert got == [("p", "b", None), ("x", "a", "m")]
 
 
+@pytest.mark.slow
 def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(spark, lake):
     """The earlier release staged a bare list of changes, its progress row among them; this one commits them."""
     import pyarrow as pa
@@ -130,3 +133,18 @@ def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(spark
     assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS + MORE)
     assert [b["batch_id"] for b in history(lake, P)] == [0, 1]
     assert sorted(r["batch_id"] for r in committed(lake, P, 0, ["batch_id"])) == [0, 1]  # batch 0's row once
+
+
+def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_by_the_next_run(spark, lake):
+    """A kill while a table is being created leaves a `_delta_log` with no commit: the next run creates it."""
+    from streamtable.batch import RunContext
+    from streamtable.lake import PROGRESS
+    from streamtable.pipelines import get_pipeline
+
+    ingest(lake, "user_regions", REGIONS)
+    ingest(lake, "user_clicks", CLICKS)
+    ctx = RunContext(spark, lake, get_pipeline(P), 0)
+    for name in (P, "late_events", PROGRESS):
+        Path(ctx.path(name), "_delta_log").mkdir(parents=True)
+    run(lake, P)
+    assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS)

@@ -235,16 +235,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def entry() -> None:
-    """The console script. Commands that never started Spark leave with `os._exit`: delta-rs's native
-    threads can abort the interpreter's normal shutdown ("terminate called without an active exception")
-    after the output is complete, which must not turn a good answer into exit code 134."""
-    code = main()
+def entry(argv: list[str] | None = None) -> None:
+    """Run a command (the console script, and the Spark job under spark-submit), then leave with `os._exit`.
+
+    Native threads (delta-rs's runtime, Arrow's thread pools) can abort the interpreter's normal shutdown
+    ("terminate called without an active exception", SIGABRT) after a command's work and output are complete,
+    which turned a good `run` into exit code -6 about once in ten. So the interpreter is not finalised: a
+    SparkSession is stopped, the output flushed, and the process ends with the command's code.
+    """
+    code = main(argv)
+    _stop_spark()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _stop_spark() -> None:
+    """Stop the process's SparkSession, if a command started one (its JVM ends with it)."""
     if "pyspark" not in sys.modules:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()
 
 
 if __name__ == "__main__":

@@ -3,12 +3,16 @@ is skipped."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
+from .ingest import table_version
 from .schema import spark_ddl
 from .tables import Table
 
@@ -28,12 +32,27 @@ OUTPUT_TABLE_PROPERTIES = {
 def ensure_table(
     spark: SparkSession, path: str, table: Table, ddl: str | None = None, change_feed: bool = True
 ) -> None:
-    """Create the Delta table at `path` with `table`'s columns (or `ddl`) if it does not exist yet.
+    """Create the Delta table at `path` with `table`'s columns (or `ddl`) if it has no committed version yet.
 
+    A table exists once its first commit does. A process killed while creating one can leave a `_delta_log`
+    without a commit, which Delta Spark counts as a table (its CREATE IF NOT EXISTS then does nothing, and every
+    later run failed with DELTA_TABLE_NOT_FOUND): such a log holds nothing, so it is removed and the table created.
+    Creators of one path take turns on a lock file beside it (`late_events` is created by every pipeline).
     Internal state stores have no change feed (they may keep their records' `_commit_version`).
     """
-    if DeltaTable.isDeltaTable(spark, path):
+    if table_version(path) is not None:
         return
+    parent, name = os.path.split(path.rstrip("/"))
+    os.makedirs(parent, exist_ok=True)
+    with open(os.path.join(parent, f".{name}.create.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if table_version(path) is not None:  # another process created it while this one waited
+            return
+        shutil.rmtree(os.path.join(path, "_delta_log"), ignore_errors=True)
+        _create(spark, path, table, ddl, change_feed)
+
+
+def _create(spark: SparkSession, path: str, table: Table, ddl: str | None, change_feed: bool) -> None:
     schema = spark.createDataFrame([], ddl or spark_ddl(table.columns)).schema
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     for key, value in OUTPUT_TABLE_PROPERTIES.items():

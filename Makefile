@@ -27,7 +27,7 @@ endif
 DEMO_LAKE ?= $(ROOT)/build/demo_lake
 PYTEST_ARGS ?=
 
-.PHONY: help setup demo test test-quick test-all cluster-start cluster-stop bench env clean distclean
+.PHONY: help setup demo test test-quick test-all lint cluster-start cluster-stop bench env clean distclean
 
 help:
 	@echo "make setup     install everything into the project (.venv, jars/, airflow_home/); fast when done"
@@ -35,6 +35,7 @@ help:
 	@echo "make test      every test, the integration test too (Spark cluster + Postgres-backed Airflow; skipped"
 	@echo "               without PostgreSQL unless STREAMTABLE_REQUIRE_INTEGRATION=1)"
 	@echo "make test-quick the tests without the integration test (-m \"not integration\")"
+	@echo "make lint      ruff check, ruff format --check, mypy (config: pyproject.toml); seconds (mypy's first run ~30 s)"
 	@echo "make cluster-start / cluster-stop   a Spark standalone master + worker (scripts/spark-cluster.sh)"
 	@echo "make bench     the benchmarks (bench/run.py)"
 	@echo "make env       print the environment as shell exports: eval \"\$$(make -s env)\""
@@ -54,6 +55,11 @@ test-quick: setup
 	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
 
 test-all: test
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 cluster-start: setup
 	@bash scripts/spark-cluster.sh start

@@ -15,6 +15,8 @@ import threading
 import time
 from datetime import UTC
 
+import pytest
+
 from helpers import CLI, cli, ingest, table
 from reference import word_count as expected
 from streamtable.lifecycle import run

@@ -16,6 +16,8 @@ from pathlib import Path
 from .errors import BadInputError, QualityGateError, StreamtableError
 from .lake import Lake, resolve_lake
 
+GATED_COMMANDS = ("run", "serve", "reprocess", "validate")  # the commands that run quality suites
+
 
 def _lake(args: argparse.Namespace) -> Lake:
     return Lake(resolve_lake(args.lake))
@@ -216,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:  # PySpark logs failures itself (as JSON); the one line below is what a user needs
         logging.disable(logging.CRITICAL)
+    if args.command in GATED_COMMANDS:
+        from .quality import import_gx_in_background
+
+        import_gx_in_background()
     try:
         args.func(args)
     except StreamtableError as e:

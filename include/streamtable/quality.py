@@ -165,6 +165,11 @@ def _to_pandas(df: DataFrame, rules: tuple[Expectation, ...] | None) -> Any:
     return frame
 
 
+def import_gx_in_background() -> None:
+    """Start importing Great Expectations on a daemon thread, so that its seconds of imports overlap the JVM's start."""
+    threading.Thread(target=_gx, name="import-great-expectations", daemon=True).start()
+
+
 @lru_cache(maxsize=1)
 def _gx() -> Any:
     """The great_expectations module, imported once with analytics off and its logs at WARNING."""

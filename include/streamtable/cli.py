@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 from .errors import BadInputError, QualityGateError, StreamtableError
 from .lake import Lake, resolve_lake
@@ -24,20 +23,11 @@ def _lake(args: argparse.Namespace) -> Lake:
 
 
 def cmd_ingest(args: argparse.Namespace) -> None:
-    from .ingest import ingest_lines
+    from .ingest import MAX_LINE_BYTES, ingest_file
 
-    if args.file == "-":
-        result = ingest_lines(_lake(args), args.table, sys.stdin)
-    else:
-        path = Path(args.file)
-        if not path.is_file():
-            raise BadInputError(f"no such file: {args.file}")
-        with path.open(encoding="utf-8", errors="strict") as handle:
-            try:
-                result = ingest_lines(_lake(args), args.table, handle)
-            except UnicodeDecodeError as e:
-                raise BadInputError(f"{args.file} is not UTF-8 text: {e.reason} at byte {e.start}") from None
-    print(json.dumps(result.as_dict()))
+    limit = MAX_LINE_BYTES if args.max_line_bytes is None else args.max_line_bytes
+    result = ingest_file(_lake(args), args.table, args.file, args.id, limit)
+    print(json.dumps(result.as_dict() | {"duplicate": result.duplicate}))
 
 
 def cmd_run(args: argparse.Namespace) -> None:
@@ -172,6 +162,15 @@ def parser() -> argparse.ArgumentParser:
     p = command("ingest", cmd_ingest, "append JSON-lines records to an input changelog")
     p.add_argument("table")
     p.add_argument("file", help="a JSON-lines file, or - for stdin")
+    p.add_argument(
+        "--id", help="the ingest's id: an ingest whose id the table took appends nothing (default: FILE's SHA-256)"
+    )
+    p.add_argument(
+        "--max-line-bytes",
+        type=int,
+        metavar="N",
+        help="a line longer than N bytes is quarantined (default: 1 MiB)",
+    )
     command("run", cmd_run, "process everything the inputs hold now, then exit").add_argument("pipeline")
     p = command("serve", cmd_serve, "run continuously, one run per micro-batch, until SIGTERM")
     p.add_argument("pipeline")

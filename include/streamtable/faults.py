@@ -1,7 +1,10 @@
 """Crash points, so tests can kill a run at the worst moments: `STREAMTABLE_KILL_AT=<point>` SIGKILLs the process there.
 
 Points: `staged` (batch computed and marked complete, nothing committed) and `committed:<table>`
-(that table committed, the rest of the batch not). Unset, a crash point costs one dict lookup.
+(that table committed, the rest of the batch not); ingest's `ingest:parsed` (every line read, the data files
+written, nothing committed), `ingest:appended` (the good rows committed, not the quarantine),
+`ingest:quarantined` (both committed, the id not registered) and `ingest:registered` (done, nothing printed).
+Unset, a crash point costs one dict lookup.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ Layout (everything a pipeline keeps lives inside its lake):
     <lake>/_pipelines/<p>/g<N>/staging/         batches computed but not yet committed
     <lake>/_pipelines/<p>/g<N>/shadow/<table>/  outputs of a reprocess before they are swapped in
     <lake>/_quality/                            Great Expectations project and Data Docs
+    <lake>/_ingest/<table>/                     ingest lock, id registry (`ids/`), temporary copies of FILE
 A new generation (reset, reprocess) gets a fresh checkpoint and a fresh `txnAppId`, so its idempotent
 writes are never mistaken for the old generation's.
 """
@@ -40,6 +41,10 @@ class Lake:
 
     def table_path(self, table: str) -> str:
         return str(self.root / "tables" / table)
+
+    def ingest_dir(self, table: str) -> Path:
+        """Where ingests into `table` keep their lock and the ids the table took (see `ingest.IdRegistry`)."""
+        return self.root / "_ingest" / table
 
     def pipeline_dir(self, pipeline: str) -> Path:
         return self.root / "_pipelines" / pipeline

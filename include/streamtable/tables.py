@@ -133,7 +133,16 @@ INPUTS: dict[str, Table] = {
 
 QUARANTINE = Table(
     "quarantine",
-    (Column("table", S), Column("raw", S), Column("reason", S), Column("ingested_at", TS)),
+    (
+        Column("table", S),
+        Column("raw", S),
+        Column("reason", S),
+        Column("ingested_at", TS),
+        # where the record came from: the file's name (or `-`) and its line (from 1); null in rows quarantined
+        # before these columns were added
+        Column("source", S, nullable=True),
+        Column("line", L, nullable=True),
+    ),
     "stream",
     time_column="ingested_at",
 )

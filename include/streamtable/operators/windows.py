@@ -11,6 +11,41 @@ from pyspark.sql import functions as F
 
 from .aggregate import add_to_totals
 
+ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"  # the contract's JSON time format (the session time zone is UTC)
+
+
+def micros(d: timedelta) -> int:
+    return int(d / timedelta(microseconds=1))
+
+
+def interval(d: timedelta) -> Column:
+    """`d` as a Spark interval literal, to add to a timestamp column."""
+    return F.expr(f"INTERVAL {micros(d)} MICROSECONDS")
+
+
+def passed(time: Column, delay: timedelta, stream_time: datetime | None) -> Column:
+    """True where `time + delay <= stream_time` (never before a first run, which has no stream time)."""
+    if stream_time is None:
+        return F.lit(False)
+    return time + interval(delay) <= F.lit(stream_time)
+
+
+def span(start: str, end: str, closing: str) -> Column:
+    """The text `[start, end` + `closing`, times as the contract writes them."""
+    return F.concat(
+        F.lit("["), F.date_format(start, ISO_MILLIS), F.lit(", "), F.date_format(end, ISO_MILLIS), F.lit(closing)
+    )
+
+
+def record_json(records: DataFrame) -> Column:
+    """Each record as JSON text, without the underscore bookkeeping columns (a late record's `raw`)."""
+    return F.to_json(F.struct(*[F.col(c) for c in records.columns if not c.startswith("_")]))
+
+
+def as_late(records: DataFrame, table: str, reason: Column) -> DataFrame:
+    """Records (with their JSON text in `_raw`) in the shape `Batch.late` takes: table, raw, reason, event_time."""
+    return records.select(F.lit(table).alias("table"), F.col("_raw").alias("raw"), reason.alias("reason"), "event_time")
+
 
 @dataclass(frozen=True)
 class Windows:
@@ -26,13 +61,9 @@ class Windows:
     advance: timedelta
     grace: timedelta
 
-    @staticmethod
-    def _micros(d: timedelta) -> int:
-        return int(d / timedelta(microseconds=1))
-
     def assign(self, records: DataFrame, time: str = "event_time") -> DataFrame:
         """One row per (record, window containing its time), with `window_start` and `window_end` added."""
-        size, advance = self._micros(self.size), self._micros(self.advance)
+        size, advance = micros(self.size), micros(self.advance)
         t = F.unix_micros(F.col(time))
         first = F.greatest(F.lit(0), F.floor((t - size) / advance) + 1)
         last = F.floor(t / advance)
@@ -47,9 +78,7 @@ class Windows:
 
     def closed(self, stream_time: datetime | None) -> Column:
         """True for windows already final at `stream_time`."""
-        if stream_time is None:
-            return F.lit(False)
-        return F.col("window_end") + F.expr(f"INTERVAL {self._micros(self.grace)} MICROSECONDS") <= F.lit(stream_time)
+        return passed(F.col("window_end"), self.grace, stream_time)
 
 
 def count_in_windows(
@@ -68,8 +97,9 @@ def count_in_windows(
     not counted there, and the record goes to the late records with the windows it missed in the reason
     (as does a record before the epoch, which is in no window).
     """
-    raw = raw if raw is not None else F.to_json(F.struct(*[F.col(c) for c in records.columns if not c.startswith("_")]))
-    tagged = records.withColumn("_raw", raw).withColumn("_record", F.monotonically_increasing_id())
+    tagged = records.withColumn("_raw", raw if raw is not None else record_json(records)).withColumn(
+        "_record", F.monotonically_increasing_id()
+    )
     assigned = windows.assign(tagged).withColumn("_closed", windows.closed(stream_time))
     open_ = assigned.where(~F.col("_closed")).withColumn("_one", F.lit(1))
     totals = add_to_totals(
@@ -80,37 +110,15 @@ def count_in_windows(
     )
     ends = open_.select(*keys, "window_start", "window_end").distinct()
     changed = totals.join(ends, [*keys, "window_start"]).select(*keys, "window_start", "window_end", count)
-    missed = F.concat_ws(
-        ", ",
-        F.array_sort(
-            F.collect_list(
-                F.concat(
-                    F.lit("["),
-                    F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
-                    F.lit(", "),
-                    F.date_format("window_end", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
-                    F.lit(")"),
-                )
-            )
-        ),
+    missed = F.concat_ws(", ", F.array_sort(F.collect_list(span("window_start", "window_end", ")"))))
+    late = as_late(
+        assigned.where("_closed").groupBy("_record", "_raw", "event_time").agg(missed.alias("_missed")),
+        table,
+        F.concat(F.lit("late: window(s) "), F.col("_missed"), F.lit(f" already closed (grace {windows.grace})")),
     )
-    late = (
-        assigned.where("_closed")
-        .groupBy("_record", "_raw", "event_time")
-        .agg(missed.alias("_missed"))
-        .select(
-            F.lit(table).alias("table"),
-            F.col("_raw").alias("raw"),
-            F.concat(
-                F.lit("late: window(s) "), F.col("_missed"), F.lit(f" already closed (grace {windows.grace})")
-            ).alias("reason"),
-            "event_time",
-        )
-    )
-    before_epoch = tagged.where(F.unix_micros("event_time") < 0).select(
-        F.lit(table).alias("table"),
-        F.col("_raw").alias("raw"),
-        F.lit("in no window: event time before 1970-01-01 (windows start at the epoch)").alias("reason"),
-        "event_time",
+    before_epoch = as_late(
+        tagged.where(F.unix_micros("event_time") < 0),
+        table,
+        F.lit("in no window: event time before 1970-01-01 (windows start at the epoch)"),
     )
     return changed, late.unionByName(before_epoch)

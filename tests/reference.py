@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from streamtable.timefmt import parse_time
 
@@ -229,3 +229,49 @@ def call_analytics(
             else:
                 open_.append(dict(e, new=False))
     return sorted(calls), late
+
+
+def play_sessions(runs: list[list[dict]], gap_s: int = 1800, grace_s: int = 300) -> dict:
+    """The contract's play_sessions, run by run (`runs`: the play events each run consumes).
+
+    At a run's start, a session is closed when its end + gap + grace <= stream time (the largest event time
+    of earlier runs). A record is late when its time + gap + grace <= stream time, or when it is within the
+    gap (inclusive) of a closed session of its user. Every other record is added the way Kafka's session
+    aggregation adds one, here in the run's order (any order gives the same sessions): it merges with each
+    open session of its user that has end >= t - gap and start <= t + gap.
+    Returns sessions {(user, start): (end, plays, seconds)} and late [(user, time, closed (start, end) or
+    None when past grace)] sorted, times as datetimes.
+    """
+    gap, grace = timedelta(seconds=gap_s), timedelta(seconds=grace_s)
+    sessions: dict[str, list[tuple[datetime, datetime, int, int]]] = defaultdict(list)
+    late: list[tuple[str, datetime, tuple[datetime, datetime] | None]] = []
+    stream_time: datetime | None = None
+    for records in runs:
+        closed = {
+            user: [s for s in found if stream_time is not None and s[1] + gap + grace <= stream_time]
+            for user, found in sessions.items()
+        }
+        for r in records:
+            user, t = r["user"], parse_time(r["event_time"])
+            if stream_time is not None and t + gap + grace <= stream_time:
+                late.append((user, t, None))
+                continue
+            near = [s for s in sessions[user] if s[1] >= t - gap and s[0] <= t + gap]
+            near_closed = [s for s in near if s in closed.get(user, [])]
+            if near_closed:
+                late.append((user, t, (near_closed[0][0], near_closed[0][1])))
+                continue
+            merged = (
+                min([t] + [s[0] for s in near]),
+                max([t] + [s[1] for s in near]),
+                1 + sum(s[2] for s in near),
+                r["duration"] + sum(s[3] for s in near),
+            )
+            sessions[user] = [s for s in sessions[user] if s not in near] + [merged]
+        times = [parse_time(r["event_time"]) for r in records]
+        if times:
+            stream_time = max(times + ([stream_time] if stream_time is not None else []))
+    return {
+        "sessions": {(user, s[0]): s[1:] for user, found in sessions.items() for s in found},
+        "late": sorted(late, key=lambda x: (x[0], x[1])),
+    }

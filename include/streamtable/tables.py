@@ -128,6 +128,11 @@ INPUTS: dict[str, Table] = {
             (Column("store", S), Column("item", S), Column("quantity", L), EVENT_TIME),
             rules=_non_empty("store", "item"),
         ),
+        _input(
+            "play_events",
+            (Column("user", S), Column("song_id", L), Column("duration", L), EVENT_TIME),
+            rules=_non_empty("user") + (Rule("at_least", "duration", 0),),
+        ),
     )
 }
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from ..errors import UnknownPipelineError
 from ..pipeline import Pipeline
-from . import browser_captcha, call_analytics, clicks_per_region, inventory, presence_notifications, word_count
+from . import (
+    browser_captcha,
+    call_analytics,
+    clicks_per_region,
+    inventory,
+    play_sessions,
+    presence_notifications,
+    word_count,
+)
 
 PIPELINES: dict[str, Pipeline] = {
     p.name: p
@@ -15,6 +23,7 @@ PIPELINES: dict[str, Pipeline] = {
         inventory.PIPELINE,
         presence_notifications.PIPELINE,
         call_analytics.PIPELINE,
+        play_sessions.PIPELINE,
     )
 }
 

@@ -1,0 +1,471 @@
+"""README.md and docs/*.md stay true: every code block a user would run is run here, or named in RUN_ELSEWHERE.
+
+Every fenced block has a language. `console`, `bash`, `sh` and `python` blocks are what a user runs;
+`text` and `json` are output and illustrations. Each page's runnable blocks run in order, in a lake of their
+own (a block may rely on an earlier block of its page; a page in CONTINUES goes on in the lake of the page
+before it), with the repository as the working directory:
+
+- a `streamtable ...` line runs in this process, through `streamtable.cli.main` with `--lake` pointed at
+  the page's lake, on the session's SparkSession (no JVM per command); `streamtable serve ... &` runs in
+  the main thread while a helper thread types the lines that follow, up to `kill -TERM %1`, which the
+  helper sends once the served batches have caught up;
+- any other shell line runs with bash (`.venv/bin` first on PATH, `STREAMTABLE_LAKE` the page's lake) and
+  must exit 0 (or as EXIT_CODES says);
+- a python block is exec'd in a temporary directory whose `lake` is the page's lake;
+- a python block whose first line is a comment naming a file (`# include/...py`) is an excerpt a user
+  reads: it must be verbatim in that file (a line `...` stands for lines left out), and is not run;
+- a block fenced as ```` ```text output ```` must equal what the last command of the runnable block
+  before it printed.
+
+A runnable line that is not run here must be in RUN_ELSEWHERE, with the test or CI step that runs it (or why
+nothing can). Blocks with a dedicated test below are in RUN_BY_TESTS_HERE.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from streamtable import cli
+from streamtable.lake import Lake
+from streamtable.pipelines import PIPELINES, get_pipeline
+from streamtable.reader import rows
+from streamtable.schema import arrow_schema
+from streamtable.status import pipeline_status
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
+RUNNABLE = {"console", "bash", "sh", "python"}
+ILLUSTRATIONS = {"text", "json"}
+SPARK_COMMANDS = {"run", "serve", "reprocess", "reset", "validate"}
+
+# Runnable lines not run by this file: the line (as shlex reads it, comments dropped) -> what runs it.
+RUN_ELSEWHERE = {
+    "make demo": "tests/test_dags.py::test_make_demo runs scripts/demo.sh, which is `make demo` after `make setup`",
+    "make test": "CI: .ci/run runs `make test`",
+    "make test-quick": "CI runs its superset, `make test`; tests/test_deploy.py checks the target with `make -n`",
+    ".venv/bin/python -m pytest tests/test_call_analytics.py -q": "CI: `make test` runs tests/test_call_analytics.py",
+    "make setup": "CI: .ci/run runs `make setup` (and `make test` runs it first)",
+    ".venv/bin/airflow dags test clicks_per_region": "tests/test_dags.py::test_make_demo (scripts/demo.sh runs it)",
+    ".venv/bin/airflow standalone": "nothing: a server that runs until stopped; "
+    "tests/test_stream_integration.py runs Airflow's api-server, scheduler and dag-processor instead",
+    "docker compose up -d --build": (
+        "nothing: no Docker engine in CI; tests/test_deploy.py validates docker-compose.yaml"
+    ),
+    "python -m streamtable.airflow_tasks pools > pools.json && airflow pools import pools.json": (
+        "make setup (scripts/setup.sh, in CI) and tests/test_stream_integration.py run both commands"
+    ),
+    "scripts/spark-cluster.sh start": "tests/test_stream_integration.py",
+    "make bench": "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)",
+    ".venv/bin/python bench/latency.py --rates 1000 10000 30000 100000 --seconds 60": (
+        "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
+    ),
+}
+# Exit codes other than 0 that a line run here must give.
+EXIT_CODES = {
+    # `start` is not run here (RUN_ELSEWHERE), and SPARK_CLUSTER_DIR is a fresh directory: the cluster is down.
+    "scripts/spark-cluster.sh status": 3,
+}
+# Pages that go on where another page left its lake: page -> the page before it (run first, when it has not run).
+CONTINUES = {DOCS / "reprocessing.md": README}
+WORKDIRS: dict[Path, Path] = {}  # page -> the directory of the lake its blocks ran in
+
+# Blocks run by a test of their own in this file: (page, section heading) -> the test.
+RUN_BY_TESTS_HERE = {
+    ("docs/pipelines.md", "Interactive queries"): "test_interactive_query_snippet_runs_and_prints_the_store",
+}
+
+
+@dataclass(frozen=True)
+class Block:
+    page: Path
+    line: int  # of the opening fence, from 1
+    lang: str
+    info: tuple[str, ...]  # the words of the fence's info string after the language
+    section: str  # the heading the block is under
+    code: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+    @property
+    def runnable(self) -> bool:
+        return self.lang in RUNNABLE and not self.excerpt_of
+
+    @property
+    def excerpt_of(self) -> Path | None:
+        first = self.code.splitlines()[0] if self.code.strip() else ""
+        m = re.fullmatch(r"# ([\w./-]+\.\w+)", first.strip()) if self.lang == "python" else None
+        return ROOT / m.group(1) if m else None
+
+
+def blocks(page: Path) -> list[Block]:
+    """The fenced blocks of a page; fails on an unclosed fence or an indented one."""
+    found, section, fence = [], "", None
+    lines = page.read_text(encoding="utf-8").splitlines()
+    for n, line in enumerate(lines, 1):
+        if fence is None:
+            if line.startswith("#"):
+                section = line.lstrip("#").strip()
+            assert not re.match(r"\s+(```|~~~)", line), f"{page.name}:{n}: indented fence: fence at column 0"
+            if line.startswith("```"):
+                words = line[3:].split()
+                fence = (n, words[0] if words else "", tuple(words[1:]), [])
+        elif line.rstrip() == "```":
+            start, lang, info, body = fence
+            found.append(Block(page, start, lang, info, section, "\n".join(body) + "\n"))
+            fence = None
+        else:
+            fence[3].append(line)
+    assert fence is None, f"{page.name}:{fence[0]}: unclosed fence"
+    return found
+
+
+def shell_lines(code: str) -> list[str]:
+    """The command lines of a shell block: backslash continuations joined, blank and comment lines dropped."""
+    joined = code.replace("\\\n", " ")
+    return [line for line in joined.splitlines() if shlex.split(line, comments=True)]
+
+
+def key(line: str) -> str:
+    return " ".join(shlex.split(line, comments=True))
+
+
+def all_blocks() -> list[Block]:
+    return [b for page in PAGES for b in blocks(page)]
+
+
+# ---------------------------------------------------------------------------------------------- structure
+
+
+def test_every_block_is_fenced_with_a_language_and_every_runnable_line_is_accounted_for():
+    used: set[str] = set()
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        in_fence = False
+        previous = ""
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.startswith("```"):
+                in_fence = not in_fence
+            elif not in_fence and line.startswith("    ") and not previous.strip():
+                pytest.fail(f"{page.name}:{n}: an indented code block: fence it with a language")
+            previous = line
+        for block in blocks(page):
+            assert block.lang in RUNNABLE | ILLUSTRATIONS, (
+                f"{block.where}: fence every block with a language: one of {sorted(RUNNABLE | ILLUSTRATIONS)}"
+            )
+            if block.lang == "python" or block.lang in ILLUSTRATIONS:
+                continue
+            used |= {key(line) for line in shell_lines(block.code) if key(line) in RUN_ELSEWHERE}
+    stale = set(RUN_ELSEWHERE) - used
+    assert not stale, f"RUN_ELSEWHERE names lines no page has any more: {sorted(stale)}"
+    for line, where in RUN_ELSEWHERE.items():
+        for path, test in re.findall(r"((?:tests|scripts)/[\w./-]+\.(?:py|sh)|\.ci/run)(?:::(\w+))?", where):
+            assert (ROOT / path).is_file(), f"RUN_ELSEWHERE[{line!r}] names {path}, which does not exist"
+            assert not test or f"def {test}(" in (ROOT / path).read_text(), f"{path} has no {test}"
+    for (page, section), test in RUN_BY_TESTS_HERE.items():
+        assert test in globals(), f"RUN_BY_TESTS_HERE names {test}, which is not a test of this file"
+        assert any(b.page == ROOT / page and b.section == section and b.runnable for b in all_blocks()), (
+            f"RUN_BY_TESTS_HERE: {page} has no runnable block under '{section}'"
+        )
+
+
+def test_excerpts_are_verbatim_in_their_files():
+    excerpts = [b for b in all_blocks() if b.excerpt_of]
+    assert excerpts, "the README shows a pipeline's process() as an excerpt"
+    for block in excerpts:
+        assert block.excerpt_of.is_file(), f"{block.where}: an excerpt of {block.excerpt_of}, which does not exist"
+        source = block.excerpt_of.read_text(encoding="utf-8")
+        body = block.code.split("\n", 1)[1]
+        position = 0
+        for chunk in re.split(r"^\s*\.\.\.\s*$\n?", body, flags=re.M):
+            if not chunk.strip():
+                continue
+            found = source.find(chunk.strip("\n"), position)
+            assert found >= 0, f"{block.where}: not verbatim in {block.excerpt_of.relative_to(ROOT)}:\n{chunk}"
+            position = found + len(chunk.strip("\n"))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_between_pages_resolve():
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            assert file.exists(), f"{page.name}: link to {target}: no such file"
+            if anchor and file.suffix == ".md":
+                anchors = {slug(h) for h in re.findall(r"^#+ (.*)$", file.read_text(encoding="utf-8"), re.M)}
+                assert anchor in anchors, f"{page.name}: link to {target}: no such heading in {file.name}"
+
+
+def test_readme_is_short_and_starts_with_the_two_commands():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150
+    first = blocks(README)[0]
+    assert [key(line) for line in shell_lines(first.code)] == ["make demo", "make test"]
+    assert "\n## Tests\n" in text
+    for page in sorted(DOCS.glob("*.md")):
+        assert f"(docs/{page.name}" in text, f"the README links to every docs page: not to {page.name}"
+    for folder in (
+        "dags/",
+        "jobs/",
+        "include/streamtable/",
+        "pipelines/",
+        "operators/",
+        "tests/",
+        "bench/",
+        "examples/",
+    ):
+        assert f"{folder}` |" in text, f"the README's table of where things are names {folder}"
+    for folder in ("scripts/", "docs/"):
+        assert f"| `{folder}`" in text, f"the README's table of where things are names {folder}"
+    # The example's table, as the README shows it, is the one `make demo` checks.
+    [shown] = [b for b in blocks(README) if "output" in b.info]
+    assert shown.code == (ROOT / "examples/clicks_per_region/expected_clicks_per_region.jsonl").read_text()
+
+
+def test_the_command_table_lists_the_cli_commands():
+    text = (DOCS / "README.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `streamtable ([\w-]+)", text, re.M))
+    commands = set(cli.parser()._subparsers._group_actions[0].choices)
+    assert documented == commands, "docs/README.md's table of commands lists exactly the CLI's commands"
+    named = set(re.findall(r"^## `(\w+)`", (DOCS / "pipelines.md").read_text(encoding="utf-8"), re.M))
+    assert named and named <= set(PIPELINES), "docs/pipelines.md describes registered pipelines only"
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
+class ThreadStdout(io.TextIOBase):
+    """sys.stdout that sends a thread's writes to its buffer while it has one (commands of two threads)."""
+
+    def __init__(self, fallback):
+        self.fallback = fallback
+        self.buffers: dict[int, io.StringIO] = {}
+
+    def write(self, s: str) -> int:
+        return self.buffers.get(threading.get_ident(), self.fallback).write(s)
+
+    def flush(self) -> None:
+        self.fallback.flush()
+
+
+class PageRunner:
+    def __init__(self, page: Path, work: Path, monkeypatch):
+        self.page, self.work = page, work
+        self.lake = work / "lake"
+        self.stdout = ThreadStdout(sys.stdout)
+        monkeypatch.setattr(sys, "stdout", self.stdout)
+        monkeypatch.setenv("STREAMTABLE_LAKE", str(self.lake))
+        monkeypatch.chdir(ROOT)
+        self.env = {
+            **os.environ,
+            "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "STREAMTABLE_LAKE": str(self.lake),
+            "SPARK_CLUSTER_DIR": str(work / "spark-cluster"),
+        }
+        self.ran: list[str] = []
+
+    def line(self, block: Block, line: str) -> str:
+        """Run one command line; return what it printed."""
+        tokens = shlex.split(line, comments=True)
+        self.ran.append(key(line))
+        if tokens[0] == "streamtable" and not set(tokens) & {"|", ">", "<", "&&", ";", "&"}:
+            code, out = self.streamtable(tokens[1:])
+            assert code == 0, f"{block.where}: `{key(line)}` exited {code}"
+            return out
+        proc = subprocess.run(["bash", "-c", line], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=300)
+        expected = EXIT_CODES.get(key(line), 0)
+        assert proc.returncode == expected, (
+            f"{block.where}: `{line}` exited {proc.returncode}, not {expected}:\n{proc.stdout}{proc.stderr}"
+        )
+        return proc.stdout
+
+    def streamtable(self, argv: list[str]) -> tuple[int, str]:
+        if "--lake" not in argv:
+            argv = [*argv, "--lake", str(self.lake)]
+        buffer = self.stdout.buffers[threading.get_ident()] = io.StringIO()
+        try:
+            code = cli.main(argv)
+        except SystemExit as e:  # argparse: --help, usage errors
+            code = e.code
+        finally:
+            logging.disable(logging.NOTSET)  # main() disables logging without --debug
+            del self.stdout.buffers[threading.get_ident()]
+        return code, buffer.getvalue()
+
+    def shell(self, block: Block) -> str:
+        lines = [line for line in shell_lines(block.code) if key(line) not in RUN_ELSEWHERE]
+        out = ""
+        while lines:
+            line = lines.pop(0)
+            if shlex.split(line, comments=True)[-1] == "&":
+                follow = []
+                while lines and key(lines[0]) != "kill -TERM %1":
+                    follow.append(lines.pop(0))
+                assert lines, f"{block.where}: `{line}` in the background needs a `kill -TERM %1` after it"
+                self.ran.append(key(lines.pop(0)))
+                out = self.serve(block, line, follow)
+            else:
+                out = self.line(block, line)
+        return out
+
+    def serve(self, block: Block, line: str, follow: list[str]) -> str:
+        """`streamtable serve P ... &`, the `follow` lines while it serves, then `kill -TERM %1`.
+
+        `serve` installs its SIGTERM handler, so it runs in the main thread; a helper thread types the
+        other lines once it serves, waits until its batches caught up with the input, and sends SIGTERM.
+        """
+        tokens = shlex.split(line, comments=True)[:-1]
+        assert tokens[:2] == ["streamtable", "serve"], f"{block.where}: only `streamtable serve` runs in the background"
+        self.ran.append(key(line))
+        pipeline = tokens[2]
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        serving = lambda: signal.getsignal(signal.SIGTERM) is not handlers[signal.SIGTERM]  # noqa: E731
+        finished = threading.Event()
+        guard = threading.Lock()  # SIGTERM only while serve's handler is still installed
+        errors: list[BaseException] = []
+
+        def user() -> None:
+            try:
+                deadline = time.monotonic() + 300
+                while not serving() and not finished.is_set() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                assert serving(), f"{block.where}: `{key(line)}` did not start serving"
+                for command in follow:
+                    self.line(block, command)
+                while time.monotonic() < deadline and not finished.is_set():
+                    status = pipeline_status(Lake(self.lake), pipeline).as_dict()
+                    if not status["behind"] and (status["last_batch"] or {}).get("mode") == "serve":
+                        break
+                    time.sleep(0.5)
+                else:
+                    raise AssertionError(f"{block.where}: `{key(line)}` did not catch up with its input in 300 s")
+            except BaseException as e:
+                errors.append(e)
+            finally:
+                with guard:
+                    if serving() and not finished.is_set():
+                        os.kill(os.getpid(), signal.SIGTERM)  # `kill -TERM %1`: serve finishes its batch, exits 0
+
+        helper = threading.Thread(target=user, daemon=True)
+        helper.start()
+        try:
+            code, out = self.streamtable(tokens[1:])
+        finally:
+            with guard:
+                finished.set()
+                for sig, handler in handlers.items():
+                    signal.signal(sig, handler)
+            helper.join(60)
+        if errors:
+            raise errors[0]
+        assert code == 0, f"{block.where}: `{key(line)}` exited {code}"
+        return out
+
+    def python(self, block: Block) -> str:
+        buffer = self.stdout.buffers[threading.get_ident()] = io.StringIO()
+        cwd = os.getcwd()
+        os.chdir(self.work)
+        try:
+            exec(compile(block.code, block.where, "exec"), {"__name__": "__main__"})
+        finally:
+            os.chdir(cwd)
+            del self.stdout.buffers[threading.get_ident()]
+        return buffer.getvalue()
+
+
+def needs_spark(page: Path) -> bool:
+    commands = [
+        shlex.split(line, comments=True)
+        for b in blocks(page)
+        if b.lang in RUNNABLE - {"python"}
+        for line in shell_lines(b.code)
+    ]
+    return any(c[0] == "streamtable" and len(c) > 1 and c[1] in SPARK_COMMANDS for c in commands)
+
+
+def run_page(page: Path, work: Path, monkeypatch) -> PageRunner:
+    """Run a page's runnable blocks in order in the lake `work/lake`; check its output blocks."""
+    runner = PageRunner(page, work, monkeypatch)
+    last: tuple[Block, str] | None = None
+    for block in blocks(page):
+        if "output" in block.info:
+            assert last, f"{block.where}: an output block follows no runnable block"
+            assert last[1].rstrip("\n") == block.code.rstrip("\n"), (
+                f"{block.where}: {last[0].where} printed\n{last[1]}\nnot\n{block.code}"
+            )
+            continue
+        if not block.runnable or (str(page.relative_to(ROOT)), block.section) in RUN_BY_TESTS_HERE:
+            continue
+        out = runner.python(block) if block.lang == "python" else runner.shell(block)
+        last = (block, out)
+    if any(line.startswith("streamtable serve") for line in runner.ran):
+        assert "serve" in {r["mode"] for r in rows(Lake(runner.lake), "stream_progress")}, "serve committed a batch"
+    WORKDIRS[page] = work
+    return runner
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_the_page_runs(page: Path, tmp_path, monkeypatch, request):
+    if needs_spark(page) or page in CONTINUES:
+        request.getfixturevalue("spark")  # the session's SparkSession: in-process commands use it
+    work = tmp_path
+    if page in CONTINUES:  # the page goes on in the lake its predecessor left
+        before = CONTINUES[page]
+        work = WORKDIRS[before] if before in WORKDIRS else run_page(before, tmp_path / "before", monkeypatch).work
+    run_page(page, work, monkeypatch)
+
+
+# ---------------------------------------------------------------------------------------------- dedicated
+
+
+def snippet(page: str, heading: str) -> str:
+    """The python block of `page`'s section called `heading`."""
+    found = [b for b in blocks(ROOT / page) if b.section == heading and b.lang == "python"]
+    assert len(found) == 1, f"{page} has one python block under '{heading}'"
+    return found[0].code
+
+
+def test_interactive_query_snippet_runs_and_prints_the_store(tmp_path, monkeypatch, capsys):
+    # The lake the snippet names ("lake", relative to where it runs) holds an `inventory` table as
+    # `streamtable run inventory` publishes it: a Delta table of the pipeline's output schema.
+    lake = Lake(tmp_path / "lake")
+    spec = get_pipeline("inventory").output("inventory")
+    stock = [
+        {"store": "berlin", "item": "apples", "quantity": -1},
+        {"store": "berlin", "item": "pears", "quantity": 3},
+        {"store": "paris", "item": "apples", "quantity": 5},
+    ]
+    write_deltalake(lake.table_path("inventory"), pa.Table.from_pylist(stock, schema=arrow_schema(spec.columns)))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STREAMTABLE_LAKE", raising=False)
+
+    code = snippet("docs/pipelines.md", "Interactive queries")
+    assert "from streamtable.reader import query" in code and len(code.strip().splitlines()) <= 4
+    exec(compile(code, "docs/pipelines.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["apples -1", "pears 3"]

@@ -26,15 +26,17 @@ endif
 
 DEMO_LAKE ?= $(ROOT)/build/demo_lake
 PYTEST_ARGS ?=
+# pytest-xdist: whole files on two workers, longest first (tests/conftest.py); WORKERS= runs them one by one.
+WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: help setup demo test test-quick test-all lint cluster-start cluster-stop bench env clean distclean
 
 help:
 	@echo "make setup     install everything into the project (.venv, jars/, airflow_home/); fast when done"
 	@echo "make demo      run the clicks_per_region example through Airflow on a fresh demo lake"
-	@echo "make test      every test, the integration test too (Spark cluster + Postgres-backed Airflow; skipped"
-	@echo "               without PostgreSQL unless STREAMTABLE_REQUIRE_INTEGRATION=1)"
-	@echo "make test-quick the tests without the integration test (-m \"not integration\")"
+	@echo "make test      every test, on two workers (what CI runs); the integration test needs PostgreSQL (skipped"
+	@echo "               without it unless STREAMTABLE_REQUIRE_INTEGRATION=1); WORKERS= runs them one by one"
+	@echo "make test-quick the tests that start no Spark process of their own (-m \"not slow\"): unit, DAGs, in-process Spark"
 	@echo "make lint      ruff check, ruff format --check, mypy (config: pyproject.toml); seconds (mypy's first run ~30 s)"
 	@echo "make cluster-start / cluster-stop   a Spark standalone master + worker (scripts/spark-cluster.sh)"
 	@echo "make bench     the benchmarks (bench/run.py)"
@@ -49,10 +51,10 @@ demo: setup
 	@DEMO_LAKE="$(DEMO_LAKE)" bash scripts/demo.sh
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(WORKERS) $(PYTEST_ARGS)
 
 test-quick: setup
-	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" $(WORKERS) $(PYTEST_ARGS)
 
 test-all: test
 

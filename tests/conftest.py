@@ -42,3 +42,27 @@ def airflow_home(tmp_path_factory) -> Path:
     )
     assert proc.returncode == 0, f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return home
+
+
+# The longest files first, so that `-n 2 --dist loadfile --no-loadscope-reorder` (make test) starts them at once and
+# ends with the short ones on both workers: the integration test (ten minutes, mostly waiting on Airflow and a stall
+# timeout) on one worker while the other takes the DAG runs and the killed processes.
+LONGEST_FIRST = (
+    "test_stream_integration.py",
+    "test_crash_recovery.py",
+    "test_reprocess_dags.py",
+    "test_serve.py",
+    "test_dags.py",
+    "test_ingest.py",
+    "test_docs.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the files as LONGEST_FIRST says, the others after them in their usual order."""
+
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)

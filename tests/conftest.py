@@ -58,11 +58,13 @@ def airflow_home(tmp_path_factory) -> Path:
 
 
 # The longest files first, so that `-n 2 --dist loadfile --no-loadscope-reorder` (make test) starts them at once and
-# ends with the short ones on both workers: the integration test (ten minutes, mostly waiting on Airflow and a stall
-# timeout) on one worker while the other takes the DAG runs and the killed processes.
+# ends with the short ones on both workers. xdist gives the first file to the first worker, the second to the other,
+# and the third to the first worker again, queued behind the integration test (ten minutes, mostly waiting on
+# Airflow and a stall timeout): so the third is a short one, and the other worker takes the DAG runs and the kills.
 LONGEST_FIRST = (
     "test_stream_integration.py",
     "test_crash_recovery.py",
+    "test_reference.py",
     "test_reprocess_dags.py",
     "test_serve.py",
     "test_dags.py",

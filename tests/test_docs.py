@@ -61,6 +61,10 @@ RUN_ELSEWHERE = {
     "make test": "CI: .ci/run runs `make test`",
     "make test-quick": "CI runs its superset, `make test`; tests/test_deploy.py checks the target with `make -n`",
     ".venv/bin/python -m pytest tests/test_call_analytics.py -q": "CI: `make test` runs tests/test_call_analytics.py",
+    ".venv/bin/python -m pytest tests/test_windows.py::test_record_exactly_at_a_window_end_is_not_in_that_window": (
+        "CI: `make test` runs tests/test_windows.py"
+    ),
+    "make lint": "CI: .ci/run runs `make lint`",
     "make setup": "CI: .ci/run runs `make setup` (and `make test` runs it first)",
     ".venv/bin/airflow dags test clicks_per_region": "tests/test_dags.py::test_make_demo (scripts/demo.sh runs it)",
     ".venv/bin/airflow standalone": "nothing: a server that runs until stopped; "

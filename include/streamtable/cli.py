@@ -1,4 +1,4 @@
-"""The `streamtable` command (see the contract in README.md): ingest, run, serve, status, reprocess, reset, show, query.
+"""The `streamtable` command (its contract: docs/README.md): ingest, run, serve, status, reprocess, reset, show, query.
 
 Errors print one line to stderr and exit 1 (2 for usage errors); `--debug` shows the traceback.
 Commands that need Spark import it lazily, so `ingest`, `show`, `query`, `status` and `pipelines` start fast.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -12,7 +13,6 @@ from contextlib import contextmanager
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from .ingest import table_version
 from .schema import spark_ddl
 from .tables import Table
 
@@ -40,16 +40,23 @@ def ensure_table(
     Creators of one path take turns on a lock file beside it (`late_events` is created by every pipeline).
     Internal state stores have no change feed (they may keep their records' `_commit_version`).
     """
-    if table_version(path) is not None:
+    if _has_commit(path):
         return
     parent, name = os.path.split(path.rstrip("/"))
     os.makedirs(parent, exist_ok=True)
     with open(os.path.join(parent, f".{name}.create.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if table_version(path) is not None:  # another process created it while this one waited
+        if _has_commit(path):  # another process created it while this one waited
             return
         shutil.rmtree(os.path.join(path, "_delta_log"), ignore_errors=True)
         _create(spark, path, table, ddl, change_feed)
+
+
+def _has_commit(path: str) -> bool:
+    """Whether the table at `path` has a commit (or a checkpoint): a listing of its log, not a replay of it."""
+    log = os.path.join(path, "_delta_log")
+    names = os.listdir(log) if os.path.isdir(log) else []
+    return any(re.fullmatch(r"\d{20}\.(json|checkpoint(\.\d+)*\.parquet)", name) for name in names)
 
 
 def _create(spark: SparkSession, path: str, table: Table, ddl: str | None, change_feed: bool) -> None:

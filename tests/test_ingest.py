@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 
 from helpers import CLI
 from streamtable import cli, ingest
-from streamtable.ingest import BOM, RAW_PREFIX_BYTES, IngestResult, ingest_file, ingest_stream, table_version
+from streamtable.delta_rs import table_version
+from streamtable.ingest import BOM, RAW_PREFIX_BYTES, IngestResult, ingest_file, ingest_stream
 from streamtable.lake import Lake
 from streamtable.schema import Column, Type, arrow_schema
 

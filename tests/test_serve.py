@@ -135,6 +135,9 @@ def test_progress_rows_and_status_follow_each_batch(spark, lake):
     committed = before.inputs[0].oldest_unconsumed_at
     assert batch["lag_ms"] == round((batch["finished_at"] - committed).total_seconds() * 1000)
     assert batch["duration_ms"] > 0 and batch["rows_per_second"] > 0
+    stages = batch["stage_ms"]  # where the batch spent its time, in the order it ran; parts of its duration
+    assert list(stages) == ["read", "compute", "gate", "commit:word_counts", "progress"]
+    assert all(ms >= 0 for ms in stages.values()) and sum(stages.values()) <= batch["duration_ms"]
     caught_up = pipeline_status(lake, P)
     assert not caught_up.behind and caught_up.lag_seconds == 0 and caught_up.last_batch["batch_id"] == 0
     assert caught_up.inputs[0].consumed_version == caught_up.inputs[0].latest_version == 0

@@ -101,21 +101,17 @@ def test_one_run_and_three_runs_give_the_same_counts_and_a_second_run_changes_no
 
 
 def test_small_files_are_compacted_and_the_counts_stay_exact(spark, lake, monkeypatch):
-    """Delta's auto compaction (outputs) and delta-rs compaction (progress tables) change no count or txn check."""
-    from streamtable import progress
+    """Compaction after a batch's commits (outputs, progress tables) changes no count or txn check."""
+    from streamtable import delta_rs
     from streamtable.lake import PROGRESS
 
-    monkeypatch.setattr(progress, "COMPACT_EVERY", 3)
-    spark.conf.set("spark.databricks.delta.autoCompact.minNumFiles", "3")
-    try:
-        done = []
-        for n in range(5):
-            batch = [line(f"w{n} w{n} x{n}"), line(f"x{n}")]  # new words only: each MERGE adds files
-            ingest(lake, "text_lines", batch)
-            done += [r["line"] for r in batch]
-            assert run(lake, P).batches == 1 and counts(lake) == expected(done)
-    finally:
-        spark.conf.unset("spark.databricks.delta.autoCompact.minNumFiles")
+    monkeypatch.setattr(delta_rs, "COMPACT_FILES", 3)
+    done = []
+    for n in range(5):
+        batch = [line(f"w{n} w{n} x{n}"), line(f"x{n}")]  # new words only: each MERGE adds files
+        ingest(lake, "text_lines", batch)
+        done += [r["line"] for r in batch]
+        assert run(lake, P).batches == 1 and counts(lake) == expected(done)
     assert run(lake, P).batches == 0 and counts(lake) == expected(done) and counts(lake)["x4"] == 2
     for path in (lake.table_path("word_counts"), lake.table_path("stream_progress"), lake.state_path(P, 0, PROGRESS)):
         operations = [h["operation"] for h in DeltaTable(path).history()]

@@ -23,12 +23,12 @@ import pyarrow.dataset
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import delta_io
+from . import delta_io, delta_rs, gate
 from .errors import QualityGateError
 from .faults import crash_point
 from .lake import PROGRESS, Lake, write_json_atomic
 from .pipeline import Pipeline
-from .progress import append_once, committed
+from .progress import Stages, committed
 from .tables import INPUTS, LATE_EVENTS, Table
 
 log = logging.getLogger("streamtable")
@@ -146,7 +146,7 @@ class Batch:
         spec = self.ctx.pipeline.output(table)
         flag = F.col(delete) if delete else F.lit(False)
         self._staging.stage(
-            table, "upsert", rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_io.DELETE))
+            table, "upsert", rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_rs.DELETE))
         )
 
     def append(self, table: str, rows: DataFrame) -> None:
@@ -166,16 +166,15 @@ class Batch:
             raise KeyError(f"{self.ctx.pipeline.name} reports the undeclared metric {name!r}")
         self._metrics[name] = int(value or 0)
 
-    def finish(self, versions: dict[str, int], records: int, oldest_input_at: datetime | None) -> None:
-        """Stage late records and the progress row, run the quality suites, and mark the batch complete."""
+    def finish(self, versions: dict[str, int], records: int, oldest_input_at: datetime | None, stages: Stages) -> None:
+        """Stage late records, run the quality suites, and mark the batch complete (with what it consumed)."""
         if self._late:
-            self._staging.stage(LATE_EVENTS.name, "append", reduce(DataFrame.unionByName, self._late))
-        metrics = self.ctx.metric_totals(self._committed)
-        for name, value in self._metrics.items():
-            metrics[name] = metrics.get(name, 0) + value
-        log.info("batch %d staged", self.batch_id)
-        self._staging.validate(metrics)
-        log.info("batch %d validated", self.batch_id)
+            with stages.time("compute"):
+                self._staging.stage(LATE_EVENTS.name, "append", reduce(DataFrame.unionByName, self._late))
+        before = self.ctx.metric_totals(self._committed)
+        after = before | {name: before.get(name, 0) + value for name, value in self._metrics.items()}
+        with stages.time("gate"):
+            self._staging.validate(before, after)
         self._staging.mark_complete(
             BatchSummary(records, self.next_stream_time, oldest_input_at, versions, self.wall_clock, self._metrics)
         )
@@ -285,18 +284,24 @@ class Staging:
             return rows
         keys = list(self.ctx.pipeline.output(change["table"]).keys)
         kept = self.ctx.read(change["table"]).join(rows.select(*keys), keys, "left_anti")
-        return kept.unionByName(rows.where(~F.col(delta_io.DELETE)).drop(delta_io.DELETE))
+        return kept.unionByName(rows.where(~F.col(delta_rs.DELETE)).drop(delta_rs.DELETE))
 
-    def validate(self, metrics: dict[str, int]) -> None:
-        """Run each output's suite on its candidate; on a failure nothing is published."""
+    def validate(self, before: dict[str, int], after: dict[str, int]) -> None:
+        """The per-batch gate (`streamtable.gate`) with the metrics' totals before and after the batch.
+
+        On a failure nothing is published.
+        """
         from .quality import validate
 
         failures: list[str] = []
         for suite in self.ctx.pipeline.suites:
             change = next((c for c in self.changes if c["table"] == suite.table), None)
-            frame = self.candidate(change) if change else self.ctx.read(suite.table)
-            report = validate(frame, self.ctx.pipeline.name, suite, self.ctx.lake.quality_dir, metrics)
-            failures.extend(report.failures)
+            if gate.is_incremental(suite):
+                report = gate.check_change(self.ctx, suite, change, before, after)
+            else:
+                frame = self.candidate(change) if change else self.ctx.read(suite.table)
+                report = validate(frame, self.ctx.pipeline.name, suite, self.ctx.lake.quality_dir, after, False)
+            failures.extend(report.failures if report else ())
         if failures:
             self.discard()
             raise QualityGateError(
@@ -307,24 +312,29 @@ class Staging:
         write_json_atomic(self.manifest, {"changes": self.changes, "summary": summary.as_json()})
         crash_point("staged")
 
-    def commit(self) -> tuple[list[dict], BatchSummary]:
+    def commit(self, stages: Stages) -> tuple[list[dict], BatchSummary]:
         """Apply the staged changes (each idempotent for this batch), then the batch's progress row."""
         ctx = self.ctx
         changes, summary = self._read_manifest()
         for change in changes:
             if change["rows"] == 0:
                 continue
-            rows = self.staged(change)
-            path = ctx.path(change["table"])
-            if change["mode"] == "append":
-                delta_io.append(rows, path, ctx.app_id, self.batch_id)
-            else:
-                keys = ctx.pipeline.output(change["table"]).keys
-                delta_io.upsert(ctx.spark, rows, path, keys, ctx.app_id, self.batch_id)
+            with stages.time(f"commit:{change['table']}"):
+                self._apply(change)
             crash_point(f"committed:{change['table']}")
-        append_once(ctx.path(PROGRESS), [summary.progress_row(self.batch_id)], ctx.app_id, self.batch_id)
+        with stages.time("progress"):
+            delta_rs.append_once(ctx.path(PROGRESS), [summary.progress_row(self.batch_id)], ctx.app_id, self.batch_id)
         crash_point(f"committed:{PROGRESS}")
         return [c for c in changes if c["table"] != PROGRESS], summary
+
+    def _apply(self, change: dict) -> None:
+        """Commit one staged change to its table (delta-rs, no Spark job), idempotently for this batch."""
+        path = self.ctx.path(change["table"])
+        if change["mode"] == "append":
+            delta_rs.append_staged(path, change["path"], self.ctx.app_id, self.batch_id)
+        else:
+            keys = self.ctx.pipeline.output(change["table"]).keys
+            delta_rs.merge_staged(path, change["path"], keys, self.ctx.app_id, self.batch_id)
 
     def _read_manifest(self) -> tuple[list[dict], BatchSummary]:
         """The staged changes and their summary.

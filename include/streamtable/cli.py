@@ -32,9 +32,11 @@ def cmd_ingest(args: argparse.Namespace) -> None:
 
 def cmd_run(args: argparse.Namespace) -> None:
     from .lifecycle import run
+    from .quality import build_docs
 
-    report = run(_lake(args), args.pipeline)
-    print(json.dumps(report.as_dict() | {"data_docs": _docs(args)}))
+    lake = _lake(args)
+    report = run(lake, args.pipeline)
+    print(json.dumps(report.as_dict() | {"data_docs": build_docs(lake.quality_dir)}))
 
 
 def cmd_serve(args: argparse.Namespace) -> None:

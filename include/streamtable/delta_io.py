@@ -1,5 +1,7 @@
-"""Idempotent Delta writes: every write of a batch carries (`txnAppId`, `txnVersion` = batch id), so a replayed batch
-is skipped."""
+"""Delta tables through Spark: creating outputs and stores safely, and the atomic overwrites of a reprocess's swap.
+
+A batch's own writes go through delta-rs (`streamtable.delta_rs`).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +9,6 @@ import fcntl
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -16,16 +16,14 @@ from pyspark.sql import DataFrame, SparkSession
 from .schema import spark_ddl
 from .tables import Table
 
-DELETE = "_delete"  # staged upserts carry this column: true removes the row with those keys
-
 OUTPUT_TABLE_PROPERTIES = {
     # Downstream consumers read an output's changes, not its files (it is rewritten by MERGE).
     "delta.enableChangeDataFeed": "true",
     # delta-rs (`show`, `query`) reads these tables without Spark: keep to features it reads.
     "delta.enableDeletionVectors": "false",
-    # A batch adds small files to every table it writes: Delta compacts them after the commit that makes too
-    # many (`spark.databricks.delta.autoCompact.minNumFiles`, 50), in the same writer, so no batch conflicts.
-    "delta.autoOptimize.autoCompact": "true",
+    # Batches commit with delta-rs, which writes a checkpoint every `delta.checkpointInterval` commits (its default
+    # is 100): Spark's, 10, keeps the log a reader replays short.
+    "delta.checkpointInterval": "10",
 }
 
 
@@ -68,39 +66,6 @@ def _create(spark: SparkSession, path: str, table: Table, ddl: str | None, chang
     if table.name == "late_events":
         builder = builder.partitionedBy("pipeline")
     builder.execute()
-
-
-@contextmanager
-def transaction(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
-    """Make the DML statements inside idempotent for (app_id, version): Delta skips them if already committed."""
-    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-    spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
-    try:
-        yield
-    finally:
-        spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        spark.conf.unset("spark.databricks.delta.write.txnVersion")
-
-
-def append(df: DataFrame, path: str, app_id: str, version: int) -> None:
-    """Append `df` to the Delta table at `path` exactly once for (app_id, version)."""
-    (df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", version).save(path))
-
-
-def upsert(spark: SparkSession, df: DataFrame, path: str, keys: Sequence[str], app_id: str, version: int) -> None:
-    """MERGE `df` into `path` by `keys` exactly once: rows replace same-key rows, rows with `_delete` remove them."""
-    columns = [c for c in df.columns if c != DELETE]
-    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-    with transaction(spark, app_id, version):
-        (
-            DeltaTable.forPath(spark, path)
-            .alias("t")
-            .merge(df.alias("s"), on)
-            .whenMatchedDelete(condition=f"s.`{DELETE}`")
-            .whenMatchedUpdate(set={c: f"s.`{c}`" for c in columns})
-            .whenNotMatchedInsert(condition=f"NOT s.`{DELETE}`", values={c: f"s.`{c}`" for c in columns})
-            .execute()
-        )
 
 
 def replace(df: DataFrame, path: str, where: str | None = None) -> None:

@@ -48,6 +48,7 @@ from typing import BinaryIO
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 
+from .delta_rs import table_version
 from .errors import BadInputError, UnknownTableError
 from .faults import crash_point
 from .lake import Lake, write_json_atomic
@@ -483,11 +484,3 @@ def append_rows(lake: Lake, table: Table, rows: list[dict] | pa.Table) -> int | 
         return table_version(path)
     write_deltalake(path, data, mode="append", configuration=INPUT_TABLE_PROPERTIES)
     return DeltaTable(path).version()
-
-
-def table_version(path: str) -> int | None:
-    """The latest version of the Delta table at `path`, or None when there is none."""
-    try:
-        return DeltaTable(path).version()
-    except Exception:  # deltalake raises TableNotFoundError; its class moved between releases
-        return None

@@ -16,8 +16,8 @@ from datetime import datetime
 from deltalake import DeltaTable
 
 from .batch import RunContext
-from .errors import OffsetOutOfRangeError
-from .ingest import table_version
+from .delta_rs import table_version
+from .errors import OffsetOutOfRangeError, QualityGateError
 from .lake import Lake, write_json_atomic
 from .pipeline import Pipeline
 from .pipelines import get_pipeline
@@ -55,14 +55,22 @@ def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float
 
 def validate(lake: Lake, name: str) -> list:
     """Run the pipeline's suites on its live outputs (the quality gate after a run) and build Data Docs."""
-    from .quality import validate as run_suite
     from .spark import get_spark
 
     pipeline = get_pipeline(name)
     ctx = RunContext(get_spark(), lake, pipeline, lake.generation(name))
     ctx.prepare()
+    return validate_tables(ctx)
+
+
+def validate_tables(ctx: RunContext) -> list:
+    """The full suites of the pipeline on the whole tables of a generation (live or shadow), with Data Docs."""
+    from .quality import validate as run_suite
+
     metrics = ctx.metric_totals()
-    return [run_suite(ctx.read(s.table), name, s, lake.quality_dir, metrics) for s in pipeline.suites]
+    return [
+        run_suite(ctx.read(s.table), ctx.pipeline.name, s, ctx.lake.quality_dir, metrics) for s in ctx.pipeline.suites
+    ]
 
 
 def version_at(lake: Lake, table: str, timestamp: datetime) -> int:
@@ -128,6 +136,9 @@ def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, c
         live.prepare()
         try:
             report = drain(ctx, clock, starting={pipeline.primary: from_version})
+            failures = [f for r in validate_tables(ctx) for f in r.failures]  # batches checked their changes only
+            if failures:
+                raise QualityGateError(f"{name}: quality gate failed, nothing published: " + "; ".join(failures))
         except Exception:
             shutil.rmtree(ctx.dir, ignore_errors=True)  # a refused rebuild leaves nothing behind
             raise

@@ -23,7 +23,7 @@ def commits(lake: Lake, table: str) -> list[tuple[int, float]]:
     """(version, commit time in epoch ms) of every commit of an input table, oldest first; [] if it has none."""
     from deltalake import DeltaTable
 
-    from .ingest import table_version
+    from .delta_rs import table_version
 
     path = lake.table_path(table)
     if table_version(path) is None:

@@ -6,29 +6,45 @@ duration, event-time watermark (stream time) and end-to-end lag. The row is writ
 batch committed again after a crash is recorded once.
 
 Tables appended one small file per batch this way (`stream_progress`, a generation's `progress` store) are
-compacted every `COMPACT_EVERY` commits, as Delta Spark's auto compaction does for the Spark-written ones.
+compacted once they hold `delta_rs.COMPACT_FILES` files.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 
-import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError
+from deltalake import DeltaTable
 
-from .ingest import table_version
+from .delta_rs import append_once, table_version
 from .lake import PROGRESS, Lake
 from .schema import arrow_schema
 from .tables import STREAM_PROGRESS
 from .timefmt import format_time
 
 log = logging.getLogger("streamtable.progress")
-JSON_COLUMNS = ("input_versions", "output_rows")
-COMPACT_EVERY = 100  # commits between compactions of a table appended by `append_once`
+JSON_COLUMNS = ("input_versions", "output_rows", "stage_ms")
+
+
+@dataclass
+class Stages:
+    """Where a batch spends its time: milliseconds per named stage, in the order they ran (Spark's `durationMs`)."""
+
+    ms: dict[str, int] = field(default_factory=dict)
+
+    @contextmanager
+    def time(self, stage: str) -> Iterator[None]:
+        """Add the wall time of the block to `stage`."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ms[stage] = self.ms.get(stage, 0) + round((time.perf_counter() - started) * 1000)
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,7 @@ class BatchProgress:
     oldest_input_at: datetime | None  # ingest commit time of the batch's oldest record
     input_versions: dict[str, int]
     output_rows: dict[str, int]
+    stage_ms: dict[str, int] = field(default_factory=dict)  # see `Stages`
 
     @property
     def duration_ms(self) -> int:
@@ -74,37 +91,17 @@ class BatchProgress:
             "lag_ms": self.lag_ms,
             "input_versions": json.dumps(self.input_versions, sort_keys=True),
             "output_rows": json.dumps(self.output_rows, sort_keys=True),
+            "stage_ms": json.dumps(self.stage_ms),
         }
 
     def as_dict(self) -> dict:
         """The row as JSON-ready values (times as ISO-8601, JSON columns as objects)."""
-        row = self.row() | {"input_versions": self.input_versions, "output_rows": self.output_rows}
+        row = self.row() | {
+            "input_versions": self.input_versions,
+            "output_rows": self.output_rows,
+            "stage_ms": self.stage_ms,
+        }
         return {k: format_time(v) if isinstance(v, datetime) else v for k, v in row.items()}
-
-
-def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: pa.Schema | None = None) -> bool:
-    """Append rows to the Delta table at `path` (delta-rs) unless (app_id, version) is already in its log.
-
-    Delta's `txnAppId`/`txnVersion` without Spark: the commit carries the transaction, and a replay of
-    the same or an earlier version is skipped. Returns whether it wrote. `schema` defaults to the table's.
-    """
-    table = DeltaTable(path) if table_version(path) is not None else None
-    recorded = table.transaction_version(app_id) if table is not None else None
-    if recorded is not None and recorded >= version:
-        return False
-    if not schema:
-        if table is None:
-            raise ValueError(f"{path} is not a Delta table yet: append_once needs the schema to create it")
-        schema = pa.schema(table.schema().to_arrow())
-    write_deltalake(
-        table if table is not None else path,
-        pa.Table.from_pylist(rows, schema=schema),
-        mode="append",
-        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)], max_commit_retries=20),
-    )
-    if table is not None:  # a write to a DeltaTable moves it to the version it committed
-        compact_now_and_then(table)
-    return True
 
 
 def committed(lake: Lake, pipeline: str, generation: int, columns: list[str]) -> list[dict]:
@@ -113,22 +110,6 @@ def committed(lake: Lake, pipeline: str, generation: int, columns: list[str]) ->
     if table_version(path) is None:
         return []
     return DeltaTable(path).to_pyarrow_dataset().to_table(columns=columns).to_pylist()
-
-
-def compact_now_and_then(table: DeltaTable) -> None:
-    """Compact the table's small files when its version is a multiple of `COMPACT_EVERY`.
-
-    A compaction changes no data (`dataChange=false`), so readers and txn checks see the same table; one
-    that loses a race with another writer is left to the next multiple.
-    """
-    if table.version() % COMPACT_EVERY:
-        return
-    try:
-        metrics = table.optimize.compact()
-    except CommitFailedError as error:
-        log.warning("compaction of %s skipped: %s", table.table_uri, error)
-        return
-    log.info("compacted %s: %d files into %d", table.table_uri, metrics["numFilesRemoved"], metrics["numFilesAdded"])
 
 
 def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:
@@ -155,4 +136,4 @@ def history(lake: Lake, pipeline: str, generation: int | None = None) -> list[di
         where &= pc.field("generation") == generation
     found = DeltaTable(path).to_pyarrow_dataset().to_table(filter=where)
     rows = found.sort_by([("finished_at", "ascending"), ("batch_id", "ascending")]).to_pylist()
-    return [row | {c: json.loads(row[c]) for c in JSON_COLUMNS} for row in rows]
+    return [row | {c: json.loads(row.get(c) or "{}") for c in JSON_COLUMNS} for row in rows]

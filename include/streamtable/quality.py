@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
+
 from .expectations import Expectation, Suite
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 DATASOURCE = "streamtable"
 ENGINES = {"spark": DATASOURCE, "pandas": f"{DATASOURCE}_pandas"}  # engine -> its GX datasource
@@ -60,6 +62,8 @@ _RULE = "streamtable_rule"  # meta key on each GX expectation: the index of the 
 # pipeline's history would otherwise grow without end and slow down each Data Docs index build.
 KEEP_RESULTS = int(os.environ.get("STREAMTABLE_QUALITY_KEEP", "100"))
 _LOCK = threading.Lock()
+_CONTEXTS: dict[str, Any] = {}  # quality_dir -> its GX project, opened once per process
+_CHECKPOINTS: dict[tuple, Any] = {}  # (project, suite, rules, docs, engine) -> its checkpoint, made once per process
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,6 @@ def validate(
     """
     if engine is not None and engine not in ENGINES:
         raise ValueError(f"engine must be one of {sorted(ENGINES)} or None, not {engine!r}")
-    name = f"{pipeline}.{suite.table}"
     params = _parameters(suite.expectations, metrics or {})
     cache = not df.is_cached
     if cache:
@@ -106,49 +109,100 @@ def validate(
         frame = None
         if engine == "pandas" or (engine is None and rows <= PANDAS_MAX_ROWS):
             frame = _to_pandas(df, None if engine == "pandas" else suite.expectations)
-        with _locked(quality_dir):
-            ctx = _context(quality_dir)
-            prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
-            checkpoint = _checkpoint(
-                ctx, name, _gx_suite(name, suite.expectations), build_docs, "spark" if frame is None else "pandas"
-            )
-            result = checkpoint.run(
-                batch_parameters={"dataframe": df if frame is None else frame}, expectation_parameters=params
-            )
-            docs = _docs_path(ctx) if build_docs else None
+        return _check(df if frame is None else frame, pipeline, suite, quality_dir, params, build_docs, rows)
     finally:
         if cache:
             df.unpersist()
+
+
+def validate_rows(
+    rows: pa.Table,
+    spark: SparkSession,
+    pipeline: str,
+    suite: Suite,
+    quality_dir: str,
+    sums: dict[int, tuple[int, int]],
+) -> Report:
+    """Validate some rows of a table (see `streamtable.gate`) with `suite`, without Data Docs; in pandas when exact.
+
+    `sums` gives each sum_equals rule (by its index in the suite) the sum the rows must have and what the table's
+    sum adds to theirs: a failure is reported with the table's sum and the metric's total.
+    """
+    frame = _arrow_to_pandas(rows, suite.expectations, spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    data = spark.createDataFrame(rows) if frame is None else frame
+    params = {_parameter(i, suite.expectations[i]): expected for i, (expected, _) in sums.items()}
+    offsets = {i: offset for i, (_, offset) in sums.items()}
+    return _check(data, pipeline, suite, quality_dir, params, False, rows.num_rows, offsets)
+
+
+def _check(
+    data: Any,
+    pipeline: str,
+    suite: Suite,
+    quality_dir: str,
+    params: dict[str, int],
+    build_docs: bool,
+    rows: int,
+    offsets: dict[int, int] | None = None,
+) -> Report:
+    """Run the suite on a Spark or pandas frame through its (cached) GX checkpoint and report the failed rules."""
+    name = f"{pipeline}.{suite.table}"
+    engine = "pandas" if _is_pandas(data) else "spark"
+    with _locked(quality_dir):
+        ctx = _context(quality_dir)
+        prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
+        result = _run_checkpoint(ctx, name, suite.expectations, build_docs, engine, data, params)
+        docs = _docs_path(ctx) if build_docs else None
     (validation,) = result.run_results.values()
     failed = sorted((r for r in validation.results if not r.success), key=lambda r: r.expectation_config.meta[_RULE])
     failures = tuple(
-        _failure(suite.table, suite.expectations[r.expectation_config.meta[_RULE]], r.result, r.exception_info, params)
+        _failure(
+            suite.table,
+            suite.expectations[index],
+            r.result,
+            r.exception_info,
+            params.get(_parameter(index, suite.expectations[index])),
+            (offsets or {}).get(index, 0),
+        )
         for r in failed
+        for index in [r.expectation_config.meta[_RULE]]
     )
     return Report(suite=name, success=bool(result.success), failures=failures, docs_path=docs, rows=rows)
+
+
+def _is_pandas(data: Any) -> bool:
+    return type(data).__module__.startswith("pandas")
 
 
 def _to_pandas(df: DataFrame, rules: tuple[Expectation, ...] | None) -> Any:
     """`df` collected in one Spark job (through Arrow) as a pandas frame on which GX checks rules as on Spark.
 
+    Given `rules`, None (validate in Spark) unless GX on pandas checks them exactly as on Spark: every column
+    has a type of _PANDAS_TYPES (and see `_arrow_to_pandas`).
+    """
+    types = {f.name: f.dataType.typeName() for f in df.schema.fields}
+    if rules is not None and not set(types.values()) <= _PANDAS_TYPES:
+        return None
+    return _arrow_to_pandas(df.toArrow(), rules, df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC")
+
+
+def _arrow_to_pandas(table: pa.Table, rules: tuple[Expectation, ...] | None, zone: str) -> Any:
+    """An Arrow table as a pandas frame on which GX checks rules as on Spark (see `_to_pandas`).
+
     Unlike `df.toPandas()`, integer and boolean columns keep their type when they hold nulls (nullable
     Int*/boolean, not float64, which rounds longs beyond 2**53, or object); like it, timestamps become naive
     datetime64[ns] in the session time zone and dates datetime.date. Given `rules`, None (validate in Spark)
-    unless GX on pandas checks them exactly as on Spark: every column has a type of _PANDAS_TYPES, no in_set
-    rule reads a date or timestamp, and no double is NaN (Spark: a value above every number; pandas: a null).
+    when GX on pandas would not check them as on Spark: an in_set rule reads a date or timestamp, or a double
+    is NaN (Spark: a value above every number; pandas: a null).
     """
-    types = {f.name: f.dataType.typeName() for f in df.schema.fields}
-    if rules is not None and (
-        not set(types.values()) <= _PANDAS_TYPES
-        or any(r.kind == "in_set" and types.get(r.columns[0]) in _TEMPORAL for r in rules)
-    ):
-        return None
     import pandas as pd
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    table = df.toArrow()
-    if rules is not None and any(pa.types.is_floating(c.type) and pc.any(pc.is_nan(c)).as_py() for c in table.columns):
+    temporal = {f.name for f in table.schema if pa.types.is_temporal(f.type)}
+    if rules is not None and (
+        any(r.kind == "in_set" and r.columns[0] in temporal for r in rules)
+        or any(pa.types.is_floating(c.type) and pc.any(pc.is_nan(c)).as_py() for c in table.columns)
+    ):
         return None
     nullable = {
         pa.bool_(): pd.BooleanDtype(),
@@ -158,11 +212,17 @@ def _to_pandas(df: DataFrame, rules: tuple[Expectation, ...] | None) -> Any:
         pa.int64(): pd.Int64Dtype(),
     }
     frame = table.to_pandas(types_mapper=nullable.get, date_as_object=True, coerce_temporal_nanoseconds=True)
-    zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
     for i, dtype in enumerate(frame.dtypes):
         if isinstance(dtype, pd.DatetimeTZDtype):
             frame.isetitem(i, frame.iloc[:, i].dt.tz_convert(zone).dt.tz_localize(None))
     return frame
+
+
+def build_docs(quality_dir: str) -> str:
+    """Build the lake's Data Docs from its stored validation results (the gate's too); return the index path."""
+    with _locked(quality_dir):
+        _context(quality_dir).build_data_docs(site_names=[SITE])
+    return docs_index(quality_dir)
 
 
 def import_gx_in_background() -> None:
@@ -203,15 +263,15 @@ def _null_safe_sum() -> type:
     return ExpectColumnNullSafeSumToBeBetween
 
 
-def _parameter(metric: str) -> str:
-    """The GX suite-parameter name of a run metric (parameters are parsed as expressions: no dots)."""
-    return "metric_" + re.sub(r"\W", "_", metric)
+def _parameter(index: int, rule: Expectation) -> str:
+    """The GX suite-parameter name of the sum a sum_equals rule expects (parsed as an expression: no dots)."""
+    return f"rule{index}_" + re.sub(r"\W", "_", rule.metric or "")
 
 
 def _parameters(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict[str, int]:
     """The suite parameters of the sum_equals rules, taken from this run's metrics."""
     params: dict[str, int] = {}
-    for rule in rules:
+    for index, rule in enumerate(rules):
         if rule.kind != "sum_equals":
             continue
         if rule.metric not in metrics:
@@ -219,10 +279,7 @@ def _parameters(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict
                 f"sum_equals({rule.columns[0]}) needs metric {rule.metric!r}, "
                 f"which this run did not report (has: {sorted(metrics)})"
             )
-        key = _parameter(rule.metric)
-        if params.get(key, metrics[rule.metric]) != metrics[rule.metric]:
-            raise ValueError(f"metric names collide as suite parameter {key!r}")
-        params[key] = metrics[rule.metric]
+        params[_parameter(index, rule)] = metrics[rule.metric]
     return params
 
 
@@ -244,7 +301,7 @@ def _gx_expectation(rule: Expectation, index: int) -> Any:
     if rule.kind == "in_set":
         return gxe.ExpectColumnValuesToBeInSet(column=c[0], value_set=list(rule.value_set), **mostly)
     if rule.kind == "sum_equals":
-        bound = {"$PARAMETER": _parameter(rule.metric or "")}
+        bound = {"$PARAMETER": _parameter(index, rule)}
         return _null_safe_sum()(column=c[0], min_value=bound, max_value=bound, meta=meta)
     if rule.kind == "column_pair_le":  # left <= right  <=>  right >= left; rows with a null are skipped
         return gxe.ExpectColumnPairValuesAToBeGreaterThanB(
@@ -277,6 +334,17 @@ def _locked(quality_dir: str) -> Iterator[None]:
 
 
 def _context(quality_dir: str) -> Any:
+    """The lake's file-mode GX project, opened once per process and made GX's current project."""
+    from great_expectations.data_context.data_context.context_factory import set_context
+
+    key = str(Path(quality_dir).resolve())
+    if key not in _CONTEXTS:
+        _CONTEXTS[key] = _open_context(quality_dir)
+    set_context(_CONTEXTS[key])
+    return _CONTEXTS[key]
+
+
+def _open_context(quality_dir: str) -> Any:
     """The lake's file-mode GX project (created on first use), with analytics and progress bars off."""
     gx = _gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -302,7 +370,32 @@ def _context(quality_dir: str) -> Any:
     return ctx
 
 
-def _checkpoint(ctx: Any, name: str, suite: Any, build_docs: bool, engine: str) -> Any:
+def _run_checkpoint(
+    ctx: Any, name: str, rules: tuple[Expectation, ...], build_docs: bool, engine: str, data: Any, params: dict
+) -> Any:
+    """Run the checkpoint validating `rules` as suite `name` on the engine, made once per process.
+
+    A checkpoint whose suite or definitions were saved again since it was made (by another engine's checkpoint
+    of the same suite, or by another process) is made again.
+    """
+    from great_expectations.exceptions.resource_freshness import ResourceFreshnessAggregateError
+
+    key = (id(ctx), name, rules, build_docs, engine)
+    try:
+        return _checkpoint(key, ctx).run(batch_parameters={"dataframe": data}, expectation_parameters=params)
+    except ResourceFreshnessAggregateError:
+        del _CHECKPOINTS[key]
+        return _checkpoint(key, ctx).run(batch_parameters={"dataframe": data}, expectation_parameters=params)
+
+
+def _checkpoint(key: tuple, ctx: Any) -> Any:
+    _, name, rules, build_docs, engine = key
+    if key not in _CHECKPOINTS:
+        _CHECKPOINTS[key] = _new_checkpoint(ctx, name, _gx_suite(name, rules), build_docs, engine)
+    return _CHECKPOINTS[key]
+
+
+def _new_checkpoint(ctx: Any, name: str, suite: Any, build_docs: bool, engine: str) -> Any:
     """Get-or-create the engine's datasource, asset, batch definition; add-or-update suite, validation, checkpoint."""
     gx = _gx()
     source = ENGINES[engine]
@@ -395,8 +488,10 @@ def _error(exception_info: dict | None) -> str | None:
     return None
 
 
-def _failure(table: str, rule: Expectation, result: dict, exception_info: dict | None, params: dict[str, int]) -> str:
-    """One short human line for a failed rule."""
+def _failure(
+    table: str, rule: Expectation, result: dict, exception_info: dict | None, expected: int | None, offset: int
+) -> str:
+    """One short human line for a failed rule (a sum_equals rule's sums shown plus `offset`)."""
     cols = ", ".join(rule.columns)
     error = _error(exception_info)
     if error:
@@ -420,10 +515,10 @@ def _failure(table: str, rule: Expectation, result: dict, exception_info: dict |
     if rule.kind == "in_set":
         return f"{table}: {cols} has values outside {list(rule.value_set)} ({rows}{_examples(result)})"
     if rule.kind == "sum_equals":
-        expected = params.get(_parameter(rule.metric or ""))
-        return (
-            f"{table}: sum of {cols} is {_number(result.get('observed_value'))}, but metric {rule.metric} is {expected}"
-        )
+        observed = result.get("observed_value")
+        shown = _number(observed if observed is None else observed + offset)
+        total = None if expected is None else expected + offset
+        return f"{table}: sum of {cols} is {shown}, but metric {rule.metric} is {total}"
     if rule.kind == "column_pair_le":
         return f"{table}: {rule.columns[0]} > {rule.columns[1]} ({rows})"
     if rule.kind == "any_not_null":

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from .delta_rs import table_version
 from .errors import BadInputError, UnknownTableError
-from .ingest import table_version
 from .lake import Lake, resolve_lake
 from .schema import Type, arrow_schema
 from .tables import INPUTS, LINE, SYSTEM, Table

@@ -24,10 +24,11 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from .batch import COMMITTED_AT, HEARTBEAT, SOURCE, VERSION, Batch, BatchSummary, RunContext, Staging
-from .ingest import INPUT_TABLE_PROPERTIES, table_version
+from .delta_rs import table_version
+from .ingest import INPUT_TABLE_PROPERTIES
 from .lake import Lake
 from .offsets import commit_time
-from .progress import BatchProgress, record
+from .progress import BatchProgress, Stages, record
 from .schema import arrow_schema
 from .tables import INPUTS
 from .timefmt import as_utc, format_time, system_clock
@@ -128,16 +129,19 @@ class BatchHandler:
             if self.stopping:
                 raise Stopping(f"{self.ctx.pipeline.name}: stopping; batch {batch_id} is left to the next start")
             started = datetime.now(UTC)  # real time, not the pipeline's (injectable) wall clock
+            stages = Stages()
             staging = Staging(self.ctx, batch_id)
             staging.discard_earlier()
             if not staging.complete():
                 staging.discard()
-                self._compute(records, batch_id)
-            changes, summary = staging.commit()
+                self._compute(records, batch_id, stages)
+            changes, summary = staging.commit(stages)
             self.last_batch = batch_id
-            self._report(batch_id, started, {c["table"]: c["rows"] for c in changes}, summary)
+            self._report(batch_id, started, {c["table"]: c["rows"] for c in changes}, summary, stages)
 
-    def _report(self, batch_id: int, started: datetime, output_rows: dict[str, int], summary: BatchSummary) -> None:
+    def _report(
+        self, batch_id: int, started: datetime, output_rows: dict[str, int], summary: BatchSummary, stages: Stages
+    ) -> None:
         """Add a committed batch to the run's report and to `stream_progress`."""
         self.report.batches += 1
         self.report.records += summary.input_rows
@@ -156,27 +160,18 @@ class BatchHandler:
             summary.oldest_input_at,
             summary.input_versions,
             output_rows,
+            stages.ms,
         )
         record(self.ctx.lake, progress, self.ctx.app_id)
         if self.on_progress:
             self.on_progress(progress)
 
-    def _compute(self, records: DataFrame, batch_id: int) -> None:
+    def _compute(self, records: DataFrame, batch_id: int, stages: Stages) -> None:
         records = records.persist()
         try:
             log.info("batch %d computing", batch_id)
-            stats = (
-                records.where(F.col(SOURCE) != HEARTBEAT)
-                .groupBy(SOURCE)
-                .agg(
-                    F.max(VERSION).alias("version"),
-                    F.count("*").alias("n"),
-                    F.max("event_time").alias("t"),
-                    F.min(VERSION).alias("first"),
-                    F.min(COMMITTED_AT).alias("committed"),
-                )
-                .collect()
-            )
+            with stages.time("read"):  # the first action on the records: reads and unions the inputs
+                stats = self._stats(records)
             batch = Batch(
                 self.ctx,
                 batch_id,
@@ -184,14 +179,32 @@ class BatchHandler:
                 self.clock(),
                 newest=max((as_utc(r["t"]) for r in stats if r["t"] is not None), default=None),
             )
-            self.ctx.pipeline.process(batch)
+            with stages.time("compute"):
+                self.ctx.pipeline.process(batch)
             batch.finish(
                 {r[SOURCE]: int(r["version"]) for r in stats},
                 sum(r["n"] for r in stats),
                 min((self._committed_at(r) for r in stats), default=None),
+                stages,
             )
         finally:
             records.unpersist()
+
+    @staticmethod
+    def _stats(records: DataFrame) -> list[Row]:
+        """Per input: the last version, record count, newest event time, first version, and oldest commit time."""
+        return (
+            records.where(F.col(SOURCE) != HEARTBEAT)
+            .groupBy(SOURCE)
+            .agg(
+                F.max(VERSION).alias("version"),
+                F.count("*").alias("n"),
+                F.max("event_time").alias("t"),
+                F.min(VERSION).alias("first"),
+                F.min(COMMITTED_AT).alias("committed"),
+            )
+            .collect()
+        )
 
     def _committed_at(self, stats: Row) -> datetime:
         """When a batch's first version of one input was committed, from the same log entry `status` reads."""

@@ -49,6 +49,8 @@ def get_spark(app_name: str = "streamtable") -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", os.environ.get("STREAMTABLE_SHUFFLE_PARTITIONS", "4"))
         .config("spark.databricks.delta.snapshotPartitions", "2")
+        # staged batches are read back by delta-rs (pyarrow), which reads INT96, Spark's default, as nanoseconds
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.driver.extraJavaOptions", quiet)
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
     )

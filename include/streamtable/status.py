@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from deltalake import DeltaTable
 
-from .ingest import table_version
+from .delta_rs import table_version
 from .lake import Lake
 from .pipelines import get_pipeline
 from .progress import committed, history

@@ -177,6 +177,7 @@ STREAM_PROGRESS = Table(
         Column("lag_ms", L, nullable=True),
         Column("input_versions", S),
         Column("output_rows", S),
+        Column("stage_ms", S, nullable=True),  # JSON: milliseconds per stage of the batch (null before they were kept)
     ),
     "stream",
     time_column="finished_at",

@@ -16,7 +16,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
-from .ingest import IngestResult, append_rows, table_version
+from .delta_rs import table_version
+from .ingest import IngestResult, append_rows
 from .lake import Lake
 from .tables import INPUTS, LINE
 

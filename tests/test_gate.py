@@ -1,0 +1,138 @@
+"""streamtable.gate: the per-batch gate checks what a batch changes and says what the whole-table suite says.
+
+The reference is the full suite (`quality.validate`) on the whole candidate table: the table with the batch's
+changes applied by the rule "rows replace same-key rows, deleted keys go". Batches the reference passes are
+committed (by `delta_rs.merge_staged`, which must give that candidate), so the next batch starts from a table
+that passed, as the gate assumes.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamtable import delta_rs, gate
+from streamtable import expectations as expect
+from streamtable.batch import RunContext
+from streamtable.lake import Lake
+from streamtable.pipeline import Pipeline
+from streamtable.quality import validate
+from streamtable.schema import Column, Type, arrow_schema
+from streamtable.tables import Table
+
+TABLE = Table(
+    "totals",
+    (
+        Column("k", Type.STRING),
+        Column("g", Type.STRING, nullable=True),
+        Column("v", Type.LONG),
+        Column("w", Type.LONG, nullable=True),
+    ),
+    "table",
+    keys=("k",),
+)
+SUITE = expect.Suite(
+    "totals",
+    (
+        expect.not_null("k"),
+        expect.unique("k"),
+        expect.unique("g"),  # not the key: checked against the rows the batch keeps
+        expect.between("v", 0, 100),
+        expect.sum_equals("v", "m"),
+        expect.column_pair_le("v", "w"),
+    ),
+)
+SCHEMA = arrow_schema(TABLE.columns)
+STAGED = SCHEMA.append(pa.field(delta_rs.DELETE, pa.bool_()))
+
+
+def _pipeline(suite: expect.Suite = SUITE) -> Pipeline:
+    return Pipeline("gated", "", ("text_lines",), (TABLE,), lambda batch: None, suites=(suite,), metrics=("m",))
+
+
+def _stage(directory, rows: list[dict]) -> dict:
+    directory.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=STAGED), directory / "part-0.parquet")
+    return {"table": TABLE.name, "mode": "upsert", "path": str(directory), "rows": len(rows)}
+
+
+def _candidate(current: list[dict], rows: list[dict]) -> list[dict]:
+    staged = {r["k"] for r in rows}
+    return [r for r in current if r["k"] not in staged] + [
+        {c: r[c] for c in SCHEMA.names} for r in rows if not r[delta_rs.DELETE]
+    ]
+
+
+def _table(path: str) -> list[dict]:
+    return sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["k"])
+
+
+ROW = st.fixed_dictionaries(
+    {
+        "k": st.sampled_from("abcdef"),
+        "g": st.none() | st.sampled_from("xyz"),
+        "v": st.integers(-1, 101),
+        "w": st.none() | st.integers(-1, 101),
+        delta_rs.DELETE: st.booleans(),
+    }
+)
+BATCH = st.tuples(st.lists(ROW, max_size=4), st.integers(-1, 1))  # rows, error in the reported metric
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(BATCH, min_size=1, max_size=4))
+def test_the_gate_passes_and_fails_the_batches_the_full_suite_does(spark, tmp_path_factory, batches):
+    lake = Lake(tmp_path_factory.mktemp("gate") / "lake")
+    ctx = RunContext(spark, lake, _pipeline(), 0)
+    path = ctx.path(TABLE.name)
+    write_deltalake(path, SCHEMA.empty_table())
+    current: list[dict] = []
+    total = 0
+    for n, (rows, error) in enumerate(batches):
+        candidate = _candidate(current, rows)
+        after = {"m": sum(r["v"] for r in candidate) + error}
+        change = _stage(lake.root / f"staged{n}", rows)
+        frame = spark.createDataFrame(candidate, "k string, g string, v long, w long") if candidate else None
+        frame = frame if frame is not None else spark.createDataFrame([], "k string, g string, v long, w long")
+        expected = validate(frame, "gated", SUITE, lake.quality_dir, after, build_docs=False, engine="pandas")
+        got = gate.check_change(ctx, SUITE, change, {"m": total}, after)
+        assert got is not None
+        assert (got.success, got.failures) == (expected.success, expected.failures), (current, rows, after)
+        if expected.success:
+            delta_rs.merge_staged(path, change["path"], TABLE.keys, "gate-test", n)
+            current, total = sorted(candidate, key=lambda r: r["k"]), after["m"]
+            assert _table(path) == current
+
+
+def test_a_table_the_batch_leaves_alone_is_checked_only_when_its_metric_moved(spark, lake):
+    ctx = RunContext(spark, lake, _pipeline(), 0)
+    write_deltalake(ctx.path(TABLE.name), pa.Table.from_pylist([{"k": "a", "g": None, "v": 5, "w": None}], SCHEMA))
+    assert gate.check_change(ctx, SUITE, None, {"m": 5}, {"m": 5}) is None
+    report = gate.check_change(ctx, SUITE, None, {"m": 5}, {"m": 7})
+    assert report is not None and report.failures == ("totals: sum of v is 5, but metric m is 7",)
+
+
+def test_a_suite_with_a_share_of_rows_is_not_incremental():
+    assert gate.is_incremental(SUITE)
+    relaxed = expect.Suite("totals", (expect.Expectation("not_null", ("g",), mostly=0.5),))
+    assert not gate.is_incremental(relaxed)
+
+
+@pytest.mark.parametrize("keys", [("k",), ("k", "g")])
+def test_rows_matching_matches_nulls_and_every_key_column(lake, keys):
+    path = str(lake.root / "t")
+    rows = [
+        {"k": "a", "g": None, "v": 1, "w": None},
+        {"k": "a", "g": "x", "v": 2, "w": None},
+        {"k": None, "g": "x", "v": 3, "w": None},
+        {"k": "b", "g": "y", "v": 4, "w": None},
+    ]
+    schema = pa.schema([f.with_nullable(True) for f in SCHEMA])
+    write_deltalake(path, pa.Table.from_pylist(rows, schema))
+    probe = pa.Table.from_pylist([{"k": "a", "g": None}, {"k": None, "g": "x"}])
+    found = sorted(r["v"] for r in gate.rows_matching(path, probe, keys, schema).to_pylist())
+    assert found == ([1, 2, 3] if keys == ("k",) else [1, 3])

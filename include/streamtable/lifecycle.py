@@ -13,8 +13,6 @@ import shutil
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from deltalake import DeltaTable
-
 from .batch import RunContext
 from .delta_rs import table_version
 from .errors import OffsetOutOfRangeError, QualityGateError
@@ -75,15 +73,14 @@ def validate_tables(ctx: RunContext) -> list:
 
 def version_at(lake: Lake, table: str, timestamp: datetime) -> int:
     """The first version of `table` committed at or after `timestamp` (Kafka's offsets-for-times)."""
-    path = lake.table_path(table)
-    if table_version(path) is None:
+    from .offsets import first_version_since
+
+    if table_version(lake.table_path(table)) is None:
         raise OffsetOutOfRangeError(f"{table} has no data yet")
-    millis = timestamp.timestamp() * 1000
-    commits = sorted((c["version"], c["timestamp"]) for c in DeltaTable(path).history())
-    for version, committed in commits:
-        if committed >= millis:
-            return version
-    raise OffsetOutOfRangeError(f"no version of {table} was committed at or after {timestamp.isoformat()}")
+    version = first_version_since(lake, table, timestamp)
+    if version is None:
+        raise OffsetOutOfRangeError(f"no version of {table} was committed at or after {timestamp.isoformat()}")
+    return version
 
 
 def check_version(lake: Lake, table: str, version: int) -> None:

@@ -173,8 +173,10 @@ class Batch:
                 self._staging.stage(LATE_EVENTS.name, "append", reduce(DataFrame.unionByName, self._late))
         before = self.ctx.metric_totals(self._committed)
         after = before | {name: before.get(name, 0) + value for name, value in self._metrics.items()}
+        log.info("batch %d staged", self.batch_id)
         with stages.time("gate"):
             self._staging.validate(before, after)
+        log.info("batch %d validated", self.batch_id)
         self._staging.mark_complete(
             BatchSummary(records, self.next_stream_time, oldest_input_at, versions, self.wall_clock, self._metrics)
         )

@@ -124,11 +124,11 @@ print("RESULT " + json.dumps({{
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # two cold spark-submits: ~3 min on an idle 2-core machine, 7 under load
-def test_make_demo(airflow_home, tmp_path):
+def test_make_demo(fresh_airflow_home, tmp_path):
     """`make demo`'s script on a fresh lake: the DAG run succeeds, the table is the hand-computed one, the Asset
     is updated and the Data Docs are there (the README's first command)."""
     lake = tmp_path / "demo_lake"
-    env = airflow_env(airflow_home) | {"DEMO_LAKE": str(lake), "DEMO_LOG": str(tmp_path / "demo.log")}
+    env = airflow_env(fresh_airflow_home) | {"DEMO_LAKE": str(lake), "DEMO_LOG": str(tmp_path / "demo.log")}
     started = time.monotonic()
     demo = subprocess.run(
         ["bash", str(ROOT / "scripts" / "demo.sh")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=1500
@@ -154,7 +154,7 @@ with create_session() as session:
                                   .where(AssetEvent.source_run_id == run.run_id)))
     print("RESULT " + json.dumps({"state": str(run.state), "tasks": states, "asset_events": events}))
 """,
-        airflow_env(airflow_home, lake),
+        airflow_env(fresh_airflow_home, lake),
     )
     result = last_json(proc)
     assert result["state"] == "success", result

@@ -23,12 +23,18 @@ COMPACT_FILES = 50  # files that make a table compacted after a commit (Delta Sp
 COMMIT_RETRIES = 20  # appends racing other appends (`late_events`, `stream_progress`) retry their commit
 
 
-def table_version(path: str) -> int | None:
-    """The latest version of the Delta table at `path`, or None when there is none."""
+def open_table(path: str) -> DeltaTable | None:
+    """The Delta table at `path` at its latest version, or None when there is none."""
     try:
-        return DeltaTable(path).version()
+        return DeltaTable(path)
     except Exception:  # deltalake raises TableNotFoundError; its class moved between releases
         return None
+
+
+def table_version(path: str) -> int | None:
+    """The latest version of the Delta table at `path`, or None when there is none."""
+    table = open_table(path)
+    return None if table is None else table.version()
 
 
 def _done(table: DeltaTable, app_id: str, version: int) -> bool:
@@ -50,7 +56,7 @@ def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: 
 
     `schema` defaults to the table's; a table that does not exist yet is created with it.
     """
-    table = DeltaTable(path) if table_version(path) is not None else None
+    table = open_table(path)
     if table is not None and _done(table, app_id, version):
         return False
     if not schema:

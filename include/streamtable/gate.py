@@ -44,16 +44,13 @@ def check_change(
 
     `before` and `after` are the metrics' totals before and after the batch.
     """
-    from .quality import validate_rows
+    from .quality import reconciled_metrics, validate_rows
 
-    sums = {i: (r.columns[0], r.metric or "") for i, r in enumerate(suite.expectations) if r.kind == "sum_equals"}
-    missing = sorted({metric for _, metric in sums.values()} - set(after))
-    if missing:
-        raise ValueError(f"{suite.table}: sum_equals needs metrics {missing}, which this run did not report")
-    if change is None and all(after[metric] == before.get(metric, 0) for _, metric in sums.values()):
+    totals = reconciled_metrics(suite.expectations, after)  # each sum_equals rule's metric after the batch
+    metrics = {i: suite.expectations[i].metric or "" for i in totals}
+    if change is None and all(totals[i] == before.get(metric, 0) for i, metric in metrics.items()):
         return None
     table = ctx.pipeline.output(suite.table)
-    path = ctx.path(suite.table)
     upsert = change is not None and change["mode"] == "upsert"
     schema = arrow_schema(table.columns)
     written = (
@@ -63,14 +60,18 @@ def check_change(
     )
     new = written.filter(pc.invert(written[DELETE])).drop_columns([DELETE]) if upsert else written
     keys = table.keys if upsert else ()
-    replaced = rows_matching(path, written, keys, schema) if upsert and written.num_rows else schema.empty_table()
-    kept_alike = [_kept_alike(path, new, rule.columns, written, keys, schema) for rule in _uniques(suite, keys)]
+    uniques = _uniques(suite, keys)
+    needed = (upsert and written.num_rows) or (uniques and new.num_rows)
+    current = read_table(ctx.path(suite.table), schema) if needed else schema.empty_table()
+    replaced = rows_matching(current, written, keys) if upsert and written.num_rows else schema.empty_table()
+    kept_alike = [_kept_alike(current, new, rule.columns, written, keys) for rule in uniques]
     extra = _distinct_rows(pa.concat_tables([schema.empty_table(), *kept_alike]))
     checked = pa.concat_tables([new.select(schema.names), extra])
     expected: dict[int, tuple[int, int]] = {}
-    for index, (column, metric) in sums.items():
+    for index, metric in metrics.items():
+        column = suite.expectations[index].columns[0]
         offset = before.get(metric, 0) - _sum(replaced, column) - _sum(extra, column)
-        expected[index] = (after[metric] - offset, offset)
+        expected[index] = (totals[index] - offset, offset)
     return validate_rows(checked, ctx.spark, ctx.pipeline.name, suite, ctx.lake.quality_dir, expected)
 
 
@@ -80,10 +81,10 @@ def _uniques(suite: Suite, keys: tuple[str, ...]) -> list:
 
 
 def _kept_alike(
-    path: str, new: pa.Table, columns: tuple[str, ...], written: pa.Table, keys: tuple[str, ...], schema: pa.Schema
+    current: pa.Table, new: pa.Table, columns: tuple[str, ...], written: pa.Table, keys: tuple[str, ...]
 ) -> pa.Table:
-    """The table's rows whose `columns` equal a new row's, without the rows the batch replaces (by `keys`)."""
-    alike = rows_matching(path, new, columns, schema) if new.num_rows else schema.empty_table()
+    """The current rows whose `columns` equal a new row's, without the rows the batch replaces (by `keys`)."""
+    alike = rows_matching(current, new, columns) if new.num_rows else current.slice(0, 0)
     if not keys or not alike.num_rows:
         return alike
     return alike.filter(pc.invert(_matches(alike, written, keys)))
@@ -96,13 +97,16 @@ def _distinct_rows(table: pa.Table) -> pa.Table:
     return table.group_by(table.column_names, use_threads=False).aggregate([])
 
 
-def rows_matching(path: str, probe: pa.Table, columns: tuple[str, ...], schema: pa.Schema) -> pa.Table:
-    """The rows of the Delta table at `path` whose `columns` equal some row of `probe`'s (nulls equal nulls).
+def read_table(path: str, schema: pa.Schema) -> pa.Table:
+    """The current rows of the Delta table at `path` as `schema`, read with delta-rs (no Spark job).
 
-    Read with delta-rs as `schema` (its dataset's statistics are `string_view`, which pyarrow 26 cannot compare
-    with `string` to prune files: the columns are read and filtered in memory).
+    Whole: its dataset's statistics are `string_view`, which pyarrow 26 cannot compare with `string` to prune files.
     """
-    table = DeltaTable(path).to_pyarrow_dataset().to_table(columns=schema.names).cast(schema)
+    return DeltaTable(path).to_pyarrow_dataset().to_table(columns=schema.names).cast(schema)
+
+
+def rows_matching(table: pa.Table, probe: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """The rows of `table` whose `columns` equal some row of `probe`'s (nulls equal nulls)."""
     first = probe[columns[0]]
     hit = pc.is_in(table[columns[0]], value_set=pc.unique(first.drop_null()))
     if first.null_count:

@@ -48,7 +48,7 @@ from typing import BinaryIO
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 
-from .delta_rs import table_version
+from .delta_rs import open_table, table_version
 from .errors import BadInputError, UnknownTableError
 from .faults import crash_point
 from .lake import Lake, write_json_atomic
@@ -402,7 +402,8 @@ def _append_batches(path: str, schema: pa.Schema, batches: Iterator[pa.RecordBat
 
 def _transaction_version(path: str, app_id: str) -> int | None:
     """The version the table at `path` recorded for app transaction `app_id`, or None (no such transaction)."""
-    return DeltaTable(path).transaction_version(app_id) if table_version(path) is not None else None
+    table = open_table(path)
+    return None if table is None else table.transaction_version(app_id)
 
 
 def _transaction_commit(path: str, app_id: str) -> int | None:

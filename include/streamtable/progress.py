@@ -19,9 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from deltalake import DeltaTable
-
-from .delta_rs import append_once, table_version
+from .delta_rs import append_once, open_table
 from .lake import PROGRESS, Lake
 from .schema import arrow_schema
 from .tables import STREAM_PROGRESS
@@ -106,10 +104,8 @@ class BatchProgress:
 
 def committed(lake: Lake, pipeline: str, generation: int, columns: list[str]) -> list[dict]:
     """`columns` of every committed batch in a generation's internal `progress` store ([] before the first)."""
-    path = lake.state_path(pipeline, generation, PROGRESS)
-    if table_version(path) is None:
-        return []
-    return DeltaTable(path).to_pyarrow_dataset().to_table(columns=columns).to_pylist()
+    table = open_table(lake.state_path(pipeline, generation, PROGRESS))
+    return [] if table is None else table.to_pyarrow_dataset().to_table(columns=columns).to_pylist()
 
 
 def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:
@@ -126,14 +122,14 @@ def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:
 
 def history(lake: Lake, pipeline: str, generation: int | None = None) -> list[dict]:
     """The `stream_progress` rows of a pipeline (of one generation, if given), oldest first, JSON columns decoded."""
-    path = lake.table_path(STREAM_PROGRESS.name)
-    if table_version(path) is None:
+    table = open_table(lake.table_path(STREAM_PROGRESS.name))
+    if table is None:
         return []
     import pyarrow.compute as pc
 
     where = pc.field("pipeline") == pipeline
     if generation is not None:
         where &= pc.field("generation") == generation
-    found = DeltaTable(path).to_pyarrow_dataset().to_table(filter=where)
+    found = table.to_pyarrow_dataset().to_table(filter=where)
     rows = found.sort_by([("finished_at", "ascending"), ("batch_id", "ascending")]).to_pylist()
     return [row | {c: json.loads(row.get(c) or "{}") for c in JSON_COLUMNS} for row in rows]

@@ -52,7 +52,6 @@ _PANDAS_TYPES = {
     "timestamp",
     "timestamp_ntz",
 }
-_TEMPORAL = {"date", "timestamp", "timestamp_ntz"}
 BATCH_DEFINITION = "whole_dataframe"
 SITE = "local_site"
 SITE_DIR = "uncommitted/data_docs/local_site/"
@@ -268,9 +267,9 @@ def _parameter(index: int, rule: Expectation) -> str:
     return f"rule{index}_" + re.sub(r"\W", "_", rule.metric or "")
 
 
-def _parameters(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict[str, int]:
-    """The suite parameters of the sum_equals rules, taken from this run's metrics."""
-    params: dict[str, int] = {}
+def reconciled_metrics(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict[int, int]:
+    """The value in `metrics` of each sum_equals rule's metric, by the rule's index; ValueError if one is missing."""
+    values: dict[int, int] = {}
     for index, rule in enumerate(rules):
         if rule.kind != "sum_equals":
             continue
@@ -279,8 +278,13 @@ def _parameters(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict
                 f"sum_equals({rule.columns[0]}) needs metric {rule.metric!r}, "
                 f"which this run did not report (has: {sorted(metrics)})"
             )
-        params[_parameter(index, rule)] = metrics[rule.metric]
-    return params
+        values[index] = metrics[rule.metric]
+    return values
+
+
+def _parameters(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict[str, int]:
+    """The suite parameters of the sum_equals rules, taken from this run's metrics."""
+    return {_parameter(i, rules[i]): value for i, value in reconciled_metrics(rules, metrics).items()}
 
 
 def _gx_expectation(rule: Expectation, index: int) -> Any:

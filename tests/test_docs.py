@@ -77,6 +77,7 @@ RUN_ELSEWHERE = {
     ),
     "scripts/spark-cluster.sh start": "tests/test_stream_integration.py",
     "make bench": "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)",
+    ".venv/bin/python bench/batch_stages.py --batches 12": "nothing: a benchmark (docs/benchmarks.md has its figures)",
     ".venv/bin/python bench/latency.py --rates 1000 10000 30000 100000 --seconds 60": (
         "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
     ),

@@ -120,7 +120,7 @@ def merge_staged(path: str, staged: str, keys: Sequence[str], app_id: str, versi
         .when_not_matched_insert(columns, predicate=f'NOT s."{DELETE}"')
         .execute()
     )
-    compact_if_fragmented(DeltaTable(path))
+    compact_if_fragmented(table)  # a merge moves the DeltaTable to the version it committed
 
 
 def compact_if_fragmented(table: DeltaTable) -> None:

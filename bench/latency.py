@@ -37,9 +37,9 @@ from deltalake import DeltaTable
 from streamtable.ingest import append_rows
 from streamtable.lake import Lake
 from streamtable.progress import history
+from streamtable.registry import get_input
 from streamtable.schema import arrow_schema
 from streamtable.status import pipeline_status
-from streamtable.tables import INPUTS
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(ROOT / ".venv" / "bin" / "streamtable")
@@ -53,12 +53,12 @@ def commit_events(lake: Lake, n: int, rng: np.random.Generator) -> int:
     words = VOCABULARY[rng.integers(0, len(VOCABULARY), (n, 3))]
     lines = [" ".join(w) for w in words]
     now = datetime.now(UTC)
-    schema = arrow_schema(INPUTS[INPUT].stored_columns)
+    schema = arrow_schema(get_input(INPUT).stored_columns)
     data = pa.table(
         {"line": lines, "event_time": pa.array([now] * n, schema.field("event_time").type), "_line": np.arange(n)},
         schema=schema,
     )
-    return append_rows(lake, INPUTS[INPUT], data)
+    return append_rows(lake, get_input(INPUT), data)
 
 
 def wait_caught_up(lake: Lake, timeout_s: float) -> bool:

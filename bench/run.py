@@ -23,8 +23,8 @@ import pyarrow as pa
 
 from streamtable.ingest import append_rows
 from streamtable.lake import Lake
+from streamtable.registry import get_input
 from streamtable.schema import arrow_schema
-from streamtable.tables import INPUTS
 
 USERS = 100_000
 REGIONS = ["africa", "americas", "asia", "europe", "oceania"]
@@ -60,7 +60,7 @@ def generate(lake: Lake, clicks: int, commits: int = 10, seed: int = 7) -> None:
 
 
 def _ingest(lake: Lake, name: str, columns: dict, commits: int) -> None:
-    table = INPUTS[name]
+    table = get_input(name)
     schema = arrow_schema(table.stored_columns)
     total = len(columns["event_time"])
     for part in np.array_split(np.arange(total), commits):

@@ -139,7 +139,7 @@ def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_by
     """A kill while a table is being created leaves a `_delta_log` with no commit: the next run creates it."""
     from streamtable.batch import RunContext
     from streamtable.lake import PROGRESS
-    from streamtable.pipelines import get_pipeline
+    from streamtable.registry import get_pipeline
 
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)

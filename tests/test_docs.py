@@ -15,7 +15,9 @@ before it), with the repository as the working directory:
 - a python block whose first line is a comment naming a file (`# include/...py`) is an excerpt a user
   reads: it must be verbatim in that file (a line `...` stands for lines left out), and is not run;
 - a block fenced as ```` ```text output ```` must equal what the last command of the runnable block
-  before it printed.
+  before it printed;
+- a block fenced with ```` title="~/PATH" ```` is a file the user writes: it is written to PATH under the
+  page's own home directory (`HOME` while the page runs, where `~` in command lines points), not run.
 
 A runnable line that is not run here must be in RUN_ELSEWHERE, with the test or CI step that runs it (or why
 nothing can). Blocks with a dedicated test below are in RUN_BY_TESTS_HERE.
@@ -40,10 +42,10 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from streamtable import cli
+from streamtable import cli, registry
 from streamtable.lake import Lake
-from streamtable.pipelines import PIPELINES, get_pipeline
 from streamtable.reader import rows
+from streamtable.registry import get_pipeline, pipelines
 from streamtable.schema import arrow_schema
 from streamtable.status import pipeline_status
 
@@ -65,6 +67,9 @@ RUN_ELSEWHERE = {
         "CI: `make test` runs tests/test_windows.py"
     ),
     "make lint": "CI: .ci/run runs `make lint`",
+    "STREAMTABLE_PIPELINES=~/my_pipelines .venv/bin/airflow dags test orders": (
+        "tests/test_user_pipelines.py::test_the_guide_pipeline_runs_under_airflow_dag_test"
+    ),
     "make setup": "CI: .ci/run runs `make setup` (and `make test` runs it first)",
     ".venv/bin/airflow dags test clicks_per_region": "tests/test_dags.py::test_make_demo (scripts/demo.sh runs it)",
     ".venv/bin/airflow standalone": "nothing: a server that runs until stopped; "
@@ -112,7 +117,13 @@ class Block:
 
     @property
     def runnable(self) -> bool:
-        return self.lang in RUNNABLE and not self.excerpt_of
+        return self.lang in RUNNABLE and not self.excerpt_of and not self.user_file
+
+    @property
+    def user_file(self) -> str | None:
+        """`~/PATH` of a block fenced with `title="~/PATH"`: a file the user writes."""
+        m = next((re.fullmatch(r'title="(~/[\w./-]+)"', w) for w in self.info if w.startswith("title=")), None)
+        return m.group(1) if m else None
 
     @property
     def excerpt_of(self) -> Path | None:
@@ -259,7 +270,7 @@ def test_the_command_table_lists_the_cli_commands():
     commands = set(cli.parser()._subparsers._group_actions[0].choices)
     assert documented == commands, "docs/README.md's table of commands lists exactly the CLI's commands"
     named = set(re.findall(r"^## `(\w+)`", (DOCS / "pipelines.md").read_text(encoding="utf-8"), re.M))
-    assert named and named <= set(PIPELINES), "docs/pipelines.md describes registered pipelines only"
+    assert named and named <= set(pipelines()), "docs/pipelines.md describes registered pipelines only"
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -286,12 +297,15 @@ class PageRunner:
         self.stdout = ThreadStdout(sys.stdout)
         monkeypatch.setattr(sys, "stdout", self.stdout)
         monkeypatch.setenv("STREAMTABLE_LAKE", str(self.lake))
+        monkeypatch.setenv("HOME", str(work / "home"))
+        monkeypatch.setenv(registry.ENV, "")  # `--pipelines` adds to it; the page's folders leave with the page
         monkeypatch.chdir(ROOT)
         self.env = {
             **os.environ,
             "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             "STREAMTABLE_LAKE": str(self.lake),
             "SPARK_CLUSTER_DIR": str(work / "spark-cluster"),
+            "HOME": str(work / "home"),
         }
         self.ran: list[str] = []
 
@@ -300,7 +314,7 @@ class PageRunner:
         tokens = shlex.split(line, comments=True)
         self.ran.append(key(line))
         if tokens[0] == "streamtable" and not set(tokens) & {"|", ">", "<", "&&", ";", "&"}:
-            code, out = self.streamtable(tokens[1:])
+            code, out = self.streamtable([os.path.expanduser(t) for t in tokens[1:]])  # as bash expands ~
             assert code == 0, f"{block.where}: `{key(line)}` exited {code}"
             return out
         proc = subprocess.run(["bash", "-c", line], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=300)
@@ -425,6 +439,11 @@ def run_page(page: Path, work: Path, monkeypatch) -> PageRunner:
                 f"{block.where}: {last[0].where} printed\n{last[1]}\nnot\n{block.code}"
             )
             continue
+        if block.user_file:
+            path = Path(os.path.expanduser(block.user_file))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(block.code)
+            continue
         if not block.runnable or (str(page.relative_to(ROOT)), block.section) in RUN_BY_TESTS_HERE:
             continue
         out = runner.python(block) if block.lang == "python" else runner.shell(block)
@@ -437,6 +456,7 @@ def run_page(page: Path, work: Path, monkeypatch) -> PageRunner:
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_the_page_runs(page: Path, tmp_path, monkeypatch, request):
+    request.addfinalizer(registry.current.cache_clear)  # forget the pipelines the page's folders declared
     if needs_spark(page) or page in CONTINUES:
         request.getfixturevalue("spark")  # the session's SparkSession: in-process commands use it
     work = tmp_path

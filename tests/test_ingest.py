@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import CLI
-from streamtable import cli, ingest
+from streamtable import cli, ingest, registry
 from streamtable.delta_rs import table_version
 from streamtable.ingest import BOM, RAW_PREFIX_BYTES, IngestResult, ingest_file, ingest_stream
 from streamtable.lake import Lake
@@ -278,7 +278,7 @@ def test_any_bytes_every_non_blank_line_is_appended_or_quarantined_with_a_reason
 
 
 @FUZZ
-@given(data=st.binary(max_size=300) | LINES.map(b"\n".join), table=st.sampled_from(sorted(ingest.INPUTS)))
+@given(data=st.binary(max_size=300) | LINES.map(b"\n".join), table=st.sampled_from(sorted(registry.current().inputs)))
 def test_the_command_exits_0_with_one_json_line_on_any_content(data, table):
     with fresh_lake() as lake:
         file = lake.root / "in.jsonl"

@@ -197,9 +197,9 @@ print("RESULT " + json.dumps(out, default=str))
     result = last_json(proc)
     assert result["errors"] == {}
     dags = result["dags"]
-    from streamtable.pipelines import PIPELINES
+    from streamtable.registry import pipelines
 
-    names = sorted(PIPELINES)
+    names = sorted(pipelines())
     for dag_id, dag in dags.items():
         for task_id, t in dag["tasks"].items():
             if t["type"] in ("SparkSubmitOperator", "StreamtableSubmitOperator"):
@@ -377,7 +377,8 @@ def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark,
     from streamtable.ingest import append_rows
     from streamtable.lifecycle import run
     from streamtable.reader import rows
-    from streamtable.tables import INPUTS, LINE
+    from streamtable.registry import get_input
+    from streamtable.tables import LINE
 
     fill(lake, 2)
     run(lake, P)
@@ -386,7 +387,7 @@ def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark,
     # bad data: a writer that bypassed `ingest`'s checks appends a negative count, which drives asia below 0
     append_rows(
         lake,
-        INPUTS["user_clicks"],
+        get_input("user_clicks"),
         [
             {
                 **click("alice", -1000, "2026-03-01T10:01:30Z"),

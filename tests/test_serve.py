@@ -20,9 +20,9 @@ import pytest
 from helpers import CLI, cli, ingest, table
 from reference import word_count as expected
 from streamtable.lifecycle import run
-from streamtable.pipelines import PIPELINES
 from streamtable.progress import history
 from streamtable.reader import rows
+from streamtable.registry import pipelines
 from streamtable.status import pipeline_status
 
 P = "word_count"
@@ -165,7 +165,7 @@ def test_progress_rows_and_status_follow_each_batch(spark, lake):
             "oldest_unconsumed_at": None,
         }
     ]
-    assert len(cli(lake, "status").stdout.splitlines()) == len(PIPELINES)
+    assert len(cli(lake, "status").stdout.splitlines()) == len(pipelines())
 
 
 @pytest.mark.slow

@@ -1,16 +1,17 @@
 """Building blocks for streamtable's Airflow DAGs: a pipeline's Spark tasks, its output Assets, the lake.
 
 Only files in dags/ import this module. It imports Airflow's Task SDK and the Spark provider, and from
-streamtable only light modules (`lake`, `pipelines`): never pyspark, so a DAG file parses in well
-under a second of our own code. Every task is a `SparkSubmitOperator` that runs
-`jobs/streamtable_job.py COMMAND PIPELINE --lake LAKE` with the project's Delta jars, on the master of
-the `spark_default` connection (`local[2]` for `make setup`, `spark://spark-master:7077` in
-docker-compose.yaml).
+streamtable only `lake`: never pyspark, nor the pipelines. What a DAG file needs of the registry (names,
+docs, schedules, outputs) it reads with `registered()`, from a child process, so a broken or heavy pipeline
+file of the user's never breaks or slows the DAG processor. Every task is a `SparkSubmitOperator` that runs
+`jobs/streamtable_job.py COMMAND PIPELINE --lake LAKE` with the project's Delta jars, on the master of the
+`spark_default` connection (`local[2]` for `make setup`, `spark://spark-master:7077` in docker-compose.yaml).
 
-The lake is chosen when a task runs, not when the DAG is parsed: the Airflow Variable
-`streamtable_lake` if it is set, else the task's env `STREAMTABLE_LAKE`, else `<project>/lake`
-(the `LAKE` template below). Asset URIs, which Airflow needs at parse time, use the env (never the
-Variable: reading Variables while parsing hits the metadata DB on every parse).
+The lake is chosen when a task runs, not when the DAG is parsed: the Airflow Variable `streamtable_lake`
+if it is set, else the task's env `STREAMTABLE_LAKE`, else `<project>/lake` (the `LAKE` template below).
+Asset URIs, which Airflow needs at parse time, use the env (never the Variable: reading Variables while
+parsing hits the metadata DB on every parse). The user's pipeline folders come from the env
+`STREAMTABLE_PIPELINES` of the DAG processor and of the workers (the Spark jobs inherit it).
 
 Every task of a pipeline runs in the Airflow pool `streamtable_<pipeline>` (one slot, made by `make setup`;
 `python -m streamtable.airflow_tasks pools > pools.json && airflow pools import pools.json` elsewhere), so
@@ -21,12 +22,8 @@ Continuous mode: `stream_task(pipeline)` is the one task of a `stream_PIPELINE` 
 a `StreamServeOperator` that spark-submits `streamtable serve` and supervises it (stall watchdog,
 graceful `on_kill`; see the class and `streamtable.supervise`).
 
-A DAG for another pipeline is one short file:
-
-    with DAG(dag_id="word_count", doc_md=__doc__, schedule="*/5 * * * *",
-             start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False, max_active_runs=1,
-             user_defined_macros=MACROS):
-        pipeline_tasks("word_count")   # run >> quality_gate
+`dags/pipelines.py` makes every pipeline's micro-batch DAG with `pipeline_tasks(name)` (`run` >>
+`quality_gate`) inside a `DAG(...)` block with `user_defined_macros=MACROS`.
 """
 
 from __future__ import annotations
@@ -34,11 +31,12 @@ from __future__ import annotations
 import glob
 import json
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, timedelta
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
@@ -93,11 +91,29 @@ def spark_submit_binary() -> str:
     return str(beside) if beside.exists() else "spark-submit"
 
 
-def pipeline_names() -> list[str]:
-    """The registered pipelines (their declarations import no pyspark, so DAG files may call this when parsed)."""
-    from .pipelines import PIPELINES
+@cache
+def registered() -> dict:
+    """The registry (built-in and user pipelines, and the user files that failed to load), as JSON.
 
-    return sorted(PIPELINES)
+    Read in a child process (`python -m streamtable.registry`), so parsing a DAG file never imports
+    pyspark or the user's pipeline code, and a broken pipeline file cannot break the DAG processor.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamtable.registry"], capture_output=True, text=True, timeout=120, check=False
+    )
+    if proc.returncode != 0:
+        raise AirflowException(f"streamtable's registry did not load: {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout)
+
+
+def registered_pipelines() -> dict[str, dict]:
+    """Every pipeline that loaded, by name: name, doc, primary, inputs, outputs, schedule, ticks, file."""
+    return {p["name"]: p for p in registered()["pipelines"]}
+
+
+def pipeline_names() -> list[str]:
+    """The registered pipelines, sorted."""
+    return sorted(registered_pipelines())
 
 
 def pipeline_pool(pipeline: str) -> str:
@@ -119,16 +135,14 @@ def pools() -> dict[str, dict[str, Any]]:
 
 def output_assets(pipeline: str) -> list[Asset]:
     """One Asset per output table of `pipeline`: the `file://` URI of its Delta table in the env's lake."""
-    from .pipelines import get_pipeline
-
     lake = Lake(Path(env_lake()))
     return [
         Asset(
-            name=f"streamtable.{table.name}",
-            uri=Path(lake.table_path(table.name)).as_uri(),
-            extra={"pipeline": pipeline, "keys": list(table.keys)},
+            name=f"streamtable.{table['name']}",
+            uri=Path(lake.table_path(table["name"])).as_uri(),
+            extra={"pipeline": pipeline, "keys": table["keys"]},
         )
-        for table in get_pipeline(pipeline).outputs
+        for table in registered_pipelines()[pipeline]["outputs"]
     ]
 
 
@@ -482,8 +496,13 @@ def stream_task(pipeline: str, task_id: str = "serve", **kwargs: Any) -> StreamS
 
 
 def pipeline_tasks(pipeline: str, **kwargs: Any) -> tuple[SparkSubmitOperator, SparkSubmitOperator]:
-    """The two tasks of a pipeline's micro-batch DAG: `run` >> `quality_gate` (which publishes the Assets)."""
-    run = streamtable_task("run", "run", pipeline, **kwargs)
+    """The two tasks of a pipeline's micro-batch DAG: `run` >> `quality_gate` (which publishes the Assets).
+
+    `run` is retried once, 30 s later (a killed run is finished by the next, exactly once); a failed
+    quality gate is not retried: the data, not the try, is wrong.
+    """
+    retry: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=30)}
+    run = streamtable_task("run", "run", pipeline, **(retry | kwargs))
     gate = streamtable_task("quality_gate", "validate", pipeline, outlets=output_assets(pipeline), **kwargs)
     run >> gate
     return run, gate

@@ -29,12 +29,13 @@ from .faults import crash_point
 from .lake import PROGRESS, Lake, write_json_atomic
 from .pipeline import Pipeline
 from .progress import Stages, committed
-from .tables import INPUTS, LATE_EVENTS, Table
+from .registry import get_input
+from .tables import LATE_EVENTS, Table
 
 log = logging.getLogger("streamtable")
 
 SOURCE = "_source"  # the input table a record of the micro-batch came from
-VERSION = "_commit_version"  # the Delta version (offset) that brought the record
+COMMIT_VERSION = "_commit_version"  # the Delta version (offset) that brought the record
 COMMITTED_AT = "_commit_timestamp"  # when that version was committed (ingested)
 HEARTBEAT = "_heartbeat"  # the platform's wall-clock input of pipelines that close results by wall clock
 PROGRESS_DDL = (
@@ -91,7 +92,7 @@ class RunContext:
 
     def progress(self) -> list[dict]:
         """The progress rows of the committed runs of this generation (read with delta-rs: no Spark job)."""
-        return committed(self.lake, self.pipeline.name, self.generation, ["stream_time", "metrics"])
+        return committed(self.lake, self.pipeline.name, self.generation, ["stream_time", "metrics", "input_versions"])
 
     def stream_time(self, progress: list[dict] | None = None) -> datetime | None:
         """The largest event time consumed by the committed runs of this generation (or of `progress` rows)."""
@@ -111,9 +112,16 @@ class Batch:
     """What `Pipeline.process` sees of one run and the changes it stages."""
 
     def __init__(
-        self, ctx: RunContext, batch_id: int, records: DataFrame, wall_clock: datetime, newest: datetime | None
+        self,
+        ctx: RunContext,
+        batch_id: int,
+        records: DataFrame,
+        wall_clock: datetime,
+        newest: datetime | None,
+        versions: dict[str, int],
     ):
         self.ctx = ctx
+        self.versions = versions  # input -> the newest version this run consumes
         self.spark = ctx.spark
         self.batch_id = batch_id
         self.wall_clock = wall_clock
@@ -130,12 +138,23 @@ class Batch:
         """The records of a stream input that arrived since the last run, with `_commit_version` and `_line`."""
         if input_name not in self.ctx.pipeline.streams:
             raise KeyError(f"{input_name} is not a stream input of {self.ctx.pipeline.name}")
-        columns = [c.name for c in INPUTS[input_name].stored_columns] + [VERSION]
+        columns = [c.name for c in get_input(input_name).stored_columns] + [COMMIT_VERSION]
         return self._records.where(F.col(SOURCE) == input_name).select(*columns)
 
     def table(self, input_name: str) -> DataFrame:
         """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins)."""
         return read_changelog(self.spark, self.ctx.lake.table_path(input_name), input_name)
+
+    def consumed(self, input_name: str) -> DataFrame:
+        """The changelog of a stream input up to the newest version consumed by this run or an earlier one.
+
+        Unlike `table`, it leaves out records ingested after the run's offsets were fixed (those come
+        next run), so a run, and its recomputation after a crash, is a function of its offsets.
+        """
+        earlier = [dict(r["input_versions"] or ()).get(input_name) for r in self._committed]
+        bound = max((v for v in [*earlier, self.versions.get(input_name)] if v is not None), default=None)
+        changelog = self.table(input_name)
+        return changelog.where(F.col(COMMIT_VERSION) <= F.lit(bound)) if bound is not None else changelog.limit(0)
 
     def current(self, table: str) -> DataFrame:
         """The committed content of an output or state store (before this run)."""
@@ -166,7 +185,7 @@ class Batch:
             raise KeyError(f"{self.ctx.pipeline.name} reports the undeclared metric {name!r}")
         self._metrics[name] = int(value or 0)
 
-    def finish(self, versions: dict[str, int], records: int, oldest_input_at: datetime | None, stages: Stages) -> None:
+    def finish(self, records: int, oldest_input_at: datetime | None, stages: Stages) -> None:
         """Stage late records, run the quality suites, and mark the batch complete (with what it consumed)."""
         if self._late:
             with stages.time("compute"):
@@ -178,7 +197,7 @@ class Batch:
             self._staging.validate(before, after)
         log.info("batch %d validated", self.batch_id)
         self._staging.mark_complete(
-            BatchSummary(records, self.next_stream_time, oldest_input_at, versions, self.wall_clock, self._metrics)
+            BatchSummary(records, self.next_stream_time, oldest_input_at, self.versions, self.wall_clock, self._metrics)
         )
 
 

@@ -50,17 +50,17 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> None:
-    from .pipelines import PIPELINES, get_pipeline
+    from .registry import get_pipeline, pipelines
     from .status import pipeline_status
 
     lake = _lake(args)
-    for name in [get_pipeline(args.pipeline).name] if args.pipeline else sorted(PIPELINES):
+    for name in [get_pipeline(args.pipeline).name] if args.pipeline else sorted(pipelines()):
         print(json.dumps(pipeline_status(lake, name).as_dict()))
 
 
 def cmd_reprocess(args: argparse.Namespace) -> None:
     from .lifecycle import reprocess, version_at
-    from .pipelines import get_pipeline
+    from .registry import get_pipeline
     from .timefmt import parse_time
 
     lake = _lake(args)
@@ -123,13 +123,14 @@ def cmd_emit_ticks(args: argparse.Namespace) -> None:
         at = parse_time(args.at) if args.at is not None else None
     except ValueError as e:
         raise BadInputError(f"--at: {e}") from None
-    print(json.dumps(emit_ticks(_lake(args), at).as_dict()))
+    for result in emit_ticks(_lake(args), at):
+        print(json.dumps(result.as_dict()))
 
 
 def cmd_pipelines(args: argparse.Namespace) -> None:
-    from .pipelines import PIPELINES
+    from .registry import pipelines
 
-    for p in PIPELINES.values():
+    for p in pipelines().values():
         print(
             json.dumps(
                 {
@@ -137,10 +138,17 @@ def cmd_pipelines(args: argparse.Namespace) -> None:
                     "primary": p.primary,
                     "inputs": list(p.inputs),
                     "outputs": [t.name for t in p.outputs],
-                    "doc": p.doc.strip().splitlines()[0],
+                    "doc": p.doc.strip().splitlines()[0] if p.doc.strip() else "",
+                    "file": p.declared_at,
                 }
             )
         )
+
+
+def cmd_new(args: argparse.Namespace) -> None:
+    from .skeleton import write_skeleton
+
+    print(json.dumps({"pipeline": args.pipeline, "files": [str(p) for p in write_skeleton(args.pipeline, args.dir)]}))
 
 
 def _docs(args: argparse.Namespace) -> str:
@@ -154,6 +162,13 @@ def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--lake", help="the lake directory (default: $STREAMTABLE_LAKE, else ./lake)")
     common.add_argument("--debug", action="store_true", help="show tracebacks and Spark's logs")
+    common.add_argument(
+        "--pipelines",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also load the pipelines declared in DIR's Python files (repeatable; env: STREAMTABLE_PIPELINES)",
+    )
     sub = top.add_subparsers(dest="command", required=True)
 
     def command(name: str, func, help_: str) -> argparse.ArgumentParser:
@@ -204,6 +219,9 @@ def parser() -> argparse.ArgumentParser:
         "pipeline", nargs="?"
     )
     command("pipelines", cmd_pipelines, "list the pipelines, their inputs and outputs")
+    p = command("new", cmd_new, "write a pipeline skeleton and its test into DIR (they pass as written)")
+    p.add_argument("pipeline")
+    p.add_argument("--dir", default="pipelines", help="the folder to write into (default: ./pipelines)")
     command("emit-ticks", cmd_emit_ticks, "append a tick per user ever seen in user_presence").add_argument(
         "--at", help="the ticks' time, ISO-8601 (default: now)"
     )
@@ -219,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:  # PySpark logs failures itself (as JSON); the one line below is what a user needs
         logging.disable(logging.CRITICAL)
+    from .registry import use_folders
+
+    use_folders(args.pipelines)
     if args.command in GATED_COMMANDS:
         from .quality import import_gx_in_background
 

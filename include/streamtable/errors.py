@@ -29,3 +29,11 @@ class OffsetOutOfRangeError(StreamtableError):
 
 class QualityGateError(StreamtableError):
     """An output failed its Great Expectations suite; nothing was published."""
+
+
+class PipelineLoadError(StreamtableError):
+    """A pipeline file cannot be imported, or declares something inconsistent (the message names file and line)."""
+
+
+class PipelineCodeError(StreamtableError):
+    """A pipeline's own code failed while computing a batch (the message names its file and line)."""

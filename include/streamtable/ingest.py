@@ -49,11 +49,12 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 
 from .delta_rs import open_table, table_version
-from .errors import BadInputError, UnknownTableError
+from .errors import BadInputError
 from .faults import crash_point
 from .lake import Lake, write_json_atomic
+from .registry import get_input
 from .schema import Column, Type, arrow_schema
-from .tables import INPUTS, LINE, QUARANTINE, Table
+from .tables import LINE, QUARANTINE, Table
 from .timefmt import parse_time
 
 INPUT_TABLE_PROPERTIES = {
@@ -94,14 +95,6 @@ class IngestResult:
             "quarantined": self.quarantined,
             "version": self.version,
         }
-
-
-def input_table(name: str) -> Table:
-    """The declared input changelog `name`, or UnknownTableError listing the inputs."""
-    try:
-        return INPUTS[name]
-    except KeyError:
-        raise UnknownTableError(f"unknown input table {name!r}; inputs are: {', '.join(sorted(INPUTS))}") from None
 
 
 def parse_record(table: Table, text: str) -> dict:
@@ -285,7 +278,7 @@ def ingest_file(
 
     Stdin without an id is first copied to a temporary file in the lake (its bytes are hashed on the way).
     """
-    table = input_table(table_name)
+    table = get_input(table_name)
     if ingest_id == "":
         raise BadInputError("--id must not be empty")
     if max_line_bytes < 1:
@@ -325,7 +318,7 @@ def ingest_stream(
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> IngestResult:
     """Append the good lines of `stream` to `table_name` in one commit and quarantine the others, once per id."""
-    table = input_table(table_name)
+    table = get_input(table_name)
     registry = IdRegistry(lake, table.name)
     earlier = registry.get(ingest_id)
     if earlier is not None:
@@ -348,6 +341,8 @@ def _commit_once(
     path, app_id = lake.table_path(table.name), f"streamtable-ingest-{digest}"
     quarantine_path, quarantine_app_id = lake.table_path(QUARANTINE.name), f"streamtable-ingest-{table.name}-{digest}"
     appended_at = _transaction_commit(path, app_id)
+    if appended_at is None:
+        check_schema(path, table)
     quarantined_before = _transaction_version(quarantine_path, quarantine_app_id) is not None
     with tempfile.TemporaryFile(dir=_spool_dir(lake, table.name)) as spool:
         lines = LineSorter(table, stream, source, max_line_bytes, spool)
@@ -378,6 +373,37 @@ def _commit_once(
     return IngestResult(table.name, lines.appended, lines.quarantined, version, duplicate)
 
 
+def check_schema(path: str, table: Table) -> None:
+    """Refuse to write when the input's declared columns no longer fit the table in the lake.
+
+    A column added as nullable is fine (older rows read it as null); a changed type, or a new column
+    that may not be null while older rows have none, is refused with what to do instead.
+    """
+    existing = open_table(path)
+    if existing is None:
+        return
+    stored = {f.name: f.type for f in pa.schema(existing.schema().to_arrow())}
+    problems = []
+    for column in table.stored_columns:
+        if column.name not in stored:
+            if not column.nullable:
+                problems.append(f"new column {column.name!r} must be declared nullable=True (rows before it have none)")
+        elif not _same_type(stored[column.name], column.type.arrow):
+            problems.append(
+                f"column {column.name!r} is {stored[column.name]} in the lake but declared {column.type.value}: "
+                "changing a column's type is refused (add a new column, or declare a new input)"
+            )
+    if problems:
+        raise BadInputError(f"input {table.name!r}: " + "; ".join(problems) + "; nothing written")
+
+
+def _same_type(stored: pa.DataType, declared: pa.DataType) -> bool:
+    """Delta stores strings as string or string_view, and timestamps in UTC: those are the same type."""
+    if pa.types.is_string(declared) or pa.types.is_large_string(declared):
+        return pa.types.is_string(stored) or pa.types.is_large_string(stored) or pa.types.is_string_view(stored)
+    return stored.equals(declared)
+
+
 def _append_batches(path: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch], app_id: str) -> int | None:
     """Append the batches to the input table at `path` in one commit carrying `app_id`; its version after it.
 
@@ -393,6 +419,7 @@ def _append_batches(path: str, schema: pa.Schema, batches: Iterator[pa.RecordBat
         pa.RecordBatchReader.from_batches(schema, itertools.chain([first], batches)),
         mode="append",
         configuration=INPUT_TABLE_PROPERTIES,
+        schema_mode="merge",  # columns declared since the table was made (check_schema allowed them)
         target_file_size=TARGET_FILE_SIZE,
         writer_properties=WRITER_PROPERTIES,
         commit_properties=CommitProperties(app_transactions=[Transaction(app_id, expected)]),

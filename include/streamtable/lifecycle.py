@@ -18,7 +18,7 @@ from .delta_rs import table_version
 from .errors import OffsetOutOfRangeError, QualityGateError
 from .lake import Lake, write_json_atomic
 from .pipeline import Pipeline
-from .pipelines import get_pipeline
+from .registry import get_pipeline
 from .runner import RunReport, drain, serve
 from .tables import LATE_EVENTS
 from .timefmt import system_clock

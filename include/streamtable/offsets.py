@@ -15,7 +15,7 @@ from typing import Any
 
 from .errors import BadInputError, OffsetOutOfRangeError
 from .lake import Lake
-from .pipelines import PIPELINES, get_pipeline
+from .registry import get_pipeline, pipelines
 from .timefmt import format_time, parse_time
 
 
@@ -72,8 +72,8 @@ def reprocess_arguments(
     `from_timestamp` (an ISO-8601 time at or before the primary input's latest commit) must be given.
     Raises BadInputError or OffsetOutOfRangeError with the reason.
     """
-    if not isinstance(pipeline, str) or pipeline not in PIPELINES:
-        raise BadInputError(f"unknown pipeline {pipeline!r}; pipelines are: {', '.join(sorted(PIPELINES))}")
+    if not isinstance(pipeline, str) or pipeline not in pipelines():
+        raise BadInputError(f"unknown pipeline {pipeline!r}; pipelines are: {', '.join(sorted(pipelines()))}")
     primary = get_pipeline(pipeline).primary
     if not isinstance(dry_run, bool):
         raise BadInputError(f"dry_run must be true or false, got {dry_run!r}")
@@ -136,8 +136,8 @@ def lookback_arguments(lake: Lake, pipeline: str, since: datetime) -> tuple[list
 
 def reset_arguments(pipeline: object, dry_run: object = True) -> tuple[list[str], str]:
     """Check a reset request; return the arguments after `reset PIPELINE` and a one-line summary."""
-    if not isinstance(pipeline, str) or pipeline not in PIPELINES:
-        raise BadInputError(f"unknown pipeline {pipeline!r}; pipelines are: {', '.join(sorted(PIPELINES))}")
+    if not isinstance(pipeline, str) or pipeline not in pipelines():
+        raise BadInputError(f"unknown pipeline {pipeline!r}; pipelines are: {', '.join(sorted(pipelines()))}")
     if not isinstance(dry_run, bool):
         raise BadInputError(f"dry_run must be true or false, got {dry_run!r}")
     if dry_run:

@@ -20,16 +20,15 @@ from .delta_rs import table_version
 from .errors import BadInputError, UnknownTableError
 from .lake import Lake, resolve_lake
 from .schema import Type, arrow_schema
-from .tables import INPUTS, LINE, SYSTEM, Table
+from .tables import LINE, Table
 from .timefmt import format_time, parse_time
 
 
 def all_tables() -> dict[str, Table]:
     """Every table a user can name: inputs, pipeline outputs, and the system tables."""
-    from .pipelines import PIPELINES
+    from .registry import current
 
-    outputs = {t.name: t for p in PIPELINES.values() for t in p.outputs}
-    return {**INPUTS, **outputs, **SYSTEM}
+    return current().tables()
 
 
 def table_spec(name: str) -> Table:

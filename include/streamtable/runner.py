@@ -8,11 +8,13 @@ group: it records how far each input was consumed.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,14 +25,16 @@ from deltalake import write_deltalake
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
-from .batch import COMMITTED_AT, HEARTBEAT, SOURCE, VERSION, Batch, BatchSummary, RunContext, Staging
+from .batch import COMMIT_VERSION, COMMITTED_AT, HEARTBEAT, SOURCE, Batch, BatchSummary, RunContext, Staging
 from .delta_rs import table_version
+from .errors import PipelineCodeError, StreamtableError
 from .ingest import INPUT_TABLE_PROPERTIES
 from .lake import Lake
 from .offsets import commit_time
+from .pipeline import Pipeline
 from .progress import BatchProgress, Stages, record
+from .registry import get_input
 from .schema import arrow_schema
-from .tables import INPUTS
 from .timefmt import as_utc, format_time, system_clock
 
 log = logging.getLogger("streamtable")
@@ -66,7 +70,7 @@ def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
     for name in names:
         path = lake.table_path(name)
         if table_version(path) is None:
-            table = INPUTS[name]
+            table = get_input(name)
             write_deltalake(
                 path,
                 pa.Table.from_pylist([], schema=arrow_schema(table.stored_columns)),
@@ -178,11 +182,11 @@ class BatchHandler:
                 records,
                 self.clock(),
                 newest=max((as_utc(r["t"]) for r in stats if r["t"] is not None), default=None),
+                versions={r[SOURCE]: int(r["version"]) for r in stats},
             )
             with stages.time("compute"):
-                self.ctx.pipeline.process(batch)
+                run_process(self.ctx.pipeline, batch)
             batch.finish(
-                {r[SOURCE]: int(r["version"]) for r in stats},
                 sum(r["n"] for r in stats),
                 min((self._committed_at(r) for r in stats), default=None),
                 stages,
@@ -197,10 +201,10 @@ class BatchHandler:
             records.where(F.col(SOURCE) != HEARTBEAT)
             .groupBy(SOURCE)
             .agg(
-                F.max(VERSION).alias("version"),
+                F.max(COMMIT_VERSION).alias("version"),
                 F.count("*").alias("n"),
                 F.max("event_time").alias("t"),
-                F.min(VERSION).alias("first"),
+                F.min(COMMIT_VERSION).alias("first"),
                 F.min(COMMITTED_AT).alias("committed"),
             )
             .collect()
@@ -209,6 +213,21 @@ class BatchHandler:
     def _committed_at(self, stats: Row) -> datetime:
         """When a batch's first version of one input was committed, from the same log entry `status` reads."""
         return commit_time(self.ctx.lake, stats[SOURCE], stats["first"]) or as_utc(stats["committed"])
+
+
+def run_process(pipeline: Pipeline, batch: Batch) -> None:
+    """`pipeline.process(batch)`; an error raised in the pipeline's own file names that file and line."""
+    try:
+        pipeline.process(batch)
+    except StreamtableError:
+        raise
+    except Exception as e:
+        file = inspect.getsourcefile(pipeline.process)
+        line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == file), None)
+        if line is None:
+            raise
+        text = str(e).strip()
+        raise PipelineCodeError(f"{file}:{line}: {type(e).__name__}: {text.splitlines()[0] if text else ''}") from e
 
 
 class Stopping(Exception):

@@ -9,6 +9,8 @@ import pyarrow as pa
 
 
 class Type(Enum):
+    """A column's type: `Type.STRING`, `LONG` (64-bit), `DOUBLE`, `BOOLEAN`, `TIMESTAMP` (UTC, microseconds)."""
+
     STRING = "string"
     LONG = "long"
     TIMESTAMP = "timestamp"
@@ -28,6 +30,11 @@ class Type(Enum):
 
 @dataclass(frozen=True)
 class Column:
+    """A column of a table: a record without a value for it is quarantined unless it is `nullable`.
+
+    Column("region", Type.STRING, nullable=True)
+    """
+
     name: str
     type: Type
     nullable: bool = False

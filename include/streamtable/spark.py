@@ -29,9 +29,12 @@ def get_spark(app_name: str = "streamtable") -> SparkSession:
     The master comes from spark-submit when there is one, else from $STREAMTABLE_SPARK_MASTER
     (default `local[2]`). Tables are always addressed by path, so no Derby metastore is created.
     """
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
+    spark = SparkSession.getActiveSession() or _new_session(app_name)
+    ship_user_code()
+    return spark
+
+
+def _new_session(app_name: str) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local jobs never listen beyond loopback
     level = os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "fatal")
@@ -58,5 +61,18 @@ def get_spark(app_name: str = "streamtable") -> SparkSession:
         builder = builder.master(os.environ.get("STREAMTABLE_SPARK_MASTER", "local[2]")).config(
             "spark.driver.memory", os.environ.get("STREAMTABLE_DRIVER_MEMORY", "4g")
         )
-    spark = builder.getOrCreate()
-    return spark
+    return builder.getOrCreate()
+
+
+def ship_user_code() -> None:
+    """Pickle the functions of the user's pipeline files by value, so they travel with the Spark job.
+
+    Executors (a cluster's, or the local Python workers) cannot import those files by name: the user's
+    folder is not on their machines, and each file is loaded under a name of its own.
+    """
+    from pyspark import cloudpickle
+
+    from .registry import current
+
+    for module in current().user_modules:
+        cloudpickle.register_pickle_by_value(module)

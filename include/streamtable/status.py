@@ -14,8 +14,8 @@ from deltalake import DeltaTable
 
 from .delta_rs import table_version
 from .lake import Lake
-from .pipelines import get_pipeline
 from .progress import committed, history
+from .registry import get_pipeline
 from .timefmt import format_time
 
 

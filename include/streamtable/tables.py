@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from .schema import Column, Type
@@ -12,6 +16,24 @@ S, L, TS, D = Type.STRING, Type.LONG, Type.TIMESTAMP, Type.DOUBLE
 # Columns every input row carries besides its declared ones: the line of the ingested file (0-based),
 # which with the Delta commit version orders records exactly as they were ingested.
 LINE = "_line"
+
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def declaration_site() -> str | None:
+    """`file:line` of the code that declared a table or pipeline.
+
+    That is the first caller outside streamtable's own modules (the built-in pipeline modules are callers).
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        inside = PACKAGE_DIR in path.parents and path.parent.name != "pipelines"
+        if not inside and frame.f_code.co_filename != "<string>":
+            return f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
 
 
 @dataclass(frozen=True)
@@ -51,6 +73,23 @@ class Table:
     time_column: str | None = None
     rules: tuple[Rule, ...] = ()
     keep_raw: bool = False  # input only: also store the whole JSON object of each record in `raw`
+    declared_at: str | None = field(default=None, compare=False, repr=False)  # "file:line" of the declaration
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.columns]
+        problems = [f"column {n!r} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
+        problems += [f"key {k!r} is not a column" for k in self.keys if k not in names]
+        problems += [f"rule on {r.column!r}, which is not a column" for r in self.rules if r.column not in names]
+        if self.kind not in ("input", "table", "stream"):
+            problems.append(f"kind {self.kind!r} is not input, table or stream")
+        if self.time_column is not None and self.time_column not in names:
+            problems.append(f"time column {self.time_column!r} is not a column")
+        elif self.kind == "input" and self.time_column is not None:
+            if next(c for c in self.columns if c.name == self.time_column).type is not TS:
+                problems.append(f"time column {self.time_column!r} is not a timestamp")
+        if problems:
+            raise ValueError(f"table {self.name!r}: " + "; ".join(problems))
+        object.__setattr__(self, "declared_at", self.declared_at or declaration_site())
 
     @property
     def sort_columns(self) -> tuple[str, ...]:
@@ -69,72 +108,64 @@ class Table:
         return self.columns + raw + (Column(LINE, L),)
 
 
-def _input(
+def changelog(
     name: str,
-    columns: tuple[Column, ...],
-    keys: tuple[str, ...] = (),
-    rules: tuple[Rule, ...] = (),
+    columns: Sequence[Column],
+    keys: Sequence[str] = (),
+    rules: Sequence[Rule] = (),
+    time_column: str = "event_time",
     keep_raw: bool = False,
 ) -> Table:
-    return Table(name, columns, "input", keys=keys, time_column="event_time", rules=rules, keep_raw=keep_raw)
+    """An input changelog users `ingest` JSON lines into: its columns, its key, its event time and its record rules.
+
+    A record that lacks a non-nullable column, has a value of the wrong type, or breaks a rule goes to
+    `quarantine` with the reason. `keys` make it the changelog of a table (a later record replaces the
+    earlier one of its key; a null value deletes it), as `user_regions` is.
+
+        user_regions = changelog(
+            "user_regions",
+            [Column("user", S), Column("region", S, nullable=True), Column("event_time", Type.TIMESTAMP)],
+            keys=["user"],
+            rules=[non_empty("user")],
+        )
+    """
+    return Table(
+        name, tuple(columns), "input", keys=tuple(keys), time_column=time_column, rules=tuple(rules), keep_raw=keep_raw
+    )
 
 
-def _non_empty(*columns: str) -> tuple[Rule, ...]:
-    return tuple(Rule("non_empty", c) for c in columns)
+def table(name: str, columns: Sequence[Column], keys: Sequence[str]) -> Table:
+    """An output (or state store) kept by key: a batch's rows replace the rows with the same keys.
+
+    clicks = table("clicks_per_region", [Column("region", Type.STRING), Column("clicks", Type.LONG)], keys=["region"])
+    """
+    return Table(name, tuple(columns), "table", keys=tuple(keys))
+
+
+def stream(name: str, columns: Sequence[Column], time_column: str | None = None) -> Table:
+    """An append-only output: every batch adds rows, none is ever changed (`show` orders by `time_column`).
+
+    calls = stream("calls", [Column("user1", Type.STRING), Column("ts", Type.TIMESTAMP)], time_column="ts")
+    """
+    return Table(name, tuple(columns), "stream", time_column=time_column)
+
+
+def non_empty(column: str) -> Rule:
+    """Rule: the string `column` is not `""` (a record with an empty one is quarantined)."""
+    return Rule("non_empty", column)
+
+
+def at_least(column: str, value: Any) -> Rule:
+    """Rule: `column` >= `value` (a record below it is quarantined)."""
+    return Rule("at_least", column, value)
+
+
+def one_of(column: str, values: Sequence[Any]) -> Rule:
+    """Rule: `column` is one of `values` (a record with another value is quarantined)."""
+    return Rule("one_of", column, tuple(values))
 
 
 EVENT_TIME = Column("event_time", TS)
-
-INPUTS: dict[str, Table] = {
-    t.name: t
-    for t in (
-        _input(
-            "user_clicks",
-            (Column("user", S), Column("clicks", L), EVENT_TIME),
-            rules=_non_empty("user") + (Rule("at_least", "clicks", 0),),
-        ),
-        _input(
-            "user_regions",
-            (Column("user", S), Column("region", S, nullable=True), EVENT_TIME),
-            keys=("user",),
-            rules=_non_empty("user"),
-        ),
-        _input(
-            "user_presence",
-            (Column("user", S), Column("action", S), EVENT_TIME),
-            keys=("user",),
-            rules=_non_empty("user") + (Rule("one_of", "action", ("Open", "Close")),),
-        ),
-        _input("ticks", (Column("user", S), EVENT_TIME), rules=_non_empty("user")),
-        _input(
-            "call_analytics",
-            (Column("user1", S), Column("user2", S), EVENT_TIME, Column("analytics", S)),
-            rules=_non_empty("user1", "user2"),
-        ),
-        _input(
-            "call_metrics",
-            (Column("user1", S), Column("user2", S), EVENT_TIME, Column("metrics", S)),
-            rules=_non_empty("user1", "user2"),
-        ),
-        _input(
-            "app_logs",
-            (EVENT_TIME, Column("logger_name", S), Column("browserHash", S), Column("message", S)),
-            rules=_non_empty("browserHash"),
-            keep_raw=True,
-        ),
-        _input("text_lines", (Column("line", S), EVENT_TIME)),
-        _input(
-            "inventory_events",
-            (Column("store", S), Column("item", S), Column("quantity", L), EVENT_TIME),
-            rules=_non_empty("store", "item"),
-        ),
-        _input(
-            "play_events",
-            (Column("user", S), Column("song_id", L), Column("duration", L), EVENT_TIME),
-            rules=_non_empty("user") + (Rule("at_least", "duration", 0),),
-        ),
-    )
-}
 
 QUARANTINE = Table(
     "quarantine",

@@ -1,8 +1,9 @@
-"""`streamtable emit-ticks`: one tick per user ever seen in `user_presence`, appended to `ticks` (no Spark).
+"""`streamtable emit-ticks`: for each pipeline that declares `Ticks`, one tick per key ever seen (no Spark).
 
 The seed's wall-clock punctuator: ticks are the reminder instants `presence_notifications` joins
-against presence. Users are read with delta-rs; the ticks go through ingest's append path (one Delta
-commit), so the command starts in well under a second.
+against presence (one tick per user ever seen in `user_presence`, appended to `ticks`). Keys are read
+with delta-rs; the ticks go through ingest's append path (one Delta commit), so the command starts in
+well under a second.
 
 Emitting at an instant is idempotent: a user who already has a tick at exactly that instant gets no
 second one, so a retried scheduler task (which passes the same `--at`) never doubles a reminder.
@@ -19,9 +20,9 @@ from deltalake import DeltaTable
 from .delta_rs import table_version
 from .ingest import IngestResult, append_rows
 from .lake import Lake
-from .tables import INPUTS, LINE
-
-PRESENCE, TICKS = "user_presence", "ticks"
+from .pipeline import Ticks
+from .registry import get_input, pipelines
+from .tables import LINE
 
 
 def now() -> datetime:
@@ -37,13 +38,19 @@ def _column(lake: Lake, table: str, column: str, where: ds.Expression | None = N
     return DeltaTable(path).to_pyarrow_dataset().to_table(columns=[column], filter=where)[column].to_pylist()
 
 
-def emit_ticks(lake: Lake, at: datetime | None = None) -> IngestResult:
-    """Append a tick at `at` (default: now) for every user that ever appeared in user_presence.
-
-    A user that already has a tick at `at` in the ticks table gets none.
-    """
+def emit_ticks(lake: Lake, at: datetime | None = None) -> list[IngestResult]:
+    """Append the ticks at `at` (default: now) of every pipeline that declares them, one result per pipeline."""
     at = now() if at is None else at.astimezone(UTC)
-    users = set(_column(lake, PRESENCE, "user"))
-    ticked = set(_column(lake, TICKS, "user", where=pc.field("event_time") == pc.scalar(at)))
-    rows = [{"user": user, "event_time": at, LINE: line} for line, user in enumerate(sorted(users - ticked))]
-    return IngestResult(TICKS, len(rows), 0, append_rows(lake, INPUTS[TICKS], rows))
+    return [emit(lake, p.ticks, at) for p in pipelines().values() if p.ticks is not None]
+
+
+def emit(lake: Lake, ticks: Ticks, at: datetime) -> IngestResult:
+    """Append a tick at `at` to `ticks.into` for every key that ever appeared in `ticks.seen_in`.
+
+    A key that already has a tick at `at` gets none.
+    """
+    table = get_input(ticks.into)
+    keys = set(_column(lake, ticks.seen_in, ticks.key))
+    ticked = set(_column(lake, ticks.into, ticks.key, where=pc.field(table.time_column) == pc.scalar(at)))
+    rows = [{ticks.key: key, table.time_column: at, LINE: line} for line, key in enumerate(sorted(keys - ticked))]
+    return IngestResult(ticks.into, len(rows), 0, append_rows(lake, table, rows))

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ..batch import VERSION
+from ..batch import COMMIT_VERSION
 from ..tables import LINE
 
 
@@ -16,12 +16,12 @@ def versioned(changelog: DataFrame, key: str, values: Sequence[str], time: str =
 
     Of records with equal times the later-ingested wins.
     """
-    order = Window.partitionBy(key).orderBy("valid_from", VERSION, LINE)
+    order = Window.partitionBy(key).orderBy("valid_from", COMMIT_VERSION, LINE)
     return (
-        changelog.select(key, *values, F.col(time).alias("valid_from"), VERSION, LINE)
+        changelog.select(key, *values, F.col(time).alias("valid_from"), COMMIT_VERSION, LINE)
         .withColumn("valid_to", F.lead("valid_from").over(order))
         .where(F.col("valid_to").isNull() | (F.col("valid_to") > F.col("valid_from")))
-        .drop(VERSION, LINE)
+        .drop(COMMIT_VERSION, LINE)
     )
 
 

@@ -16,25 +16,26 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from .. import expectations as expect
-from ..pipeline import Pipeline
-from ..schema import Column, Type
-from ..tables import Table
+from streamtable import Column, Pipeline, Type, changelog, expect, non_empty, table
 
 if TYPE_CHECKING:
-    from ..batch import Batch
+    from streamtable import Batch
 
 S, L, TS = Type.STRING, Type.LONG, Type.TIMESTAMP
 CAPTCHA_THRESHOLD = 5
 SIZE, ADVANCE, GRACE = timedelta(seconds=5), timedelta(seconds=2), timedelta(seconds=10)
+APP_LOGS = changelog(
+    "app_logs",
+    [Column("event_time", TS), Column("logger_name", S), Column("browserHash", S), Column("message", S)],
+    rules=[non_empty("browserHash")],
+    keep_raw=True,
+)
 
 
 def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
-    from ..operators.aggregate import add_to_totals
-    from ..operators.table_join import RETRACT, table_left_join
-    from ..operators.windows import Windows, count_in_windows
+    from streamtable import RETRACT, Windows, add_to_totals, count_in_windows, table_left_join
 
     logs = batch.new("app_logs").withColumnRenamed("browserHash", "browser_hash")
     verifies = (F.col("logger_name") == "CaptchaValidator") & (F.col("message") == "verified")
@@ -88,22 +89,15 @@ PIPELINE = Pipeline(
     doc=__doc__,
     streams=("app_logs",),
     outputs=(
-        Table(
-            "browser_action_counts", (Column("browser_hash", S), Column("actions", L)), "table", keys=("browser_hash",)
-        ),
-        Table("captcha_requests", (Column("browser_hash", S), Column("actions", L)), "table", keys=("browser_hash",)),
-        Table(
+        table("browser_action_counts", [Column("browser_hash", S), Column("actions", L)], keys=["browser_hash"]),
+        table("captcha_requests", [Column("browser_hash", S), Column("actions", L)], keys=["browser_hash"]),
+        table(
             "browser_action_windows",
-            (Column("browser_hash", S), Column("window_start", TS), Column("window_end", TS), Column("actions", L)),
-            "table",
-            keys=("browser_hash", "window_start"),
+            [Column("browser_hash", S), Column("window_start", TS), Column("window_end", TS), Column("actions", L)],
+            keys=["browser_hash", "window_start"],
         ),
     ),
-    state=(
-        Table(
-            "verified_browsers", (Column("browser_hash", S), Column("verified_at", TS)), "table", keys=("browser_hash",)
-        ),
-    ),
+    state=(table("verified_browsers", [Column("browser_hash", S), Column("verified_at", TS)], keys=["browser_hash"]),),
     process=process,
     metrics=("actions",),
     suites=(

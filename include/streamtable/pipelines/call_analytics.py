@@ -12,16 +12,23 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from .. import expectations as expect
-from ..pipeline import Pipeline
-from ..schema import Column, Type
-from ..tables import Table
+from streamtable import Column, Pipeline, Type, changelog, expect, non_empty, stream, table
 
 if TYPE_CHECKING:
-    from ..batch import Batch
+    from streamtable import Batch
 
 S, TS, L = Type.STRING, Type.TIMESTAMP, Type.LONG
 KEYS = ("user1", "user2")
+CALL_ANALYTICS = changelog(
+    "call_analytics",
+    [Column("user1", S), Column("user2", S), Column("event_time", TS), Column("analytics", S)],
+    rules=[non_empty("user1"), non_empty("user2")],
+)
+CALL_METRICS = changelog(
+    "call_metrics",
+    [Column("user1", S), Column("user2", S), Column("event_time", TS), Column("metrics", S)],
+    rules=[non_empty("user1"), non_empty("user2")],
+)
 EVENT = (
     Column("user1", S),
     Column("user2", S),
@@ -33,22 +40,21 @@ EVENT = (
     Column("_line", L),
 )
 EVENT_KEY = ("user1", "user2", "side", "_commit_version", "_line")
-CALLS = Table(
+CALLS = stream(
     "calls",
-    (
+    [
         Column("user1", S),
         Column("user2", S),
         Column("ts", TS),
         Column("analytics", S, nullable=True),
         Column("metrics", S, nullable=True),
-    ),
-    "stream",
+    ],
     time_column="ts",
 )
-OPEN = Table("open_call_events", EVENT, "table", keys=EVENT_KEY)
-HISTORY = Table(
+OPEN = table("open_call_events", EVENT, keys=EVENT_KEY)
+HISTORY = table(
     "call_history",
-    (
+    [
         Column("user1", S),
         Column("user2", S),
         Column("side", S),
@@ -56,8 +62,7 @@ HISTORY = Table(
         Column("call_ts", TS),
         Column("_commit_version", L),
         Column("_line", L),
-    ),
-    "table",
+    ],
     keys=EVENT_KEY,
 )
 SIDES = {"call_analytics": ("left", "analytics"), "call_metrics": ("right", "metrics")}
@@ -66,7 +71,7 @@ SIDES = {"call_analytics": ("left", "analytics"), "call_metrics": ("right", "met
 def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
-    from ..operators.stream_join import JoinWindow, outer_join_within
+    from streamtable import JoinWindow, outer_join_within
 
     def events(table: str):
         side, payload = SIDES[table]
@@ -143,6 +148,7 @@ PIPELINE = Pipeline(
     state=(OPEN, HISTORY),
     process=process,
     wall_clock=True,
+    schedule="* * * * *",  # the wall-clock close lags its deadline by at most a minute plus a run
     suites=(
         expect.Suite(
             CALLS.name,

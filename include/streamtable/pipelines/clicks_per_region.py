@@ -9,20 +9,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import expectations as expect
-from ..pipeline import Pipeline
-from ..schema import Column, Type
-from ..tables import Table
+from streamtable import Column, Pipeline, Type, at_least, changelog, expect, non_empty, table
 
 if TYPE_CHECKING:
-    from ..batch import Batch
+    from streamtable import Batch
+
+
+S, L, TS = Type.STRING, Type.LONG, Type.TIMESTAMP
+USER_CLICKS = changelog(
+    "user_clicks",
+    [Column("user", S), Column("clicks", L), Column("event_time", TS)],
+    rules=[non_empty("user"), at_least("clicks", 0)],
+)
+USER_REGIONS = changelog(
+    "user_regions",
+    [Column("user", S), Column("region", S, nullable=True), Column("event_time", TS)],
+    keys=["user"],
+    rules=[non_empty("user")],
+)
 
 
 def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
-    from ..operators.aggregate import add_to_totals
-    from ..operators.asof_join import asof_join
+    from streamtable import add_to_totals, asof_join
 
     clicks = batch.new("user_clicks")
     enriched = asof_join(clicks, batch.table("user_regions"), key="user", values=["region"])
@@ -38,11 +48,7 @@ PIPELINE = Pipeline(
     doc=__doc__,
     streams=("user_clicks",),
     tables=("user_regions",),
-    outputs=(
-        Table(
-            "clicks_per_region", (Column("region", Type.STRING), Column("clicks", Type.LONG)), "table", keys=("region",)
-        ),
-    ),
+    outputs=(table("clicks_per_region", [Column("region", S), Column("clicks", L)], keys=["region"]),),
     process=process,
     metrics=("clicks",),
     suites=(

@@ -10,19 +10,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import expectations as expect
-from ..pipeline import Pipeline
-from ..schema import Column, Type
-from ..tables import Table
+from streamtable import Column, Pipeline, Type, changelog, expect, non_empty, table
 
 if TYPE_CHECKING:
-    from ..batch import Batch
+    from streamtable import Batch
+
+
+S, L = Type.STRING, Type.LONG
+INVENTORY_EVENTS = changelog(
+    "inventory_events",
+    [Column("store", S), Column("item", S), Column("quantity", L), Column("event_time", Type.TIMESTAMP)],
+    rules=[non_empty("store"), non_empty("item")],
+)
 
 
 def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
-    from ..operators.aggregate import add_to_totals
+    from streamtable import add_to_totals
 
     events = batch.new("inventory_events").select("store", "item", "quantity")
     batch.upsert("inventory", add_to_totals(batch.current("inventory"), events, ["store", "item"], "quantity"))
@@ -34,12 +39,7 @@ PIPELINE = Pipeline(
     doc=__doc__,
     streams=("inventory_events",),
     outputs=(
-        Table(
-            "inventory",
-            (Column("store", Type.STRING), Column("item", Type.STRING), Column("quantity", Type.LONG)),
-            "table",
-            keys=("store", "item"),
-        ),
+        table("inventory", [Column("store", S), Column("item", S), Column("quantity", L)], keys=["store", "item"]),
     ),
     process=process,
     metrics=("quantity",),

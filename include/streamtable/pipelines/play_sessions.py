@@ -19,16 +19,23 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from .. import expectations as expect
-from ..pipeline import Pipeline
-from ..schema import Column, Type
-from ..tables import Table
+from streamtable import Column, Pipeline, Type, at_least, changelog, expect, non_empty, table
 
 if TYPE_CHECKING:
-    from ..batch import Batch
+    from streamtable import Batch
 
 EVENTS, SESSIONS = "play_events", "play_sessions"
 GAP, GRACE = timedelta(minutes=30), timedelta(minutes=5)
+PLAY_EVENTS = changelog(
+    EVENTS,
+    [
+        Column("user", Type.STRING),
+        Column("song_id", Type.LONG),
+        Column("duration", Type.LONG),
+        Column("event_time", Type.TIMESTAMP),
+    ],
+    rules=[non_empty("user"), at_least("duration", 0)],
+)
 COLUMNS = (
     Column("user", Type.STRING),
     Column("session_start", Type.TIMESTAMP),
@@ -41,7 +48,7 @@ COLUMNS = (
 def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
-    from ..operators.session_windows import Aggregate, SessionWindows, aggregate_sessions
+    from streamtable import Aggregate, SessionWindows, aggregate_sessions
 
     events = batch.new(EVENTS).select("user", "song_id", "duration", "event_time")
     changes = aggregate_sessions(
@@ -68,7 +75,7 @@ PIPELINE = Pipeline(
     name="play_sessions",
     doc=__doc__,
     streams=(EVENTS,),
-    outputs=(Table(SESSIONS, COLUMNS, "table", keys=("user", "session_start")),),
+    outputs=(table(SESSIONS, COLUMNS, keys=["user", "session_start"]),),
     process=process,
     metrics=("plays",),
     suites=(

@@ -37,13 +37,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from .. import expectations as expect
-from ..pipeline import Pipeline
-from ..schema import Column, Type
-from ..tables import Table
+from streamtable import Column, Pipeline, Ticks, Type, changelog, expect, non_empty, one_of, stream, table
 
 if TYPE_CHECKING:
-    from ..batch import Batch
+    from streamtable import Batch
 
 NAME = "presence_notifications"
 PRESENCE, TICKS = "user_presence", "ticks"
@@ -51,14 +48,21 @@ NOTIFICATIONS, COUNTS = "notifications", "notification_counts"
 MESSAGE = "You are not currently viewing Facebook."  # the seed's helpful notification, for both sources
 SIZE, ADVANCE, GRACE = timedelta(minutes=10), timedelta(minutes=1), timedelta(minutes=5)
 ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"  # the contract's JSON time format (the session time zone is UTC)
+EVERY = 5  # minutes between ticks (and micro-batches)
+S, TS, L = Type.STRING, Type.TIMESTAMP, Type.LONG
+USER_PRESENCE = changelog(
+    PRESENCE,
+    [Column("user", S), Column("action", S), Column("event_time", TS)],
+    keys=["user"],
+    rules=[non_empty("user"), one_of("action", ["Open", "Close"])],
+)
+TICKS_INPUT = changelog(TICKS, [Column("user", S), Column("event_time", TS)], rules=[non_empty("user")])
 
 
 def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
-    from ..batch import VERSION
-    from ..operators.asof_join import asof_join
-    from ..operators.windows import Windows, count_in_windows
+    from streamtable import COMMIT_VERSION, Windows, asof_join, count_in_windows
 
     windows = Windows(size=SIZE, advance=ADVANCE, grace=GRACE)
 
@@ -79,13 +83,15 @@ def process(batch: Batch) -> None:
         )
 
     # batch.new() has the columns of every stream of the run (nulls for the others' columns): keep our own.
-    presence = batch.new(PRESENCE).select("user", "action", "event_time", VERSION)
+    presence = batch.new(PRESENCE).select("user", "action", "event_time", COMMIT_VERSION)
     ticks = batch.new(TICKS).select("user", "event_time")
 
     closes = notification(
         presence.where(F.col("action") == "Close"), "close", PRESENCE, ("user", "action", "event_time")
     )
-    state = asof_join(ticks, consumed_presence(batch, presence), key="user", values=["action"])
+    # The presence consumed so far (not records ingested while the run computes), so a run is a function of
+    # its offsets: those records are consumed, with the ticks after them, next run.
+    state = asof_join(ticks, batch.consumed(PRESENCE), key="user", values=["action"])
     reminders = notification(state.where(F.col("action") == "Close"), "tick", TICKS, ("user", "event_time"))
     notifications = closes.unionByName(reminders).persist()
     try:
@@ -117,45 +123,25 @@ def process(batch: Batch) -> None:
         notifications.unpersist()
 
 
-def consumed_presence(batch: Batch, new_presence):
-    """The presence changelog up to the last version this run consumed (earlier runs included).
-
-    `batch.table` reads the table as it is when `process` runs, which may already hold records ingested
-    after the run's offsets were fixed; bounding it keeps a run (and its recomputation after a crash)
-    a function of its offsets, and those records are consumed, with the ticks after them, next run.
-    """
-    from pyspark.sql import functions as F
-
-    from ..batch import PROGRESS, VERSION
-
-    earlier = batch.current(PROGRESS).select(F.col("input_versions")[PRESENCE].alias("v"))
-    versions = earlier.unionByName(new_presence.select(F.col(VERSION).alias("v")))
-    bound = versions.agg(F.max("v")).head(1)[0][0]  # a global aggregate: one row
-    table = batch.table(PRESENCE)
-    return table.where(F.col(VERSION) <= F.lit(bound)) if bound is not None else table.limit(0)
-
-
-S, TS, L = Type.STRING, Type.TIMESTAMP, Type.LONG
-
 PIPELINE = Pipeline(
     name=NAME,
     doc=__doc__,
     streams=(PRESENCE, TICKS),
     outputs=(
-        Table(
+        stream(
             NOTIFICATIONS,
-            (Column("user", S), Column("event_time", TS), Column("source", S), Column("message", S)),
-            "stream",
+            [Column("user", S), Column("event_time", TS), Column("source", S), Column("message", S)],
             time_column="event_time",
         ),
-        Table(
+        table(
             COUNTS,
-            (Column("user", S), Column("window_start", TS), Column("window_end", TS), Column("count", L)),
-            "table",
-            keys=("user", "window_start"),
+            [Column("user", S), Column("window_start", TS), Column("window_end", TS), Column("count", L)],
+            keys=["user", "window_start"],
         ),
     ),
     process=process,
+    schedule=f"*/{EVERY} * * * *",
+    ticks=Ticks(into=TICKS, key="user", seen_in=PRESENCE),
     suites=(
         # A stream's suite sees the rows a run appends (and the whole table in `streamtable validate`).
         expect.Suite(

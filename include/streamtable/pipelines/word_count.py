@@ -12,23 +12,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import expectations as expect
-from ..pipeline import Pipeline
-from ..schema import Column, Type
-from ..tables import Table
+from streamtable import Column, Pipeline, Type, changelog, expect, table
 
 if TYPE_CHECKING:
-    from ..batch import Batch
+    from streamtable import Batch
 
 # Java regex (Spark's): \p{..} classes are Unicode categories. A word is lower-cased after it is cut out
 # of the line, so Java's context-dependent lower-casing (a final sigma) sees the word alone.
 WORD = r"[\p{L}\p{N}][\p{L}\p{M}\p{N}]*"
 
 
+TEXT_LINES = changelog("text_lines", [Column("line", Type.STRING), Column("event_time", Type.TIMESTAMP)])
+
+
 def process(batch: Batch) -> None:
     from pyspark.sql import functions as F
 
-    from ..operators.aggregate import add_to_totals
+    from streamtable import add_to_totals
 
     lines = batch.new("text_lines")
     words = lines.select(F.explode(F.regexp_extract_all("line", F.lit(WORD), 0)).alias("word")).select(
@@ -46,7 +46,7 @@ PIPELINE = Pipeline(
     name="word_count",
     doc=__doc__,
     streams=("text_lines",),
-    outputs=(Table("word_counts", (Column("word", Type.STRING), Column("count", Type.LONG)), "table", keys=("word",)),),
+    outputs=(table("word_counts", [Column("word", Type.STRING), Column("count", Type.LONG)], keys=["word"]),),
     process=process,
     metrics=("words",),
     suites=(

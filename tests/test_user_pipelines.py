@@ -1,0 +1,336 @@
+"""Pipelines as the user's code: the public API, a folder of pipeline files, their errors, their DAGs, a cluster.
+
+The user's pipeline is the one of docs/your-own-pipeline.md, taken from the guide's text (the guide itself is run
+by tests/test_docs.py); its results are checked against `orders_model`, written here from the guide's prose.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import streamtable
+from helpers import BIN, DAGS, ROOT, airflow_env, cli, last_json, run_python
+from streamtable import registry
+from streamtable.delta_rs import table_version
+from streamtable.errors import BadInputError, PipelineCodeError
+from streamtable.ingest import ingest_lines
+from streamtable.lake import Lake
+from streamtable.lifecycle import run
+from streamtable.reader import rows
+
+GUIDE = ROOT / "docs" / "your-own-pipeline.md"
+BUILT_IN = ROOT / "include" / "streamtable" / "pipelines"
+
+
+def guide_file(title: str) -> str:
+    """The text of the guide's block fenced with `title="~/..."`."""
+    m = re.search(rf'^```\w+ title="{re.escape(title)}"\n(.*?)^```$', GUIDE.read_text(), re.S | re.M)
+    assert m, f"the guide has no block titled {title}"
+    return m.group(1)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A folder holding the guide's orders pipeline."""
+    path = tmp_path / "my_pipelines"
+    path.mkdir()
+    (path / "orders.py").write_text(guide_file("~/my_pipelines/orders.py"))
+    return path
+
+
+@pytest.fixture
+def use_folder(folder: Path, monkeypatch):
+    """This process loads the guide's folder (and forgets it after the test)."""
+    monkeypatch.setenv(registry.ENV, str(folder))
+    registry.current.cache_clear()
+    yield folder
+    registry.current.cache_clear()
+
+
+def order(order_id: str, customer: str, amount: int, at: str) -> str:
+    return json.dumps({"order_id": order_id, "customer": customer, "amount": amount, "event_time": f"2026-03-01T{at}Z"})
+
+
+def orders_model(runs: list[list[tuple[str, int, str]]]) -> dict[str, dict]:
+    """The guide's semantics, run by run: totals, large orders, hourly counts (grace 10 min), late orders."""
+    revenue: dict[str, int] = {}
+    large: dict[str, int] = {}
+    hourly: dict[tuple[str, datetime], int] = {}
+    late: list[str] = []
+    stream_time: datetime | None = None
+    for records in runs:
+        for customer, amount, at in records:
+            t = datetime.fromisoformat(f"2026-03-01T{at}+00:00")
+            revenue[customer] = revenue.get(customer, 0) + amount
+            if amount >= 100:
+                large[customer] = large.get(customer, 0) + 1
+            start = t.replace(minute=0, second=0)
+            if stream_time is not None and start + timedelta(hours=1, minutes=10) <= stream_time:
+                late.append(f"{customer}@{at}")
+            else:
+                hourly[(customer, start)] = hourly.get((customer, start), 0) + 1
+        stream_time = max(
+            [stream_time or datetime.min.replace(tzinfo=UTC)]
+            + [datetime.fromisoformat(f"2026-03-01T{at}+00:00") for _, _, at in records]
+        )
+    return {"revenue": revenue, "large_orders": large, "hourly_orders": hourly, "late": late}
+
+
+def outputs(lake: Lake) -> dict[str, dict]:
+    return {
+        "revenue": {r["customer"]: r["amount"] for r in rows(lake, "revenue")},
+        "large_orders": {r["customer"]: r["orders"] for r in rows(lake, "large_orders")},
+        "hourly_orders": {(r["customer"], r["window_start"]): r["orders"] for r in rows(lake, "hourly_orders")},
+        "late": [
+            f"{json.loads(r['raw'])['customer']}@{json.loads(r['raw'])['event_time'][11:19]}"
+            for r in rows(lake, "late_events")
+        ],
+    }
+
+
+RUNS = [
+    [("ann", 120, "10:05:00"), ("bob", 30, "10:20:00"), ("ann", 35, "10:50:00"), ("bob", 200, "11:30:00")],
+    [("ann", 15, "10:40:00"), ("cy", 100, "11:59:59")],
+    [("bob", 5, "11:05:00"), ("cy", 1, "13:00:00")],
+]
+
+
+def order_lines(records: list[tuple[str, int, str]], first_id: int) -> list[str]:
+    return [order(f"o{first_id + i}", c, a, at) for i, (c, a, at) in enumerate(records)]
+
+
+# ---------------------------------------------------------------------------------------------- the API
+
+
+def test_built_in_pipelines_use_the_public_api_only():
+    for path in sorted(BUILT_IN.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                assert module in ("__future__", "streamtable", "typing", "datetime") or module.startswith("pyspark"), (
+                    f"{path.name}:{node.lineno} imports from {module}: built-in pipelines use `from streamtable import`"
+                )
+            elif isinstance(node, ast.Import):
+                assert all(a.name.split(".")[0] in ("pyspark",) for a in node.names), f"{path.name}:{node.lineno}"
+
+
+def test_every_public_name_is_documented_and_importing_it_starts_no_spark():
+    public = [(f"streamtable.{n}", getattr(streamtable, n)) for n in streamtable.__all__]
+    public += [(f"expect.{n}", v) for n, v in vars(streamtable.expect).items() if not n.startswith("_")]
+    for name, value in public:
+        if callable(value) or isinstance(value, type(streamtable)):
+            assert (value.__doc__ or "").strip(), f"{name} has no docstring"
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys, streamtable; print(sorted(m for m in sys.modules if 'pyspark' in m))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout.strip() == "[]", "declaring a pipeline must not import pyspark"
+
+
+GOOD = guide_file("~/my_pipelines/orders.py")
+BROKEN = {
+    "a syntax error": ("x = (\n", r"orders\.py:1: SyntaxError"),
+    "an unknown input": (GOOD.replace('streams=("orders",)', 'streams=("order",)'), "reads the unknown input 'order'"),
+    "an output without keys": (
+        GOOD.replace('keys=["customer"]),\n        table("large', 'keys=[]),\n        table("large'),
+        "declares the table 'revenue' without keys",
+    ),
+    "a key that is not a column": (
+        GOOD.replace('keys=["customer"]', 'keys=["client"]', 1),
+        "key 'client' is not a column",
+    ),
+    "two pipelines writing one table": (
+        GOOD + 'OTHER = Pipeline("other", "", streams=("orders",), outputs=PIPELINE.outputs[:1], process=print)\n',
+        "pipeline 'other' writes 'revenue', which pipeline orders writes too",
+    ),
+    "a name taken twice": (
+        GOOD.replace('name="orders"', 'name="word_count"'),
+        "pipeline 'word_count' is already declared",
+    ),
+    "an error at import": (GOOD.replace("S, L, TS =", "1 / 0\nS, L, TS ="), "ZeroDivisionError"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
+def test_a_bad_pipeline_file_is_one_line_naming_its_file_and_line_and_no_spark(case, tmp_path):
+    text, expected = BROKEN[case]
+    (tmp_path / "orders.py").write_text(text)
+    for command in (["pipelines"], ["run", "clicks_per_region"]):  # every command loads the registry first
+        proc = cli(Lake(tmp_path / "lake"), *command, "--pipelines", str(tmp_path), check=False)
+        assert proc.returncode == 1 and proc.stdout == ""
+        [line] = proc.stderr.splitlines()
+        assert re.match(rf"streamtable: {re.escape(str(tmp_path / 'orders.py'))}:\d+: ", line), line
+        assert re.search(expected, line), line
+    assert not (tmp_path / "lake").exists(), "nothing was started or written"
+
+
+def test_streamtable_new_refuses_a_bad_name_or_an_existing_file(tmp_path):
+    assert cli(Lake(tmp_path), "new", "shop", "--dir", str(tmp_path / "p")).returncode == 0
+    for name in ("shop", "Shop-1"):
+        proc = cli(Lake(tmp_path), "new", name, "--dir", str(tmp_path / "p"), check=False)
+        assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1
+    listed = cli(Lake(tmp_path), "pipelines", "--pipelines", str(tmp_path / "p")).stdout.splitlines()
+    assert json.loads(listed[-1])["pipeline"] == "shop"
+
+
+# ---------------------------------------------------------------------------------------------- in-process
+
+
+def test_the_guide_pipeline_runs_run_by_run_as_its_model(spark, use_folder, tmp_path):
+    """Three runs with a late order, a large one and an hour closing, then a reprocess from version 0."""
+    lake = Lake(tmp_path / "lake")
+    first = 1
+    for records in RUNS:
+        ingest_lines(lake, "orders", order_lines(records, first))
+        first += len(records)
+        run(lake, "orders")
+    got = outputs(lake)
+    want = orders_model(RUNS)
+    assert got["revenue"] == want["revenue"] and got["large_orders"] == want["large_orders"]
+    assert {(c, t): n for (c, t), n in got["hourly_orders"].items()} == want["hourly_orders"]
+    assert sorted(got["late"]) == sorted(want["late"]) and want["late"], "some orders are late"
+
+
+def test_an_error_in_process_names_the_line_of_the_users_file(spark, use_folder, tmp_path):
+    path = use_folder / "orders.py"
+    path.write_text(GOOD.replace('.select("order_id", "customer", "amount", "event_time")', '.select("client")'))
+    registry.current.cache_clear()
+    lake = Lake(tmp_path / "lake")
+    ingest_lines(lake, "orders", [order("o1", "ann", 1, "10:00:00")])
+    with pytest.raises(PipelineCodeError, match=rf"^{re.escape(str(path))}:\d+: AnalysisException: .*client"):
+        run(lake, "orders")
+    assert rows(lake, "revenue") == []
+
+
+def test_a_nullable_column_can_be_added_to_an_input_with_data_and_a_type_change_is_refused(spark, use_folder, tmp_path):
+    lake = Lake(tmp_path / "lake")
+    ingest_lines(lake, "orders", [order("o1", "ann", 5, "10:00:00")])
+    run(lake, "orders")
+    path = use_folder / "orders.py"
+    path.write_text(GOOD.replace('Column("amount", L),', 'Column("amount", L), Column("coupon", S, nullable=True),'))
+    registry.current.cache_clear()
+    added = ingest_lines(lake, "orders", [json.dumps(json.loads(order("o2", "ann", 7, "10:01:00")) | {"coupon": "X"})])
+    assert (added.appended, added.quarantined) == (1, 0)
+    run(lake, "orders")
+    assert rows(lake, "revenue") == [{"customer": "ann", "amount": 12}]
+    assert [r["coupon"] for r in rows(lake, "orders")] == [None, "X"]
+
+    version = added.version
+    path.write_text(GOOD.replace('Column("amount", L)', 'Column("amount", S)'))
+    registry.current.cache_clear()
+    with pytest.raises(
+        BadInputError, match="column 'amount' is int64 in the lake but declared string.*nothing written"
+    ):
+        ingest_lines(
+            lake,
+            "orders",
+            [json.dumps({"order_id": "o3", "customer": "bob", "amount": "9", "event_time": "2026-03-01T10:02:00Z"})],
+        )
+    assert table_version(lake.table_path("orders")) == version
+
+
+# ---------------------------------------------------------------------------------------------- Airflow
+
+
+def test_airflow_makes_every_dag_of_a_user_pipeline_and_reports_a_broken_file(airflow_home, folder, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "typo.py").write_text("from streamtable import Pipeline\nPIPELINE = Pipeline(\n")
+    env = airflow_env(airflow_home) | {registry.ENV: f"{folder}{os.pathsep}{broken}"}
+    proc = run_python(
+        f"""
+import json, subprocess, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder={str(DAGS)!r})
+orders = bag.get_dag("orders")
+pools = json.loads(subprocess.run([sys.executable, "-m", "streamtable.airflow_tasks", "pools"],
+                                  capture_output=True, text=True, check=True).stdout)
+print("RESULT " + json.dumps({{
+    "errors": {{str(k): str(v) for k, v in bag.import_errors.items()}},
+    "dags": sorted(bag.dag_ids),
+    "orders": {{"schedule": str(orders.schedule), "doc": orders.doc_md, "tasks": sorted(orders.task_ids),
+               "pool": orders.get_task("run").pool}},
+    "forms": {{d: bag.get_dag(d).params.get_param("pipeline").schema.get("enum") for d in ("reprocess", "reset")}},
+    "pools": sorted(pools),
+}}))
+""",
+        env,
+    )
+    result = last_json(proc)
+    assert list(result["errors"]) == [str(DAGS / "pipeline_errors.py")]
+    [error] = result["errors"].values()
+    assert f"{broken / 'typo.py'}:2: SyntaxError" in error
+    for dag_id in ("orders", "stream_orders", "reprocess_daily_orders", "clicks_per_region", "stream_word_count"):
+        assert dag_id in result["dags"]
+    assert result["orders"]["schedule"] == "*/10 * * * *"
+    assert result["orders"]["doc"].startswith("orders: revenue per customer")
+    assert result["orders"]["tasks"] == ["quality_gate", "run"] and result["orders"]["pool"] == "streamtable_orders"
+    assert all("orders" in enum for enum in result["forms"].values())
+    assert "streamtable_orders" in result["pools"]
+
+
+@pytest.mark.slow
+def test_the_guide_pipeline_runs_under_airflow_dag_test(airflow_home, use_folder, tmp_path):
+    """`airflow dags test orders`: run and quality_gate, two spark-submits, then the tables equal the model."""
+    lake = Lake(tmp_path / "lake")
+    env = airflow_env(airflow_home, lake.root) | {registry.ENV: str(use_folder)}
+    ingest_lines(lake, "orders", order_lines(RUNS[0], 1))
+    proc = subprocess.run(
+        [str(BIN / "airflow"), "dags", "test", "orders"], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert outputs(lake)["revenue"] == orders_model(RUNS[:1])["revenue"]
+
+
+@pytest.mark.slow
+def test_the_guide_pipeline_on_the_standalone_cluster_ships_its_udf(use_folder, tmp_path):
+    """The executors of a standalone cluster run the guide's UDF: its code travels with the job (pickled by value).
+
+    The user's files are loaded under names of their own, which an executor could not import.
+    """
+    cluster = {
+        **os.environ,
+        "SPARK_CLUSTER_DIR": str(tmp_path / "cluster"),
+        "SPARK_MASTER_PORT": "7177",
+        "SPARK_MASTER_WEBUI_PORT": "9190",
+        "SPARK_WORKER_WEBUI_PORT": "9191",
+        "SPARK_WORKER_MEMORY": "2g",
+    }
+    script = ROOT / "scripts" / "spark-cluster.sh"
+    started = subprocess.run(["bash", str(script), "start"], env=cluster, capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr[-3000:]
+    try:
+        lake = Lake(tmp_path / "lake")
+        env = {"STREAMTABLE_SPARK_MASTER": started.stdout.strip().splitlines()[-1]}
+        for n, records in enumerate(RUNS):
+            ingest_lines(lake, "orders", order_lines(records, 10 * n))
+            cli(lake, "run", "orders", "--pipelines", str(use_folder), env=env)
+        got, want = outputs(lake), orders_model(RUNS)
+        assert got["revenue"] == want["revenue"] and got["large_orders"] == want["large_orders"]
+        assert sorted(got["late"]) == sorted(want["late"])
+    finally:
+        subprocess.run(["bash", str(script), "stop"], env=cluster, capture_output=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_streamtable_new_writes_a_pipeline_and_a_test_that_pass(tmp_path):
+    assert cli(Lake(tmp_path / "lake"), "new", "shop_totals", "--dir", str(tmp_path / "mine")).returncode == 0
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "mine")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:]

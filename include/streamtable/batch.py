@@ -30,6 +30,7 @@ from .lake import PROGRESS, Lake, write_json_atomic
 from .pipeline import Pipeline
 from .progress import Stages, committed
 from .registry import get_input
+from .schema import spark_ddl
 from .tables import LATE_EVENTS, Table
 
 log = logging.getLogger("streamtable")
@@ -76,6 +77,19 @@ class RunContext:
 
     def read(self, table: str) -> DataFrame:
         return self.spark.read.format("delta").load(self.path(table))
+
+    def snapshot(self, table: str) -> DataFrame:
+        """The committed rows of an output or state store, read from the Parquet files of its latest version.
+
+        The file list comes from delta-rs, so no Delta snapshot is built in Spark (a second per table and
+        batch). A table whose files may carry deletion vectors (not one streamtable made) is read by Delta.
+        """
+        delta = delta_rs.open_table(self.path(table))
+        if delta is None or "deletionVectors" in (delta.protocol().writer_features or ()):
+            return self.read(table)
+        schema = spark_ddl(self.pipeline.output(table).columns)
+        files = delta.file_uris()
+        return self.spark.read.schema(schema).parquet(*files) if files else self.spark.createDataFrame([], schema)
 
     def prepare(self) -> None:
         """Create this generation's outputs, stores and progress table if they do not exist."""
@@ -158,7 +172,7 @@ class Batch:
 
     def current(self, table: str) -> DataFrame:
         """The committed content of an output or state store (before this run)."""
-        return self.ctx.read(table)
+        return self.ctx.snapshot(table)
 
     def upsert(self, table: str, rows: DataFrame, delete: str | None = None) -> None:
         """Stage rows that replace the rows with the same keys; where column `delete` is true, remove them."""
@@ -304,7 +318,7 @@ class Staging:
         if change["mode"] == "append":
             return rows
         keys = list(self.ctx.pipeline.output(change["table"]).keys)
-        kept = self.ctx.read(change["table"]).join(rows.select(*keys), keys, "left_anti")
+        kept = self.ctx.snapshot(change["table"]).join(rows.select(*keys), keys, "left_anti")
         return kept.unionByName(rows.where(~F.col(delta_rs.DELETE)).drop(delta_rs.DELETE))
 
     def validate(self, before: dict[str, int], after: dict[str, int]) -> None:

@@ -4,7 +4,7 @@
 One DAG per pipeline (`stream_word_count`, `stream_clicks_per_region`, ...), built by `dags/stream.py`.
 No schedule: **Trigger** it once and its single task runs until it is stopped.
 
-Task **serve** (`streamtable.airflow_tasks.StreamServeOperator`): a spark-submit of
+Task **serve** (`streamtable.airflow_stream.StreamServeOperator`): a spark-submit of
 `jobs/streamtable_job.py serve PIPELINE --lake LAKE --interval INTERVAL` on the `spark_default`
 connection (a Spark standalone master in production, `scripts/spark-cluster.sh` locally), in the pool
 `streamtable_PIPELINE`: while it serves, the pipeline's micro-batch DAG, reprocess and reset wait.
@@ -28,7 +28,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
-from streamtable.airflow_tasks import MACROS, STREAM_PARAMS, pipeline_names, stream_task
+from streamtable.airflow_stream import STREAM_PARAMS, stream_task
+from streamtable.airflow_tasks import MACROS, pipeline_names
 
 for pipeline in pipeline_names():
     with DAG(

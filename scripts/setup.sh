@@ -133,7 +133,7 @@ say "initialising Airflow's metadata DB in $AIRFLOW_HOME (SQLite)"
   --conn-description 'streamtable: spark-submit on this machine (local[2])' >/dev/null \
   || die "could not create the spark_default connection"
 # One pool per pipeline (streamtable.airflow_tasks puts every Spark task of a pipeline in it).
-"$VENV/bin/python" -m streamtable.airflow_tasks pools >"$AIRFLOW_HOME/streamtable-pools.json" \
+"$VENV/bin/python" -m streamtable.airflow_pools >"$AIRFLOW_HOME/streamtable-pools.json" \
   && "$VENV/bin/airflow" pools import "$AIRFLOW_HOME/streamtable-pools.json" >/dev/null \
   || die "could not create the pipelines' Airflow pools ($AIRFLOW_HOME/streamtable-pools.json)"
 

@@ -81,6 +81,7 @@ LONGEST_FIRST = (
     "test_crash_recovery.py",
     "test_reference.py",
     "test_reprocess_dags.py",
+    "test_user_pipelines.py",
     "test_serve.py",
     "test_dags.py",
     "test_ingest.py",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from deltalake import DeltaTable
 
 from helpers import ingest
@@ -91,6 +92,7 @@ def retraction_runs():
     return [run1, run2, run3]
 
 
+@pytest.mark.slow
 def test_captcha_rows_enter_at_five_actions_and_a_verification_retracts_or_keeps_them_out(spark, tmp_path):
     from streamtable.lake import Lake
 
@@ -115,6 +117,7 @@ def test_captcha_rows_enter_at_five_actions_and_a_verification_retracts_or_keeps
     assert DeltaTable(three.table_path("captcha_requests")).version() == version
 
 
+@pytest.mark.slow
 def test_window_edges_and_late_records_across_runs(spark, lake):
     run1 = [
         log("b1", 0),

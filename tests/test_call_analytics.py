@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from helpers import ingest
 from reference import call_analytics as expected
 from streamtable.lifecycle import reprocess, run
@@ -50,6 +52,7 @@ def test_both_sides_in_one_run_out_of_order_several_pairs(spark, lake):
     assert calls(lake) == want == [("p", "q", T0, "a2", "m2"), ("x", "y", T0, "a1", "m1")]
 
 
+@pytest.mark.slow
 def test_partner_in_a_later_run_within_t_and_grace_joins(spark, lake):
     runs = []
     go(lake, [a("x", "y", 0)], [], 60, runs)
@@ -58,6 +61,7 @@ def test_partner_in_a_later_run_within_t_and_grace_joins(spark, lake):
     assert calls(lake) == expected(runs)[0] == [("x", "y", T0, "a", "m")]
 
 
+@pytest.mark.slow
 def test_partner_never_arrives_partial_row_on_first_run_after_the_deadline_without_new_input(spark, lake):
     runs = []
     go(lake, [a("x", "y", 0)], [], 60, runs)
@@ -67,6 +71,7 @@ def test_partner_never_arrives_partial_row_on_first_run_after_the_deadline_witho
     assert calls(lake) == expected(runs)[0] == [("x", "y", T0, "a", None)]
 
 
+@pytest.mark.slow
 def test_partner_after_close_goes_to_late_events_and_makes_no_second_row(spark, lake):
     runs = []
     go(lake, [a("x", "y", 0)], [], 300, runs)
@@ -87,6 +92,7 @@ def test_exactly_t_apart_is_one_call_and_t_plus_1ms_is_two(spark, lake):
     assert sorted(c[2] for c in want if c[0] == "p") == [T0, T0 + timedelta(seconds=60.001)]
 
 
+@pytest.mark.slow
 def test_two_calls_of_the_same_pair_2t_apart_and_stream_time_closes(spark, lake):
     runs = []
     go(lake, [a("x", "y", 0), a("x", "y", 120)], [m("x", "y", 5), m("x", "y", 125)], 0, runs)
@@ -95,6 +101,7 @@ def test_two_calls_of_the_same_pair_2t_apart_and_stream_time_closes(spark, lake)
     assert calls(lake) == want and len(want) == 2
 
 
+@pytest.mark.slow
 def test_stream_time_closes_a_lone_event_while_wall_clock_is_early(spark, lake):
     runs = []
     go(lake, [a("x", "y", 0)], [], 0, runs)
@@ -102,6 +109,7 @@ def test_stream_time_closes_a_lone_event_while_wall_clock_is_early(spark, lake):
     assert calls(lake) == expected(runs)[0] == [("x", "y", T0, "a", None)]
 
 
+@pytest.mark.slow
 def test_reprocess_from_version_rebuilds_the_same_rows(spark, lake):
     runs = []
     go(lake, [a("x", "y", 0)], [m("x", "y", 10)], 1000, runs)

@@ -82,6 +82,7 @@ def scenario():
     return regions, clicks
 
 
+@pytest.mark.slow
 def test_one_run_and_three_runs_give_the_same_table_and_a_second_run_changes_nothing(spark, tmp_path):
     from streamtable.lake import Lake
 
@@ -103,6 +104,7 @@ def test_one_run_and_three_runs_give_the_same_table_and_a_second_run_changes_not
     assert totals(one) == want
 
 
+@pytest.mark.slow
 def test_reprocess_from_version_rebuilds_from_that_offset_and_the_next_run_goes_on(spark, lake):
     regions, clicks = scenario()
     ingest(lake, "user_regions", [r for batch in regions for r in batch])
@@ -119,6 +121,7 @@ def test_reprocess_from_version_rebuilds_from_that_offset_and_the_next_run_goes_
     assert totals(lake) == expected(regions, later + extra) == {"europe": 42, "UNKNOWN": 44}
 
 
+@pytest.mark.slow
 def test_reprocess_dry_run_publishes_nothing(spark, lake):
     regions, clicks = scenario()
     ingest(lake, "user_regions", regions[0])

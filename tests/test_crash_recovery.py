@@ -107,9 +107,9 @@ def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(spark
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
 
-    from streamtable.batch import BatchSummary
     from streamtable.lake import PROGRESS
     from streamtable.progress import committed, history
+    from streamtable.staging import BatchSummary
 
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)
@@ -135,9 +135,10 @@ def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(spark
     assert sorted(r["batch_id"] for r in committed(lake, P, 0, ["batch_id"])) == [0, 1]  # batch 0's row once
 
 
+@pytest.mark.slow
 def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_by_the_next_run(spark, lake):
     """A kill while a table is being created leaves a `_delta_log` with no commit: the next run creates it."""
-    from streamtable.batch import RunContext
+    from streamtable.context import RunContext
     from streamtable.lake import PROGRESS
     from streamtable.registry import get_pipeline
 

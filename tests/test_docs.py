@@ -77,7 +77,7 @@ RUN_ELSEWHERE = {
     "docker compose up -d --build": (
         "nothing: no Docker engine in CI; tests/test_deploy.py validates docker-compose.yaml"
     ),
-    "python -m streamtable.airflow_tasks pools > pools.json && airflow pools import pools.json": (
+    "python -m streamtable.airflow_pools > pools.json && airflow pools import pools.json": (
         "make setup (scripts/setup.sh, in CI) and tests/test_stream_integration.py run both commands"
     ),
     "scripts/spark-cluster.sh start": "tests/test_stream_integration.py",
@@ -454,7 +454,14 @@ def run_page(page: Path, work: Path, monkeypatch) -> PageRunner:
     return runner
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+SLOW_PAGES = {DOCS / "reprocessing.md", DOCS / "your-own-pipeline.md"}  # many runs and a reprocess each
+
+
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PAGES else p for p in PAGES],
+    ids=[str(p.relative_to(ROOT)) for p in PAGES],
+)
 def test_the_page_runs(page: Path, tmp_path, monkeypatch, request):
     request.addfinalizer(registry.current.cache_clear)  # forget the pipelines the page's folders declared
     if needs_spark(page) or page in CONTINUES:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from streamtable import delta_rs, gate
 from streamtable import expectations as expect
-from streamtable.batch import RunContext
+from streamtable.context import RunContext
 from streamtable.lake import Lake
 from streamtable.pipeline import Pipeline
 from streamtable.quality import validate
@@ -85,6 +85,7 @@ BATCH = st.tuples(st.lists(ROW, max_size=4), st.integers(-1, 1))  # rows, error 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(BATCH, min_size=1, max_size=4))
+@pytest.mark.slow
 def test_the_gate_passes_and_fails_the_batches_the_full_suite_does(spark, tmp_path_factory, batches):
     lake = Lake(tmp_path_factory.mktemp("gate") / "lake")
     ctx = RunContext(spark, lake, _pipeline(), 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import ingest
 from reference import inventory as expected
 from streamtable.lifecycle import run
@@ -18,6 +20,7 @@ def stock(lake):
     return {(r["store"], r["item"]): r["quantity"] for r in rows(lake, P)}
 
 
+@pytest.mark.slow
 def test_negative_stock_zero_kept_and_one_run_equals_three_runs(spark, tmp_path):
     from streamtable.lake import Lake
 

@@ -10,6 +10,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 
 from helpers import ingest
@@ -122,6 +123,7 @@ def runs() -> list[list[dict]]:
     return [run1, run2, run3]
 
 
+@pytest.mark.slow
 def test_sessions_merge_close_and_report_late_records_run_by_run_and_a_reprocess_rebuilds_them(spark, lake):
     batches = runs()
     versions = []

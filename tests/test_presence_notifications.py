@@ -9,6 +9,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from deltalake import DeltaTable
 
 from helpers import DAGS, airflow_env, cli, ingest, last_json, run_python
@@ -136,6 +137,7 @@ def test_close_and_tick_notifications_ties_reopen_and_window_edges_in_one_run(sp
     assert got["late"] == []
 
 
+@pytest.mark.slow
 def test_late_records_across_runs_count_in_open_windows_and_are_reported_for_closed_ones(spark, lake):
     runs = [
         [
@@ -218,6 +220,7 @@ def scenario(tick_at: str) -> list[list[tuple[str, list[dict]]]]:
     ]
 
 
+@pytest.mark.slow
 def test_one_run_and_three_runs_give_the_same_outputs_with_emitted_ticks(spark, tmp_path):
     tick_at = "10:08:00"
     runs = scenario(tick_at)
@@ -301,6 +304,7 @@ def test_emit_ticks_one_tick_per_user_ever_seen_at_the_given_time_idempotent_wit
     assert "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_dag_emits_ticks_at_the_run_time_before_the_run(airflow_home, tmp_path):
     """The DAG's shape, and a `dag.test()` that executes emit_ticks for real (the Spark tasks marked success)."""
     lake = Lake(tmp_path / "lake")

@@ -173,6 +173,7 @@ def test_check_of_a_reprocess_request(lake):
     assert reset_arguments(P, dry_run=False)[0] == []
 
 
+@pytest.mark.slow
 def test_dags_shape_pools_and_params(airflow_home):
     """Every streamtable Spark task runs in its pipeline's one-slot pool; the forms' schemas; pools import."""
     proc = run_python(
@@ -236,7 +237,7 @@ print("RESULT " + json.dumps(out, default=str))
     # the pools `make setup` imports: one slot per pipeline, and `airflow pools import` takes the file
     env = airflow_env(airflow_home)
     made = subprocess.run(
-        [str(BIN / "python"), "-m", "streamtable.airflow_tasks", "pools"],
+        [str(BIN / "python"), "-m", "streamtable.airflow_pools"],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -271,6 +272,7 @@ print("RESULT " + json.dumps(out, default=str))
 
 
 @pytest.mark.timeout(1800)
+@pytest.mark.slow
 def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_submit(airflow_home, tmp_path):
     lake = Lake(tmp_path / "lake")
     fill(lake, 2)

@@ -121,6 +121,7 @@ def test_a_batch_recorded_again_after_a_crash_has_one_progress_row(lake):
     assert [b["batch_id"] for b in history(lake, P, generation=1)] == [0]
 
 
+@pytest.mark.slow
 def test_progress_rows_and_status_follow_each_batch(spark, lake):
     assert pipeline_status(lake, P).as_dict()["last_batch"] is None
     ingest(lake, "text_lines", lines("a b", "b c", "c"))

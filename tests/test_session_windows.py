@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import functions as F
 
-from streamtable.operators.session_windows import Aggregate, SessionWindows, aggregate_sessions
+from streamtable.operators.aggregate import Aggregate
+from streamtable.operators.session_windows import SessionWindows, aggregate_sessions
 
 SESSIONS = SessionWindows(gap=timedelta(seconds=10), grace=timedelta(seconds=5))
 CURRENT = "k STRING, session_start TIMESTAMP, session_end TIMESTAMP, n BIGINT, longest BIGINT"

@@ -417,7 +417,7 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
 
         step("airflow db migrate (PostgreSQL), pools")
         stack.run(str(BIN / "airflow"), "db", "migrate")
-        pools = stack.run(str(BIN / "python"), "-m", "streamtable.airflow_tasks", "pools").stdout
+        pools = stack.run(str(BIN / "python"), "-m", "streamtable.airflow_pools").stdout
         (stack.base / "pools.json").write_text(pools)
         stack.run(str(BIN / "airflow"), "pools", "import", str(stack.base / "pools.json"))
 

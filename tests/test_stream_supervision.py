@@ -260,7 +260,7 @@ sys.modules["streamtable.status"] = fake_status
 import streamtable
 streamtable.status = fake_status
 
-from streamtable.airflow_tasks import StreamServeOperator
+from streamtable.airflow_stream import StreamServeOperator
 from airflow.sdk.exceptions import AirflowException
 
 scenario, fake = sys.argv[1], sys.argv[2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from deltalake import DeltaTable
 
 from helpers import ingest, table
@@ -77,6 +78,7 @@ def test_punctuation_tabs_repeated_spaces_cyrillic_and_accents(spark, lake):
     assert "" not in got and sum(got.values()) == sum(len(words(t)) for t in lines)
 
 
+@pytest.mark.slow
 def test_one_run_and_three_runs_give_the_same_counts_and_a_second_run_changes_nothing(spark, tmp_path):
     from streamtable.lake import Lake
 

@@ -40,10 +40,11 @@ from .schema import Column, Type
 from .tables import LINE, Rule, Table, at_least, changelog, non_empty, one_of, stream, table
 
 if TYPE_CHECKING:
-    from .batch import COMMIT_VERSION, Batch
-    from .operators.aggregate import add_to_totals
+    from .batch import Batch
+    from .context import COMMIT_VERSION
+    from .operators.aggregate import Aggregate, add_to_totals, aggregate
     from .operators.asof_join import asof_join
-    from .operators.session_windows import Aggregate, SessionWindows, aggregate_sessions
+    from .operators.session_windows import SessionWindows, aggregate_sessions
     from .operators.stream_join import JoinWindow, outer_join_within
     from .operators.table_join import RETRACT, table_left_join
     from .operators.windows import Windows, count_in_windows
@@ -53,10 +54,11 @@ __version__ = "0.1.0"
 # name -> the module that defines it; imported when first used (they import pyspark)
 _LAZY = {
     "Batch": "batch",
-    "COMMIT_VERSION": "batch",
+    "COMMIT_VERSION": "context",
     "add_to_totals": "operators.aggregate",
+    "aggregate": "operators.aggregate",
     "asof_join": "operators.asof_join",
-    "Aggregate": "operators.session_windows",
+    "Aggregate": "operators.aggregate",
     "SessionWindows": "operators.session_windows",
     "aggregate_sessions": "operators.session_windows",
     "JoinWindow": "operators.stream_join",
@@ -85,6 +87,7 @@ __all__ = [
     "Batch",
     "COMMIT_VERSION",
     "add_to_totals",
+    "aggregate",
     "asof_join",
     "Aggregate",
     "SessionWindows",

@@ -28,7 +28,7 @@ from .expectations import Suite
 from .schema import arrow_schema
 
 if TYPE_CHECKING:
-    from .batch import RunContext
+    from .context import RunContext
     from .quality import Report
 
 

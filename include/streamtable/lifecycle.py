@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .batch import RunContext
+from .context import RunContext
 from .delta_rs import table_version
 from .errors import OffsetOutOfRangeError, QualityGateError
 from .lake import Lake, write_json_atomic

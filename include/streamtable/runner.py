@@ -1,9 +1,9 @@
 """Runs a pipeline as a Spark Structured Streaming query over its Delta inputs, one micro-batch per run.
 
 The stream inputs are read through Change Data Feed (so each record carries its commit version, its
-offset), unioned, and handed to `foreachBatch`, which computes, stages, validates and commits the
-run (see `streamtable.batch`). The query's checkpoint under the live generation is the consumer
-group: it records how far each input was consumed.
+offset), unioned, and handed to `foreachBatch`, which computes, stages, validates and commits the run
+(see `streamtable.batch` and `streamtable.staging`). The query's checkpoint under the live generation is
+the consumer group: it records how far each input was consumed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from deltalake import write_deltalake
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
-from .batch import COMMIT_VERSION, COMMITTED_AT, HEARTBEAT, SOURCE, Batch, BatchSummary, RunContext, Staging
+from .batch import Batch
+from .context import COMMIT_VERSION, COMMITTED_AT, HEARTBEAT, SOURCE, RunContext
 from .delta_rs import table_version
 from .errors import PipelineCodeError, StreamtableError
 from .ingest import INPUT_TABLE_PROPERTIES
@@ -35,6 +36,7 @@ from .pipeline import Pipeline
 from .progress import BatchProgress, Stages, record
 from .registry import get_input
 from .schema import arrow_schema
+from .staging import BatchSummary, Staging
 from .timefmt import as_utc, format_time, system_clock
 
 log = logging.getLogger("streamtable")

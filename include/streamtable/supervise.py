@@ -1,6 +1,6 @@
 """Supervising a `serve` job that spark-submit runs: the stall rule, the driver process, stopping the job.
 
-Used by the stream operator (`streamtable.airflow_tasks.StreamServeOperator`) inside an Airflow task,
+Used by the stream operator (`streamtable.airflow_stream.StreamServeOperator`) inside an Airflow task,
 and by the integration test. No Spark, no Airflow: stdlib and psutil only.
 
 Process layout of one job (client mode, local or standalone master):

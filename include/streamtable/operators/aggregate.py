@@ -1,11 +1,41 @@
-"""Running aggregation of a table output (Kafka's groupBy().reduce() into a KTable)."""
+"""Running aggregations of a keyed table (Kafka's groupBy().count() / reduce() / aggregate() into a KTable)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """An output column: `combine` (associative and commutative: sum, min, max) over each record's `value`.
+
+    The same `combine` merges a key's current value with the new records' values (and, in session windows,
+    the values of the sessions a record bridges): a count is `Aggregate("count", F.lit(1))`, a sum
+    `Aggregate("amount", F.col("amount"))`, a reduce to the largest `Aggregate("largest", F.col("v"), F.max)`.
+    """
+
+    column: str
+    value: Column
+    combine: Callable[[Column], Column] = F.sum
+
+
+def aggregate(
+    current: DataFrame, records: DataFrame, keys: Sequence[str], aggregates: Sequence[Aggregate]
+) -> DataFrame:
+    """The new rows of the keys in `records`: each aggregate's `combine` over the key's current value and its records.
+
+    Keys without records are left out (they do not change); a key not in `current` starts from its records.
+    """
+    keys = list(keys)
+    new = records.groupBy(*keys).agg(*[a.combine(a.value).alias(a.column) for a in aggregates])
+    touched = current.select(*keys, *[a.column for a in aggregates]).join(new.select(*keys), keys, "left_semi")
+    return (
+        touched.unionByName(new).groupBy(*keys).agg(*[a.combine(F.col(a.column)).alias(a.column) for a in aggregates])
+    )
 
 
 def add_to_totals(current: DataFrame, deltas: DataFrame, keys: Sequence[str], value: str) -> DataFrame:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ..batch import COMMIT_VERSION
+from ..context import COMMIT_VERSION
 from ..tables import LINE
 
 

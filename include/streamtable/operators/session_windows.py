@@ -7,7 +7,7 @@ session, is late.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from ..timefmt import format_time
+from .aggregate import Aggregate
 from .windows import as_late, interval, passed, record_json, span
 
 START, END = "session_start", "session_end"
@@ -35,18 +36,6 @@ class SessionWindows:
     def closed(self, stream_time: datetime | None) -> Column:
         """True for sessions (rows with `session_end`) already closed at `stream_time`."""
         return passed(F.col(END), self.gap + self.grace, stream_time)
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    """A session column: `combine` (associative and commutative: sum, min, max) over each record's `value`.
-
-    The same `combine` merges the values of sessions that a record bridges: a count is a sum of `F.lit(1)`.
-    """
-
-    column: str
-    value: Column
-    combine: Callable[[Column], Column] = F.sum
 
 
 class SessionChanges(NamedTuple):

@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -68,8 +68,8 @@ def orders_model(runs: list[list[tuple[str, int, str]]]) -> dict[str, dict]:
     late: list[str] = []
     stream_time: datetime | None = None
     for records in runs:
-        for customer, amount, at in records:
-            t = datetime.fromisoformat(f"2026-03-01T{at}+00:00")
+        times = [datetime.fromisoformat(f"2026-03-01T{at}+00:00") for _, _, at in records]
+        for (customer, amount, at), t in zip(records, times, strict=True):
             revenue[customer] = revenue.get(customer, 0) + amount
             if amount >= 100:
                 large[customer] = large.get(customer, 0) + 1
@@ -78,10 +78,7 @@ def orders_model(runs: list[list[tuple[str, int, str]]]) -> dict[str, dict]:
                 late.append(f"{customer}@{at}")
             else:
                 hourly[(customer, start)] = hourly.get((customer, start), 0) + 1
-        stream_time = max(
-            [stream_time or datetime.min.replace(tzinfo=UTC)]
-            + [datetime.fromisoformat(f"2026-03-01T{at}+00:00") for _, _, at in records]
-        )
+        stream_time = max([t for t in (stream_time, *times) if t is not None], default=None)
     return {"revenue": revenue, "large_orders": large, "hourly_orders": hourly, "late": late}
 
 

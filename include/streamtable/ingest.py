@@ -340,9 +340,10 @@ def _commit_once(
     digest = hashlib.sha256(ingest_id.encode(errors="surrogatepass")).hexdigest()
     path, app_id = lake.table_path(table.name), f"streamtable-ingest-{digest}"
     quarantine_path, quarantine_app_id = lake.table_path(QUARANTINE.name), f"streamtable-ingest-{table.name}-{digest}"
-    appended_at = _transaction_commit(path, app_id)
+    existing = open_table(path)  # read once: for the ingest's earlier commit and for the schema check
+    appended_at = _transaction_commit(path, app_id, existing)
     if appended_at is None:
-        check_schema(path, table)
+        check_schema(existing, table)
     quarantined_before = _transaction_version(quarantine_path, quarantine_app_id) is not None
     with tempfile.TemporaryFile(dir=_spool_dir(lake, table.name)) as spool:
         lines = LineSorter(table, stream, source, max_line_bytes, spool)
@@ -373,13 +374,12 @@ def _commit_once(
     return IngestResult(table.name, lines.appended, lines.quarantined, version, duplicate)
 
 
-def check_schema(path: str, table: Table) -> None:
-    """Refuse to write when the input's declared columns no longer fit the table in the lake.
+def check_schema(existing: DeltaTable | None, table: Table) -> None:
+    """Refuse to write when the input's declared columns no longer fit its table in the lake (`existing`).
 
     A column added as nullable is fine (older rows read it as null); a changed type, or a new column
     that may not be null while older rows have none, is refused with what to do instead.
     """
-    existing = open_table(path)
     if existing is None:
         return
     stored = {f.name: f.type for f in pa.schema(existing.schema().to_arrow())}
@@ -424,7 +424,7 @@ def _append_batches(path: str, schema: pa.Schema, batches: Iterator[pa.RecordBat
         writer_properties=WRITER_PROPERTIES,
         commit_properties=CommitProperties(app_transactions=[Transaction(app_id, expected)]),
     )
-    return _transaction_commit(path, app_id)
+    return _transaction_commit(path, app_id, open_table(path))
 
 
 def _transaction_version(path: str, app_id: str) -> int | None:
@@ -433,13 +433,13 @@ def _transaction_version(path: str, app_id: str) -> int | None:
     return None if table is None else table.transaction_version(app_id)
 
 
-def _transaction_commit(path: str, app_id: str) -> int | None:
-    """The version of the commit of the table at `path` that carried app transaction `app_id`, or None.
+def _transaction_commit(path: str, app_id: str, table: DeltaTable | None) -> int | None:
+    """The version of the commit that brought app transaction `app_id` to `table` (at `path`), or None.
 
     The transaction's version is the table version its commit was expected at: the commit is there or, when
     another writer came first, a little later.
     """
-    expected = _transaction_version(path, app_id)
+    expected = None if table is None else table.transaction_version(app_id)
     if expected is None:
         return None
     version = expected

@@ -15,6 +15,7 @@ from typing import Any
 
 from .errors import BadInputError, OffsetOutOfRangeError
 from .lake import Lake
+from .pipeline import Pipeline
 from .registry import get_pipeline, pipelines
 from .timefmt import format_time, parse_time
 
@@ -72,9 +73,7 @@ def reprocess_arguments(
     `from_timestamp` (an ISO-8601 time at or before the primary input's latest commit) must be given.
     Raises BadInputError or OffsetOutOfRangeError with the reason.
     """
-    if not isinstance(pipeline, str) or pipeline not in pipelines():
-        raise BadInputError(f"unknown pipeline {pipeline!r}; pipelines are: {', '.join(sorted(pipelines()))}")
-    primary = get_pipeline(pipeline).primary
+    primary = _known_pipeline(pipeline).primary
     if not isinstance(dry_run, bool):
         raise BadInputError(f"dry_run must be true or false, got {dry_run!r}")
     if from_timestamp == "":
@@ -134,10 +133,16 @@ def lookback_arguments(lake: Lake, pipeline: str, since: datetime) -> tuple[list
     )
 
 
+def _known_pipeline(pipeline: object) -> Pipeline:
+    """The pipeline a request names, or BadInputError listing the pipelines."""
+    if isinstance(pipeline, str) and pipeline in pipelines():
+        return get_pipeline(pipeline)
+    raise BadInputError(f"unknown pipeline {pipeline!r}; pipelines are: {', '.join(sorted(pipelines()))}")
+
+
 def reset_arguments(pipeline: object, dry_run: object = True) -> tuple[list[str], str]:
     """Check a reset request; return the arguments after `reset PIPELINE` and a one-line summary."""
-    if not isinstance(pipeline, str) or pipeline not in pipelines():
-        raise BadInputError(f"unknown pipeline {pipeline!r}; pipelines are: {', '.join(sorted(pipelines()))}")
+    _known_pipeline(pipeline)
     if not isinstance(dry_run, bool):
         raise BadInputError(f"dry_run must be true or false, got {dry_run!r}")
     if dry_run:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 from .errors import PipelineLoadError, UnknownPipelineError, UnknownTableError
 from .pipeline import Pipeline
@@ -29,6 +30,7 @@ from .tables import SYSTEM, Table
 ENV = "STREAMTABLE_PIPELINES"
 BUILT_IN = "streamtable.pipelines"
 USER_MODULE_PREFIX = "streamtable_user_"
+T = TypeVar("T")
 
 
 @dataclass
@@ -43,26 +45,24 @@ class Registry:
 
     def pipeline(self, name: str) -> Pipeline:
         """The pipeline called `name`, or UnknownPipelineError listing the pipelines."""
-        try:
-            return self.pipelines[name]
-        except KeyError:
-            raise UnknownPipelineError(
-                f"unknown pipeline {name!r}; pipelines are: {', '.join(sorted(self.pipelines))}"
-            ) from None
+        return _named(self.pipelines, name, "pipeline", "pipelines", UnknownPipelineError)
 
     def input(self, name: str) -> Table:
         """The input table called `name`, or UnknownTableError listing the inputs."""
-        try:
-            return self.inputs[name]
-        except KeyError:
-            raise UnknownTableError(
-                f"unknown input table {name!r}; inputs are: {', '.join(sorted(self.inputs))}"
-            ) from None
+        return _named(self.inputs, name, "input table", "inputs", UnknownTableError)
 
     def tables(self) -> dict[str, Table]:
         """Every table a user can name: inputs, outputs of pipelines, and the system tables."""
         outputs = {t.name: t for p in self.pipelines.values() for t in p.outputs}
         return {**self.inputs, **outputs, **SYSTEM}
+
+
+def _named(values: dict[str, T], name: str, kind: str, plural: str, error: type[Exception]) -> T:
+    """`values[name]`, or `error` naming what is unknown and listing what there is."""
+    try:
+        return values[name]
+    except KeyError:
+        raise error(f"unknown {kind} {name!r}; {plural} are: {', '.join(sorted(values))}") from None
 
 
 def folders(extra: Iterable[str] = ()) -> list[Path]:

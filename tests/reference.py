@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from streamtable.timefmt import parse_time
 
@@ -275,3 +275,87 @@ def play_sessions(runs: list[list[dict]], gap_s: int = 1800, grace_s: int = 300)
         "sessions": {(user, s[0]): s[1:] for user, found in sessions.items() for s in found},
         "late": sorted(late, key=lambda x: (x[0], x[1])),
     }
+
+
+def join_within(runs: list[tuple[list[tuple], list[tuple]]], within: int, grace: int, how: str = "inner") -> list[dict]:
+    """Kafka's KStream-KStream join within T (`how="left"`: leftJoin), run by run, stream time advancing per run.
+
+    `runs`: each run's new left and right records as (key, time, value), times in microseconds. At a run's
+    start, stream time S is the largest time of the earlier runs. A record is late when time + grace < S:
+    a partner up to T before it may have closed; it joins nothing. Every pair of a left and a right record,
+    neither late, with equal keys and times at most T apart is emitted as (key, left value, right value,
+    the later time) in the run of the later-arriving of the two. With how="left", a left record, not late,
+    that has no partner in the whole input is emitted as (key, value, None, time) in the first run whose
+    S > time + T + grace. Returns per run: `joined` rows and `late` records (side, key, time, value), sorted,
+    and `waiting`: the records not late, up to this run, whose time + T + grace >= S (those that may still match).
+    """
+    starts: list[int | None] = []  # stream time at each run's start
+    newest: int | None = None
+    for lefts, rights in runs:
+        starts.append(newest)
+        newest = max([t for _, t, _ in lefts + rights] + ([newest] if newest is not None else []), default=None)
+    accepted: dict[str, list[tuple[int, tuple]]] = {"left": [], "right": []}  # side -> (run, record)
+    late: list[list[tuple]] = [[] for _ in runs]
+    for n, (lefts, rights) in enumerate(runs):
+        for side, records in (("left", lefts), ("right", rights)):
+            for key, t, value in records:
+                start = starts[n]
+                if start is not None and t + grace < start:
+                    late[n].append((side, key, t, value))
+                else:
+                    accepted[side].append((n, (key, t, value)))
+
+    def partners(left: tuple) -> list[tuple[int, tuple]]:
+        return [(n, r) for n, r in accepted["right"] if r[0] == left[0] and abs(r[1] - left[1]) <= within]
+
+    results = []
+    for n, start in enumerate(starts):
+        joined = [
+            (left[0], left[2], right[2], max(left[1], right[1]))
+            for ln, left in accepted["left"]
+            for rn, right in partners(left)
+            if max(ln, rn) == n
+        ]
+        if how == "left":
+            for _, left in accepted["left"]:
+                closed = [m for m in range(len(runs)) if (s := starts[m]) is not None and left[1] + within + grace < s]
+                if closed and closed[0] == n and not partners(left):
+                    joined.append((left[0], left[2], None, left[1]))
+        waiting = [
+            (side, *record)
+            for side, records in accepted.items()
+            for m, record in records
+            if m <= n and (start is None or record[1] + within + grace >= start)
+        ]
+        results.append({"joined": sorted(joined, key=repr), "late": sorted(late[n]), "waiting": sorted(waiting)})
+    return results
+
+
+def aggregate_in_windows(
+    runs: list[list[tuple[str, float, int]]], size_s: int, advance_s: int, grace_s: int
+) -> list[dict]:
+    """Count, sum and max of each key's values per window, run by run, as the contract counts windows.
+
+    `runs`: each run's records (key, time in epoch seconds, value). A record counts in each of its windows
+    `[k*advance, k*advance + size)`, k >= 0, that is open at its run's start: end + grace > stream time (the
+    largest time of the earlier runs); its windows already closed make it late. Returns after each run the
+    table {(key, window start): (count, sum, max)} and the run's late records [(key, time, [closed starts])].
+    """
+    table: dict[tuple[str, int], tuple[int, int, int]] = {}
+    stream_time: float | None = None
+    results = []
+    for records in runs:
+        late = []
+        for key, t, value in records:
+            closed = []
+            for start, end in hopping_windows(datetime.fromtimestamp(t, UTC), size_s, advance_s):
+                if stream_time is not None and end + grace_s <= stream_time:
+                    closed.append(start)
+                    continue
+                n, total, largest = table.get((key, start), (0, 0, value))
+                table[(key, start)] = (n + 1, total + value, max(largest, value))
+            if closed:
+                late.append((key, t, closed))
+        stream_time = max([t for _, t, _ in records] + ([stream_time] if stream_time is not None else []), default=None)
+        results.append({"table": dict(table), "late": sorted(late)})
+    return results

@@ -1,12 +1,19 @@
-"""The window operator against the pure-Python definition: edges, negative starts, grace, late records."""
+"""The window operators against the pure-Python definition: edges, negative starts, grace, late records, aggregates."""
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import UTC, datetime, timedelta
 
+import pyarrow as pa
 import pytest
+from pyspark.sql import functions as F
 
+import reference
+from helpers import local_frame
 from reference import hopping_windows
+from streamtable import Aggregate, aggregate_in_windows
 from streamtable.operators.windows import Windows, count_in_windows
 
 W = Windows(size=timedelta(seconds=5), advance=timedelta(seconds=2), grace=timedelta(seconds=10))
@@ -67,3 +74,68 @@ def test_missed_windows_are_listed_in_time_order(spark):
     _, late = count_in_windows(frame(spark, [4.5]), current, ["key"], W, at(100), table="t")
     reason = late.first().reason
     assert reason.index("00:00:00.000Z") < reason.index("00:00:02.000Z") < reason.index("00:00:04.000Z")
+
+
+# ---------------------------------------------------------------------------------------------- other aggregates
+
+RECORD = pa.schema([("key", pa.string()), ("event_time", pa.timestamp("us", tz="UTC")), ("v", pa.int64())])
+TABLE = pa.schema(
+    [
+        ("key", pa.string()),
+        ("window_start", pa.timestamp("us", tz="UTC")),
+        ("window_end", pa.timestamp("us", tz="UTC")),
+        ("n", pa.int64()),
+        ("total", pa.int64()),
+        ("largest", pa.int64()),
+    ]
+)
+
+
+def aggregate_runs(spark, runs: list[list[tuple[str, float, int]]], windows: Windows) -> list[dict]:
+    """`aggregate_in_windows` (a count, a sum, a max) run after run, its rows upserted in between, as the model's."""
+    table: dict[tuple[str, float], tuple] = {}
+    stream_time: float | None = None
+    results = []
+    for records in runs:
+        aggregates = [Aggregate("n", F.lit(1)), Aggregate("total", F.col("v")), Aggregate("largest", F.col("v"), F.max)]
+        current = local_frame(
+            spark, [(k, at(s), at(s + windows.size.seconds), *v) for (k, s), v in table.items()], TABLE
+        )
+        frame = local_frame(spark, [(k, at(t), v) for k, t, v in records], RECORD)
+        changed, late = aggregate_in_windows(
+            frame, current, ["key"], windows, aggregates, None if stream_time is None else at(stream_time)
+        )
+        for r in changed.collect():
+            assert r.window_end.timestamp() - r.window_start.timestamp() == windows.size.seconds
+            table[(r.key, r.window_start.timestamp())] = (r.n, r.total, r.largest)
+        reasons = [(json.loads(r.raw)["key"], r.event_time.timestamp(), r.reason) for r in late.collect()]
+        closed = [
+            (k, t, sorted(float(s) for s in re.findall(r"\[1970-01-01T00:00:(\d\d)", why))) for k, t, why in reasons
+        ]
+        results.append({"table": dict(table), "late": sorted(closed)})
+        stream_time = max([t for _, t, _ in records] + ([stream_time] if stream_time is not None else []), default=None)
+    return results
+
+
+# Times at window edges (4, 6 are both a start and an end), out of order, several keys, negative and equal values.
+RUNS = [
+    [("a", 4, 5), ("a", 6, -2), ("b", 0, 7), ("a", 5.5, 5)],
+    [("a", 1, 3), ("b", 9.999, 1), ("a", 16, 0)],  # stream time 6: nothing closed yet (the first end is 5 + 10)
+    [("a", 4.5, 2), ("b", 7, 4), ("a", 14, 9)],  # stream time 16: windows ending at 6 or before are closed
+]
+
+
+@pytest.mark.parametrize(
+    "windows", [W, Windows(size=timedelta(seconds=4), advance=timedelta(seconds=4), grace=timedelta(seconds=5))]
+)
+def test_counts_sums_and_maxes_in_hopping_and_tumbling_windows_run_by_run_equal_the_model(spark, windows):
+    got = aggregate_runs(spark, RUNS, windows)
+    want = reference.aggregate_in_windows(RUNS, windows.size.seconds, windows.advance.seconds, windows.grace.seconds)
+    assert got == want
+    assert want[2]["late"], "some records are late"
+
+
+def test_windowed_aggregates_of_one_run_or_three_are_the_same_without_late_records(spark):
+    in_order = [sorted(RUNS[0] + RUNS[1][:2], key=lambda r: r[1]), [RUNS[1][2]], [RUNS[2][2]]]
+    [whole] = aggregate_runs(spark, [[r for run in in_order for r in run]], W)
+    assert aggregate_runs(spark, in_order, W)[-1] == whole

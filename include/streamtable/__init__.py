@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from . import expectations as expect
 from .pipeline import Pipeline, Ticks
 from .schema import Column, Type
-from .tables import LINE, Rule, Table, at_least, changelog, non_empty, one_of, stream, table
+from .tables import LINE, Rule, Table, at_least, changelog, join_store, non_empty, one_of, stream, table
 
 if TYPE_CHECKING:
     from .batch import Batch
@@ -45,9 +45,9 @@ if TYPE_CHECKING:
     from .operators.aggregate import Aggregate, add_to_totals, aggregate
     from .operators.asof_join import asof_join
     from .operators.session_windows import SessionWindows, aggregate_sessions
-    from .operators.stream_join import JoinWindow, outer_join_within
+    from .operators.stream_join import JoinedWithin, JoinWindow, join_within, outer_join_within
     from .operators.table_join import RETRACT, table_left_join
-    from .operators.windows import Windows, count_in_windows
+    from .operators.windows import Windows, aggregate_in_windows, count_in_windows
 
 __version__ = "0.1.0"
 
@@ -62,10 +62,13 @@ _LAZY = {
     "SessionWindows": "operators.session_windows",
     "aggregate_sessions": "operators.session_windows",
     "JoinWindow": "operators.stream_join",
+    "JoinedWithin": "operators.stream_join",
+    "join_within": "operators.stream_join",
     "outer_join_within": "operators.stream_join",
     "RETRACT": "operators.table_join",
     "table_left_join": "operators.table_join",
     "Windows": "operators.windows",
+    "aggregate_in_windows": "operators.windows",
     "count_in_windows": "operators.windows",
 }
 
@@ -80,6 +83,7 @@ __all__ = [
     "at_least",
     "changelog",
     "expect",
+    "join_store",
     "non_empty",
     "one_of",
     "stream",
@@ -93,10 +97,13 @@ __all__ = [
     "SessionWindows",
     "aggregate_sessions",
     "JoinWindow",
+    "JoinedWithin",
+    "join_within",
     "outer_join_within",
     "RETRACT",
     "table_left_join",
     "Windows",
+    "aggregate_in_windows",
     "count_in_windows",
 ]
 

@@ -150,6 +150,25 @@ def stream(name: str, columns: Sequence[Column], time_column: str | None = None)
     return Table(name, tuple(columns), "stream", time_column=time_column)
 
 
+JOIN_STORE_COLUMNS = (
+    Column("side", S),
+    Column("record_id", S),
+    Column("record", S),
+    Column("event_time", TS),
+    Column("copies", L),
+    Column("matched", Type.BOOLEAN),
+)
+
+
+def join_store(name: str) -> Table:
+    """The state store of a `join_within`: the records of both sides that may still match, until their window closes.
+
+    Each row is one distinct record (`record`, its JSON text) of a side with its `copies`, and whether it
+    `matched` yet. Declare it in the pipeline's `state=`, and upsert the operator's `waiting` changes into it.
+    """
+    return table(name, JOIN_STORE_COLUMNS, keys=["side", "record_id"])
+
+
 def non_empty(column: str) -> Rule:
     """Rule: the string `column` is not `""` (a record with an empty one is quarantined)."""
     return Rule("non_empty", column)

@@ -1,7 +1,10 @@
-"""Outer join of two streams within a time bound, one final row per match (Kafka's KIP-633 semantics).
+"""Joins of two streams within a time bound: Kafka's KStream-KStream join and leftJoin, and call_analytics' pairing.
 
-Events wait in an *open* store until they match or close; emitted events go to a *history* store, so a
-partner that arrives after its call was closed is reported late instead of making a second row.
+`join_within` is Kafka's windowed join: every pair within T, and with `how="left"` each left record that
+never matched, once its window has closed. `outer_join_within` pairs each event at most once (KIP-633's
+one final row per call): events wait in an *open* store until they match or close; emitted events go to a
+*history* store, so a partner that arrives after its call was closed is reported late instead of making a
+second row.
 """
 
 from __future__ import annotations
@@ -9,17 +12,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import reduce
+from typing import Literal, NamedTuple
 
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from ..tables import JOIN_STORE_COLUMNS
+from ..timefmt import format_time
+from .table_join import RETRACT
+from .windows import as_late, interval, record_json
+
 LEFT, RIGHT = "left", "right"
+STORE_COLUMNS = [c.name for c in JOIN_STORE_COLUMNS]  # the last is `matched`
 EVENT_COLUMNS = ("side", "event_time", "payload", "raw", "_commit_version", "_line")
 
 
 @dataclass(frozen=True)
 class JoinWindow:
+    """Records of two streams whose event times differ by at most `within` (T) join; `grace` waits for late ones.
+
+    A record's window closes once stream time is past its time + T + grace.
+    """
+
     within: timedelta  # T: events whose times differ by at most T match
     grace: timedelta  # an unmatched event closes once ts + T + grace has passed
 
@@ -104,3 +120,180 @@ def outer_join_within(
     if stream_time is not None:
         due = due | (deadline < F.lit(stream_time))
     return matched, alive.where(due).select(*cols), alive.where(~due).select(*cols), late
+
+
+JoinHow = Literal["inner", "left"]
+# A record's text in the join store keeps microseconds (to_json's default time format has milliseconds).
+JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
+PIECE = ("_record", "_id", "_copies", "_matched", "_new")  # what join_within adds to a record of either side
+
+
+class JoinedWithin(NamedTuple):
+    """What `join_within` returns for one run: the joined rows, the join store's changes, the late records."""
+
+    joined: DataFrame  # keys, both sides' columns (the right's null in a left row that never matched), event_time
+    waiting: DataFrame  # changes of the join store: upsert them, deleting the rows whose RETRACT is true
+    late: DataFrame  # records that came after their window closed, in `Batch.late`'s shape
+
+
+def join_within(
+    left: DataFrame,
+    right: DataFrame,
+    store: DataFrame,
+    keys: Sequence[str],
+    window: JoinWindow,
+    stream_time: datetime | None,
+    how: JoinHow = "inner",
+    tables: tuple[str, str] = ("", ""),
+) -> JoinedWithin:
+    """Each pair of a left and a right record with equal keys and times at most T apart joins once, in the run where
+    the later of the two arrives; with `how="left"`, each left record that never matched comes out once, its right
+    columns null, in the first run whose stream time is past its time + T + grace.
+
+    `left` and `right` are this run's new records of each side (each with `event_time`), `store` the
+    committed rows of the pipeline's `join_store`, `stream_time` the stream time at the run's start
+    (`batch.stream_time`). A record is late when its time + grace is before stream time (a partner up to T
+    earlier may have closed): it joins nothing and goes to `late`, `tables` naming each side's table. The
+    others wait in the store until their window closes, then leave it, so no partner ever comes after a
+    record was emitted unmatched. A joined row has the keys, both sides' other columns (their names must
+    differ; `_` bookkeeping columns are left out) and `event_time`, the later of the two times (Kafka's);
+    a left row without partner has its own time.
+
+        paid = join_within(batch.new("orders"), batch.new("payments"), batch.current("order_payments"),
+                           ["order_id"], JoinWindow(timedelta(hours=1), timedelta(minutes=10)),
+                           batch.stream_time, how="left", tables=("orders", "payments"))
+        batch.append("paid_orders", paid.joined)
+        batch.upsert("order_payments", paid.waiting, delete=RETRACT)
+        batch.late(paid.late)
+    """
+    if how not in ("inner", "left"):
+        raise ValueError(f"join_within: how is 'inner' or 'left', not {how!r}")
+    keys = list(keys)
+    values = {LEFT: _values(left, keys), RIGHT: _values(right, keys)}
+    clash = set(values[LEFT]) & set(values[RIGHT])
+    if clash:
+        raise ValueError(f"join_within: both sides have columns {sorted(clash)}; rename one side's")
+    new = {LEFT: left, RIGHT: right}
+    is_late = _before(stream_time, window.grace)
+    closed = _before(stream_time, window.within + window.grace)
+    stored = {side: _stored(store, side, frame) for side, frame in new.items()}
+    candidates = {
+        side: _arrived(frame.where(~is_late)).unionByName(stored[side].where(~closed)) for side, frame in new.items()
+    }
+
+    lc, rc = candidates[LEFT].alias("l"), candidates[RIGHT].alias("r")
+    near = (F.abs(F.unix_micros("l.event_time") - F.unix_micros("r.event_time")) <= window.within_us) & (
+        F.col("l._new") | F.col("r._new")  # pairs of two stored records were emitted by an earlier run
+    )
+    for k in keys:
+        near &= F.col(f"l.{k}") == F.col(f"r.{k}")
+    matches = (
+        lc.join(rc, near)
+        .select(
+            *[F.col(f"l.{k}") for k in keys],
+            *[F.col(f"l.{c}") for c in values[LEFT]],
+            *[F.col(f"r.{c}") for c in values[RIGHT]],
+            F.greatest("l.event_time", "r.event_time").alias("event_time"),
+            (F.col("l._copies") * F.col("r._copies")).alias("_copies"),
+            F.col("l._id").alias(LEFT),
+            F.col("r._id").alias(RIGHT),
+        )
+        .localCheckpoint()
+    )  # computed once, for the joined rows and for the store
+    joined = _repeated(matches).select(*keys, *values[LEFT], *values[RIGHT], "event_time")
+    if how == "left":
+        nulls = [F.lit(None).cast(right.schema[c].dataType).alias(c) for c in values[RIGHT]]
+        unmatched = _repeated(stored[LEFT].where(closed & ~F.col("_matched")))
+        joined = joined.unionByName(unmatched.select(*keys, *values[LEFT], *nulls, "event_time"))
+
+    records = [candidates[side].select(F.lit(side).alias("side"), "event_time", *PIECE) for side in new]
+    matched = [matches.select(F.lit(side).alias("side"), F.col(side).alias("_id")) for side in new]
+    waiting = _waiting(reduce(DataFrame.unionByName, records), reduce(DataFrame.unionByName, matched)).unionByName(
+        store.where(closed).select(*STORE_COLUMNS, F.lit(True).alias(RETRACT))
+    )
+    late = [
+        as_late(frame.where(is_late).withColumn("_raw", record_json(frame)), table, _late_reason(window, stream_time))
+        for frame, table in zip((left, right), tables, strict=True)
+    ]
+    return JoinedWithin(joined, waiting, late[0].unionByName(late[1]))
+
+
+def _values(records: DataFrame, keys: Sequence[str]) -> list[str]:
+    """The columns of a side that a joined row carries: not the keys, the time, or `_` bookkeeping."""
+    return [c for c in records.columns if c not in keys and c != "event_time" and not c.startswith("_")]
+
+
+def _before(stream_time: datetime | None, delay: timedelta) -> Column:
+    """True where `event_time + delay < stream_time` (never before a first run, which has no stream time)."""
+    if stream_time is None:
+        return F.lit(False)
+    return F.col("event_time") + interval(delay) < F.lit(stream_time)
+
+
+def _arrived(records: DataFrame) -> DataFrame:
+    """A run's records of one side with what the store keeps of each: JSON text `_record`, its hash `_id`, ..."""
+    text = F.to_json(F.struct(*records.columns), JSON_OPTIONS)
+    return records.withColumn("_record", text).select(
+        *records.columns,
+        "_record",
+        F.sha2("_record", 256).alias("_id"),
+        F.lit(1).cast("long").alias("_copies"),
+        F.lit(False).alias("_matched"),
+        F.lit(True).alias("_new"),
+    )
+
+
+def _stored(store: DataFrame, side: str, records: DataFrame) -> DataFrame:
+    """The store's records of one side, in `_arrived`'s shape (with `records`' columns)."""
+    parsed = F.from_json("record", records.schema, JSON_OPTIONS)
+    return (
+        store.where(F.col("side") == side)
+        .select(
+            parsed.alias("_parsed"),
+            F.col("record").alias("_record"),
+            F.col("record_id").alias("_id"),
+            F.col("copies").alias("_copies"),
+            F.col("matched").alias("_matched"),
+            F.lit(False).alias("_new"),
+        )
+        .select(*[F.col(f"_parsed.{c}").alias(c) for c in records.columns], *PIECE)
+    )
+
+
+def _repeated(rows: DataFrame) -> DataFrame:
+    """Each row `_copies` times."""
+    return rows.withColumn("_copy", F.explode(F.sequence(F.lit(1), F.col("_copies").cast("int"))))
+
+
+def _waiting(candidates: DataFrame, matched: DataFrame) -> DataFrame:
+    """Store rows to upsert: the records (`side`, `_id`) that arrived, or matched for the first time, in this run.
+
+    Equal records (one `_id`) become one row, their copies added up.
+    """
+    now = matched.withColumn("_now", F.lit(True))
+    rows = (
+        candidates.withColumn("_now", F.lit(False))
+        .unionByName(now, allowMissingColumns=True)
+        .groupBy("side", F.col("_id").alias("record_id"))
+        .agg(
+            F.first("_record", ignorenulls=True).alias("record"),
+            F.first("event_time", ignorenulls=True).alias("event_time"),
+            F.sum("_copies").alias("copies"),
+            F.bool_or("_matched").alias("_was"),
+            F.bool_or("_now").alias("_now"),
+            F.bool_or("_new").alias("_new"),
+        )
+    )
+    return rows.where(F.col("_new") | (F.col("_now") & ~F.col("_was"))).select(
+        *STORE_COLUMNS[:-1], (F.col("_was") | F.col("_now")).alias("matched"), F.lit(False).alias(RETRACT)
+    )
+
+
+def _late_reason(window: JoinWindow, stream_time: datetime | None) -> Column:
+    """Why a record is late (`is_late` in `join_within`): the windows of its partners may have closed."""
+    if stream_time is None:  # a first run: nothing is late
+        return F.lit(None).cast("string")
+    return F.lit(
+        f"late: event time + grace ({window.grace}) < stream time {format_time(stream_time)}: "
+        f"its partners within {window.within} may have closed"
+    )

@@ -1,4 +1,4 @@
-"""Tumbling and hopping event-time windows with grace, counted into a table; late records reported, never dropped."""
+"""Tumbling and hopping event-time windows with grace, aggregated into a table; late records reported, never dropped."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .aggregate import add_to_totals
+from .aggregate import Aggregate, aggregate
 
 ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"  # the contract's JSON time format (the session time zone is UTC)
 
@@ -81,35 +81,39 @@ class Windows:
         return passed(F.col("window_end"), self.grace, stream_time)
 
 
-def count_in_windows(
+def aggregate_in_windows(
     records: DataFrame,
     current: DataFrame,
     keys: Sequence[str],
     windows: Windows,
+    aggregates: Sequence[Aggregate],
     stream_time: datetime | None,
-    count: str = "count",
     raw: Column | None = None,
     table: str = "",
 ) -> tuple[DataFrame, DataFrame]:
-    """Count records per key and window into `current`: returns (new rows for the windows that changed, late records).
+    """Each record adds to the aggregates of its key in each of its windows that is still open, and is late in the
+    others; returns (new rows for the windows that changed, late records).
 
-    A record is counted in each of its windows that is still open; for windows already final it is
-    not counted there, and the record goes to the late records with the windows it missed in the reason
-    (as does a record before the epoch, which is in no window).
+    `current` holds the committed rows (keys, `window_start`, `window_end`, one column per `Aggregate`). A
+    record's windows already final at `stream_time` do not get it: it goes to the late records with the
+    windows it missed in the reason (as does a record before the epoch, which is in no window). A sum and a
+    reduce per customer and hour:
+
+        hourly, late = aggregate_in_windows(
+            orders, batch.current("hourly_amounts"), ["customer"], HOURS,
+            [Aggregate("amount", F.col("amount")), Aggregate("largest", F.col("amount"), F.max)], batch.stream_time,
+        )
     """
     tagged = records.withColumn("_raw", raw if raw is not None else record_json(records)).withColumn(
         "_record", F.monotonically_increasing_id()
     )
     assigned = windows.assign(tagged).withColumn("_closed", windows.closed(stream_time))
-    open_ = assigned.where(~F.col("_closed")).withColumn("_one", F.lit(1))
-    totals = add_to_totals(
-        current,
-        open_.select(*keys, "window_start", "_one").withColumnRenamed("_one", count),
-        [*keys, "window_start"],
-        count,
+    changed = aggregate(current, assigned.where(~F.col("_closed")), [*keys, "window_start"], aggregates).select(
+        *keys,
+        "window_start",
+        (F.col("window_start") + interval(windows.size)).alias("window_end"),
+        *[a.column for a in aggregates],
     )
-    ends = open_.select(*keys, "window_start", "window_end").distinct()
-    changed = totals.join(ends, [*keys, "window_start"]).select(*keys, "window_start", "window_end", count)
     missed = F.concat_ws(", ", F.array_sort(F.collect_list(span("window_start", "window_end", ")"))))
     late = as_late(
         assigned.where("_closed").groupBy("_record", "_raw", "event_time").agg(missed.alias("_missed")),
@@ -122,3 +126,17 @@ def count_in_windows(
         F.lit("in no window: event time before 1970-01-01 (windows start at the epoch)"),
     )
     return changed, late.unionByName(before_epoch)
+
+
+def count_in_windows(
+    records: DataFrame,
+    current: DataFrame,
+    keys: Sequence[str],
+    windows: Windows,
+    stream_time: datetime | None,
+    count: str = "count",
+    raw: Column | None = None,
+    table: str = "",
+) -> tuple[DataFrame, DataFrame]:
+    """Count records per key and window into `current`: `aggregate_in_windows` with one count, column `count`."""
+    return aggregate_in_windows(records, current, keys, windows, [Aggregate(count, F.lit(1))], stream_time, raw, table)

@@ -1,7 +1,8 @@
 """
 ### Pipeline files that did not load
 
-Not a DAG: when a pipeline file of `STREAMTABLE_PIPELINES` cannot be imported, or declares something
+Not a DAG: when a pipeline file of `streamtable_pipelines` (the Variable, else the env `STREAMTABLE_PIPELINES`)
+cannot be imported, or declares something
 inconsistent, parsing this file fails with one line per such file (file, line, what is wrong), so
 Airflow lists it under *Import errors*. Every other pipeline's DAGs (`dags/pipelines.py`) still load.
 """

@@ -1,7 +1,8 @@
 """
 ### PIPELINE: one micro-batch of the pipeline on a schedule, then its quality gate
 
-One DAG per registered pipeline, built-in or the user's (`STREAMTABLE_PIPELINES`), named after it and
+One DAG per registered pipeline, built-in or the user's (the folders of the Variable
+`streamtable_pipelines`, else of the env `STREAMTABLE_PIPELINES`), named after it and
 scheduled as the pipeline declares (`Pipeline.schedule`, every 5 minutes unless it says otherwise).
 Its documentation is the pipeline's own, followed by this text.
 

@@ -239,6 +239,44 @@ def test_a_nullable_column_can_be_added_to_an_input_with_data_and_a_type_change_
     assert table_version(lake.table_path("orders")) == version
 
 
+@pytest.mark.slow
+def test_the_guides_join_and_windowed_aggregates_run_as_the_guide_says(spark, tmp_path, monkeypatch):
+    """An order paid within the hour is joined, an unpaid one comes out with a null method once its hour has closed."""
+    folder = tmp_path / "more_pipelines"
+    folder.mkdir()
+    (folder / "payments.py").write_text(guide_file("~/more_pipelines/payments.py"))
+    monkeypatch.setenv(registry.ENV, str(folder))
+    registry.current.cache_clear()
+    lake = Lake(tmp_path / "lake")
+
+    def event(at: str, **fields: str | int) -> str:
+        return json.dumps({**fields, "event_time": f"2026-03-01T{at}Z"})
+
+    runs = [
+        [
+            ("shop_orders", event(order_id="o1", customer="ann", amount=120, at="10:05:00")),
+            ("shop_orders", event(order_id="o2", customer="bob", amount=30, at="10:20:00")),
+            ("shop_payments", event(order_id="o1", method="card", at="10:30:00")),
+        ],
+        [("shop_orders", event(order_id="o3", customer="ann", amount=50, at="12:00:00"))],
+        [("shop_payments", event(order_id="o3", method="cash", at="12:10:00"))],  # o2's window closed at 11:30
+    ]
+    try:
+        for records in runs:
+            for name, line in records:
+                ingest_lines(lake, name, [line])
+            run(lake, "payments")
+        paid = sorted((r["order_id"], r["method"], f"{r['event_time']:%H:%M}") for r in rows(lake, "order_payments"))
+        hourly = sorted(
+            (r["customer"], f"{r['window_start']:%H:%M}", r["amount"], r["largest"])
+            for r in rows(lake, "hourly_amounts")
+        )
+    finally:
+        registry.current.cache_clear()
+    assert paid == [("o1", "card", "10:30"), ("o2", None, "10:20"), ("o3", "cash", "12:10")]
+    assert hourly == [("ann", "10:00", 120, 120), ("ann", "12:00", 50, 50), ("bob", "10:00", 30, 30)]
+
+
 # ---------------------------------------------------------------------------------------------- Airflow
 
 
@@ -277,6 +315,25 @@ print("RESULT " + json.dumps({{
     assert result["orders"]["tasks"] == ["quality_gate", "run"] and result["orders"]["pool"] == "streamtable_orders"
     assert all("orders" in enum for enum in result["forms"].values())
     assert "streamtable_orders" in result["pools"]
+
+
+def test_the_airflow_variable_names_the_pipeline_folders_over_the_env_and_the_spark_jobs_get_them(airflow_home, folder):
+    env = airflow_env(airflow_home) | {
+        "AIRFLOW_VAR_STREAMTABLE_PIPELINES": str(folder),
+        registry.ENV: str(folder.parent / "not_this_one"),  # a folder that does not exist: an error, were it read
+    }
+    proc = run_python(
+        f"""
+import json
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder={str(DAGS / "pipelines.py")!r})
+run = bag.get_dag("orders").get_task("run")
+print("RESULT " + json.dumps({{"errors": list(bag.import_errors), "env": run.env_vars}}))
+""",
+        env,
+    )
+    result = last_json(proc)
+    assert result["errors"] == [] and result["env"]["STREAMTABLE_PIPELINES"] == str(folder)
 
 
 @pytest.mark.slow

@@ -10,8 +10,10 @@ file of the user's never breaks or slows the DAG processor. Every task is a `Spa
 The lake is chosen when a task runs, not when the DAG is parsed: the Airflow Variable `streamtable_lake`
 if it is set, else the task's env `STREAMTABLE_LAKE`, else `<project>/lake` (the `LAKE` template below).
 Asset URIs, which Airflow needs at parse time, use the env (never the Variable: reading Variables while
-parsing hits the metadata DB on every parse). The user's pipeline folders come from the env
-`STREAMTABLE_PIPELINES` of the DAG processor and of the workers (the Spark jobs inherit it).
+parsing hits the metadata DB on every parse). The user's pipeline folders are the Variable
+`streamtable_pipelines` if it is set, else the env `STREAMTABLE_PIPELINES` of the DAG processor; they are
+read when the DAG is parsed (the DAGs are made from them, so the Variable is read once per parse of a DAG
+file) and passed to every task's Spark job, which so loads the pipelines its DAG was made from.
 
 Every task of a pipeline runs in the Airflow pool `streamtable_<pipeline>` (one slot, made by `make setup`;
 `python -m streamtable.airflow_pools > pools.json && airflow pools import pools.json` elsewhere), so
@@ -39,16 +41,19 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset
+from airflow.sdk import Asset, Variable
 from airflow.sdk.exceptions import AirflowException
 
 from .airflow_pools import pipeline_pool
+from .jvm import driver_java_options
 from .lake import Lake
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = PACKAGE_DIR.parents[1]
 JOB = PROJECT_ROOT / "jobs" / "streamtable_job.py"
 LAKE_VARIABLE = "streamtable_lake"
+PIPELINES_VARIABLE = "streamtable_pipelines"
+PIPELINES_ENV = "STREAMTABLE_PIPELINES"  # registry.ENV, which this module does not import
 CONN_ID = "spark_default"
 
 # Rendered when the task runs (Jinja): the Variable, else the env of the task, else <project>/lake.
@@ -91,6 +96,18 @@ def spark_submit_binary() -> str:
 
 
 @cache
+def pipeline_folders() -> str:
+    """The user's pipeline folders (`:` between them): the Variable `streamtable_pipelines`, else the env's."""
+    return Variable.get(PIPELINES_VARIABLE, default=None) or os.environ.get(PIPELINES_ENV, "")
+
+
+def pipelines_env() -> dict[str, str]:
+    """The environment that makes a child process or a Spark job load `pipeline_folders()`."""
+    folders = pipeline_folders()
+    return {PIPELINES_ENV: folders} if folders else {}
+
+
+@cache
 def registered() -> dict:
     """The registry (built-in and user pipelines, and the user files that failed to load), as JSON.
 
@@ -98,7 +115,12 @@ def registered() -> dict:
     pyspark or the user's pipeline code, and a broken pipeline file cannot break the DAG processor.
     """
     proc = subprocess.run(
-        [sys.executable, "-m", "streamtable.registry"], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "streamtable.registry"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=os.environ | pipelines_env(),
     )
     if proc.returncode != 0:
         raise AirflowException(f"streamtable's registry did not load: {proc.stderr.strip()[-2000:]}")
@@ -132,10 +154,7 @@ def spark_conf() -> dict[str, str]:
     """Spark settings that must be on spark-submit's command line (the driver JVM starts before our code)."""
     log_level = os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "warn")
     return {
-        "spark.driver.extraJavaOptions": (
-            f"-Duser.timezone=UTC -Dstreamtable.spark.log.level={log_level}"
-            f" -Dlog4j2.configurationFile={PACKAGE_DIR / 'log4j2.properties'}"
-        ),
+        "spark.driver.extraJavaOptions": driver_java_options(log_level),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
     }
 
@@ -249,7 +268,7 @@ def streamtable_task(
         conf=spark_conf(),
         driver_memory=os.environ.get("STREAMTABLE_DRIVER_MEMORY", "2g"),
         name=f"streamtable-{pipeline}-{command}",
-        env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python},
+        env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, **pipelines_env()},
         execution_timeout=timedelta(minutes=30),
         pool=pipeline_pool(pipeline),
     )

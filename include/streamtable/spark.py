@@ -10,6 +10,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from .errors import SetupError
+from .jvm import driver_java_options
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,11 +38,6 @@ def get_spark(app_name: str = "streamtable") -> SparkSession:
 def _new_session(app_name: str) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local jobs never listen beyond loopback
-    level = os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "fatal")
-    quiet = (
-        f"-Duser.timezone=UTC {os.environ.get('STREAMTABLE_JVM_OPTS', '')} -Dstreamtable.spark.log.level={level} "
-        f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties')}"
-    )
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.jars", ",".join(delta_jars()))
@@ -54,7 +50,9 @@ def _new_session(app_name: str) -> SparkSession:
         .config("spark.databricks.delta.snapshotPartitions", "2")
         # staged batches are read back by delta-rs (pyarrow), which reads INT96, Spark's default, as nanoseconds
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.driver.extraJavaOptions", quiet)
+        .config(
+            "spark.driver.extraJavaOptions", driver_java_options(os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "fatal"))
+        )
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit: we choose the master

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+
 from streamtable.ingest import IngestResult, ingest_lines
 from streamtable.lake import Lake
 from streamtable.reader import rows
@@ -83,3 +85,10 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
         f"exit {proc.returncode}\n--- stdout (tail)\n{proc.stdout[-6000:]}\n--- stderr (tail)\n{proc.stderr[-6000:]}"
     )
     return json.loads(lines[-1][len("RESULT ") :])
+
+
+def local_frame(spark, rows: list[tuple], schema: pa.Schema):
+    """A DataFrame of `rows` made through Arrow: a local relation, which Spark plans without Python workers."""
+    return spark.createDataFrame(
+        pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
+    )

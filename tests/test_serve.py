@@ -238,3 +238,23 @@ def test_serve_killed_then_served_again_loses_and_duplicates_nothing(lake):
     assert table(lake, "word_counts", "word", "count") == expected([r["line"] for b in batches for r in b])
     assert sum(b["input_rows"] for b in history(lake, P)) == 3  # each record in exactly one committed batch
     assert [r["word"] for r in rows(lake, "word_counts")] == ["four", "one", "three", "two"]
+
+
+def test_status_read_while_a_reprocess_swaps_in_a_new_generation_reports_the_new_one(lake, monkeypatch):
+    """The fault campaign's `status` failed with FileNotFoundError: a swap deleted the old generation's progress
+    while status read it. Status reads the new generation instead; a file missing otherwise is still an error."""
+    import streamtable.status as status
+
+    real = status._consumed_versions
+
+    def swapped_while_read(lake_, name, generation):
+        if generation == 0:
+            lake_.set_generation(name, 1)
+            raise FileNotFoundError("Object at location .../g0/state/progress/part-0.parquet not found")
+        return real(lake_, name, generation)
+
+    monkeypatch.setattr(status, "_consumed_versions", swapped_while_read)
+    assert pipeline_status(lake, P).generation == 1
+    monkeypatch.setattr(status, "_consumed_versions", lambda *_: (_ for _ in ()).throw(FileNotFoundError("gone")))
+    with pytest.raises(FileNotFoundError):
+        pipeline_status(lake, P)

@@ -254,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # anything else is a bug or an environment problem: still one line
         if args.debug:
             raise
+        if reason := unwritable(e):
+            print(
+                f"streamtable: cannot write to the lake {resolve_lake(args.lake)}: {reason}; make room (or make it "
+                "writable) and run the command again: it finishes the work",
+                file=sys.stderr,
+            )
+            return 1
         print(
             f"streamtable: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             " (run with --debug for details)",
@@ -261,6 +268,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     return 0
+
+
+STORAGE_FAILURES = ("No space left on device", "Read-only file system", "Disk quota exceeded")
+
+
+def unwritable(error: BaseException) -> str | None:
+    """Why the lake's file system refused a write (full, read-only, over quota), found in the error or its causes:
+    Python's OSError, delta-rs's and the JVM's (a Py4JJavaError's Java trace) all name it; None otherwise."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return next((r for e in chain for r in STORAGE_FAILURES if r in str(e)), None)
 
 
 def entry(argv: list[str] | None = None) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from .context import RunContext
 from .delta_rs import table_version
@@ -23,7 +24,10 @@ from .runner import RunReport, drain, serve
 from .tables import LATE_EVENTS
 from .timefmt import system_clock
 
-SWAP = "swap.json"  # present while a reprocess's outputs are being swapped in
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+SWAP = "swap.json"  # present while a reprocess's outputs (or a reset's empty ones) are being swapped in
 
 
 def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
@@ -163,23 +167,32 @@ def row_counts(ctx: RunContext) -> dict[str, int]:
 
 
 def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
-    """Complete a swap a reprocess started (again, if it crashed half-way: each overwrite is idempotent)."""
+    """Complete a swap a reprocess or a reset started (again, if it crashed half-way: each overwrite is idempotent).
+
+    The marker goes before the shadow tables: a swap killed after the marker is gone is complete, and one killed
+    before finds every shadow table it copies from.
+    """
     from . import delta_io
     from .spark import get_spark
 
     marker = lake.pipeline_dir(pipeline.name) / SWAP
     if not marker.exists():
         return
-    generation = json.loads(marker.read_text())["generation"]
-    shadow = RunContext(get_spark(), lake, pipeline, generation, shadow=True)
-    live = RunContext(shadow.spark, lake, pipeline, generation)
+    swap = json.loads(marker.read_text())
+    live = RunContext(get_spark(), lake, pipeline, swap["generation"])
+    shadow = replace(live, shadow=True)
+
+    def rows(table: str) -> DataFrame:
+        return live.read(table).limit(0) if swap.get("reset") else shadow.read(table)
+
+    live.prepare()
     for table in pipeline.outputs:
-        delta_io.replace(shadow.read(table.name), live.path(table.name))
-    delta_io.replace(shadow.read(LATE_EVENTS.name), live.path(LATE_EVENTS.name), where=f"pipeline = '{pipeline.name}'")
-    lake.set_generation(pipeline.name, generation)
-    shutil.rmtree(shadow.dir / "shadow", ignore_errors=True)
+        delta_io.replace(rows(table.name), live.path(table.name))
+    delta_io.replace(rows(LATE_EVENTS.name), live.path(LATE_EVENTS.name), where=f"pipeline = '{pipeline.name}'")
+    lake.set_generation(pipeline.name, live.generation)
     marker.unlink()
-    discard_generations(lake, pipeline.name, keep=generation)
+    shutil.rmtree(shadow.dir / "shadow", ignore_errors=True)
+    discard_generations(lake, pipeline.name, keep=live.generation)
 
 
 def reset(lake: Lake, name: str, dry_run: bool = False) -> dict:
@@ -193,18 +206,10 @@ def reset(lake: Lake, name: str, dry_run: bool = False) -> dict:
     }
     if dry_run:
         return plan | {"dry_run": True}
-    from . import delta_io
-    from .spark import get_spark
-
     with lake.lock(name, "reset"):
-        finish_swap(lake, pipeline)
-        ctx = RunContext(get_spark(), lake, pipeline, next_generation(lake, name))
-        ctx.prepare()
-        for table in pipeline.outputs:
-            delta_io.replace(ctx.read(table.name).limit(0), ctx.path(table.name))
-        delta_io.replace(ctx.read(LATE_EVENTS.name).limit(0), ctx.path(LATE_EVENTS.name), where=f"pipeline = '{name}'")
-        lake.set_generation(name, ctx.generation)
-        discard_generations(lake, name, keep=ctx.generation)
+        finish_swap(lake, pipeline)  # a reprocess's, or an earlier reset's
+        write_json_atomic(lake.pipeline_dir(name) / SWAP, {"generation": next_generation(lake, name), "reset": True})
+        finish_swap(lake, pipeline)  # empty outputs in a new generation: all of it, or (killed) by the next command
     return plan | {"dry_run": False}
 
 

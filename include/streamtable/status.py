@@ -89,9 +89,7 @@ class PipelineStatus:
 def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> PipelineStatus:
     """The status of one pipeline (raises UnknownPipelineError for a name that is not registered)."""
     spec = get_pipeline(pipeline)
-    generation = lake.generation(pipeline)
-    batches = history(lake, pipeline, generation)
-    consumed = _consumed_versions(lake, pipeline, generation)
+    generation, batches, consumed = _live_progress(lake, pipeline)
     inputs = tuple(_lag(lake, name, consumed.get(name)) for name in spec.streams)
     return PipelineStatus(
         pipeline,
@@ -101,6 +99,18 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
         inputs,
         now or datetime.now(UTC),
     )
+
+
+def _live_progress(lake: Lake, pipeline: str) -> tuple[int, list[dict], dict[str, int]]:
+    """The live generation, its batches and its consumed versions: read again when a reprocess or a reset made
+    another generation live (and deleted this one's files) while they were read."""
+    while True:
+        generation = lake.generation(pipeline)
+        try:
+            return generation, history(lake, pipeline, generation), _consumed_versions(lake, pipeline, generation)
+        except FileNotFoundError:
+            if lake.generation(pipeline) == generation:
+                raise
 
 
 def _consumed_versions(lake: Lake, pipeline: str, generation: int) -> dict[str, int]:

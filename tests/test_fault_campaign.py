@@ -1,0 +1,41 @@
+"""The fault campaign's short form: a few SIGKILLs that land, across commands, and nothing lost or counted twice.
+
+The full form (20 kills and more, all five commands, the races) is run by hand: docs/faults.md.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT
+
+
+def processes_using(path: str) -> list[str]:
+    """The command lines of running processes that mention `path`."""
+    listed = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    return [line for line in listed.splitlines() if path in line]
+
+
+@pytest.mark.slow
+def test_kills_across_commands_land_and_lose_or_double_nothing(tmp_path):
+    lake, report = tmp_path / "lake", tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "fault_campaign.py"), "--lake", str(lake), "--report", str(report)]
+        + ["--kills", "5", "--seed", "3", "--commands", "ingest,ingest,run,reprocess,reset", "--check-every", "0"]
+        + ["--race-probability", "0"],  # one JVM per kill (a queued command costs another), and one run at the end
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(report.read_text())
+    assert got["failures"] == []
+    assert got["kills_landed"] >= 4 and len(got["kills_landed_by_command"]) >= 3, got
+    assert (got["records_lost"], got["records_duplicated"]) == (0, 0) and got["records"] > 0
+    assert (got["input_records_lost"], got["input_records_duplicated"]) == (0, 0)
+    assert sum(got["reads"].values()) > 0  # readers raced the kills
+    assert processes_using(str(lake)) == []  # every process the campaign started is gone

@@ -70,7 +70,7 @@ cluster-stop:
 	@bash scripts/spark-cluster.sh stop
 
 bench: setup
-	@if [ -f bench/run.py ]; then $(PY) bench/run.py $(BENCH_ARGS); else echo "bench: no bench/run.py yet"; fi
+	$(PY) bench/suite.py $(BENCH_ARGS)
 
 ENV_VARS := AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW_CONN_SPARK_DEFAULT \
 	PYSPARK_PYTHON PYSPARK_DRIVER_PYTHON STREAMTABLE_LAKE SPARK_LOCAL_IP GX_ANALYTICS_ENABLED JAVA_HOME PATH

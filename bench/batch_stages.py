@@ -1,10 +1,14 @@
-"""Fixed cost of a micro-batch: warm `word_count` batches of one record each, and where their time goes.
+"""Fixed cost of a micro-batch, where its time goes, and what the size of its output adds to it.
 
-    .venv/bin/python bench/batch_stages.py --batches 12
+    .venv/bin/python bench/batch_stages.py --batches 12 [--inventory-keys 1000000 --inventory-events 1000]
 
-One process, one SparkSession, a fresh lake: each round ingests one line and runs `word_count` in-process
+One process, one SparkSession, fresh lakes. Each round ingests one line and runs `word_count` in-process
 (`lifecycle.run`). The first batch pays the JVM's warm-up and is left out; the others' `duration_ms` and
-`stage_ms` (`stream_progress`) are summarised by their medians. Results go to `bench/results/batch_stages.json`.
+`stage_ms` (`stream_progress`) are summarised by their medians. With `--inventory-keys`, inventory batches
+of `--inventory-events` events follow, the same events into two lakes: one whose `inventory` output holds
+that many keys (filled by one batch first) and one whose output starts empty; the events update random
+keys of the big output. Each lake's first such batch is left out; `ratio` is the big output's median
+batch over the empty one's. Results go to `bench/results/batch_stages.json`.
 """
 
 from __future__ import annotations
@@ -12,9 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
+
+import numpy as np
+import workloads
 
 from streamtable.ingest import ingest_lines
 from streamtable.lake import Lake
@@ -23,30 +31,76 @@ from streamtable.progress import history
 from streamtable.spark import get_spark
 
 RESULTS = Path(__file__).resolve().parent / "results"
+STORES = 100
 
 
-def measure(batches: int) -> dict:
-    """Run `batches` one-record word_count batches; the medians of the warm ones, per stage and whole."""
+def medians(batches: list[dict]) -> dict:
+    """The medians of the batches' `duration_ms` and of each of their stages."""
+    stages = {
+        name: statistics.median(row["stage_ms"].get(name, 0) for row in batches) for name in batches[0]["stage_ms"]
+    }
+    return {
+        "warm_batches": len(batches),
+        "median_duration_ms": statistics.median(r["duration_ms"] for r in batches),
+    } | {"median_stage_ms": stages}
+
+
+def measure(batches: int, root: Path) -> dict:
+    """Run `batches` one-record word_count batches in a lake under `root`; the medians of the warm ones."""
     get_spark("bench-batch-stages")
-    lake = Lake(Path(tempfile.mkdtemp(prefix="streamtable-bench-")) / "lake")
+    lake = Lake(root / "word_count")
     for n in range(batches):
         ingest_lines(
             lake, "text_lines", [json.dumps({"line": f"hello world {n}", "event_time": f"2026-01-01T{n:02d}:00:00Z"})]
         )
         run(lake, "word_count")
-    warm = history(lake, "word_count")[1:]
-    stages = {name: statistics.median(row["stage_ms"].get(name, 0) for row in warm) for name in warm[0]["stage_ms"]}
-    return {"warm_batches": len(warm), "median_duration_ms": statistics.median(r["duration_ms"] for r in warm)} | {
-        "median_stage_ms": stages
+    return medians(history(lake, "word_count")[1:])
+
+
+def key_events(keys: np.ndarray, rng: np.random.Generator) -> workloads.Columns:
+    """One inventory event for each key number: key k is item k // STORES of store k % STORES."""
+    return {
+        "store": workloads.names("s", keys % STORES),
+        "item": workloads.names("i", keys // STORES),
+        "quantity": rng.integers(-20, 50, len(keys)),
+        "event_time": workloads.START_US + keys,
     }
+
+
+def output_size_cost(keys: int, events: int, batches: int, root: Path) -> dict:
+    """Medians of `events`-event inventory batches into an output of `keys` keys and into an empty one, under root."""
+    get_spark("bench-batch-stages")
+    rng = np.random.default_rng(5)
+    lakes = {"empty": Lake(root / "empty"), "full": Lake(root / "full")}
+    workloads.ingest_columns(lakes["full"], "inventory_events", key_events(np.arange(keys), rng))
+    run(lakes["full"], "inventory")
+    for _ in range(batches):
+        changes = key_events(rng.integers(0, keys, events), rng)
+        for lake in lakes.values():
+            workloads.ingest_columns(lake, "inventory_events", changes)
+            run(lake, "inventory")
+    result = {name: medians(history(lake, "inventory")[-(batches - 1) :]) for name, lake in lakes.items()}
+    ratio = result["full"]["median_duration_ms"] / result["empty"]["median_duration_ms"]
+    return {"keys": keys, "events": events, **result, "ratio": round(ratio, 2)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=12, help="batches to run, the first one not counted")
-    summary = measure(max(parser.parse_args().batches, 2))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "batch_stages.json").write_text(json.dumps(summary, indent=2))
+    parser.add_argument("--inventory-keys", type=int, default=0, help="keys of the big inventory output (0: none)")
+    parser.add_argument("--inventory-events", type=int, default=1000, help="events of each inventory batch")
+    parser.add_argument("--out", default=str(RESULTS / "batch_stages.json"))
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="streamtable-bench-"))
+    try:
+        summary = measure(max(args.batches, 2), root)
+        if args.inventory_keys:
+            keys, events = args.inventory_keys, args.inventory_events
+            summary["output_size"] = output_size_cost(keys, events, max(args.batches, 2), root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary))
     os._exit(0)  # as the CLI: skip the interpreter's shutdown with Spark's native threads still up
 

@@ -1,11 +1,13 @@
-"""Throughput benchmark: clicks_per_region drained by `streamtable run` vs a plain Spark batch job vs DuckDB.
+"""Throughput: a bounded drain of each built-in pipeline vs a plain PySpark batch job vs DuckDB, on the same rows.
 
-    .venv/bin/python bench/run.py --clicks 1000000 10000000
+    .venv/bin/python bench/run.py --records 1000000 --pipelines clicks_per_region word_count
 
-For each size it generates clicks (and region updates that change users' regions during the day) into a
-fresh lake, drains them with one bounded run, computes the same as-of answer with a plain PySpark
-batch job and with DuckDB's ASOF JOIN on the same Delta files, checks the three answers are equal, and
-prints rows/s and the ratios. Spark's JVM start is reported apart and excluded from every figure.
+For each pipeline and size it generates the inputs into a fresh lake (`workloads.py`), drains them with one
+cold `streamtable run` (a process of its own, JVM start included, as a user runs it), computes the same
+outputs with a cold plain PySpark batch job (`spark_jobs.py`, a process of its own too) and with DuckDB in
+this process (`duckdb_jobs.py`), and checks that the three answers are equal. The peak resident memory of
+each Spark process tree (the Python driver and its JVM) is sampled with psutil every 0.1 s. Figures go to
+`bench/results/throughput.json`; `bench/suite.py` runs this beside the other benchmarks.
 """
 
 from __future__ import annotations
@@ -13,161 +15,191 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+import duckdb_jobs
+import psutil
 import pyarrow as pa
+import pyarrow.parquet as pq
+import workloads
+from deltalake import DeltaTable
 
-from streamtable.ingest import append_rows
 from streamtable.lake import Lake
-from streamtable.registry import get_input
+from streamtable.registry import get_pipeline
 from streamtable.schema import arrow_schema
+from streamtable.tables import Table
 
-USERS = 100_000
-REGIONS = ["africa", "americas", "asia", "europe", "oceania"]
-DAY_US = 86_400 * 1_000_000
-START_US = int(datetime(2026, 3, 1, tzinfo=UTC).timestamp() * 1_000_000)
-
-
-def generate(lake: Lake, clicks: int, commits: int = 10, seed: int = 7) -> None:
-    """Region updates (3 per user, one may be a delete) and `clicks` clicks, each in `commits` ingests."""
-    rng = np.random.default_rng(seed)
-    n = USERS * 3
-    region = np.array(REGIONS + [None], dtype=object)[rng.integers(0, len(REGIONS) + 1, n)]
-    _ingest(
-        lake,
-        "user_regions",
-        {
-            "user": np.char.add("u", (np.arange(n) % USERS).astype(str)).astype(object),
-            "region": region,
-            "event_time": START_US + rng.integers(0, DAY_US, n),
-        },
-        commits=1,
-    )
-    _ingest(
-        lake,
-        "user_clicks",
-        {
-            "user": np.char.add("u", rng.integers(0, USERS * 11 // 10, clicks).astype(str)).astype(object),
-            "clicks": rng.integers(0, 50, clicks),
-            "event_time": START_US + rng.integers(0, DAY_US, clicks),
-        },
-        commits=commits,
-    )
+ROOT = Path(__file__).resolve().parents[1]
+CLI = str(ROOT / ".venv" / "bin" / "streamtable")
+RESULTS = ROOT / "bench" / "results"
+PIPELINES = tuple(workloads.GENERATORS)
+STREAMTABLE, SPARK, DUCKDB = "streamtable run", "Spark batch", "DuckDB"
+Answer = dict[str, pa.Table]
 
 
-def _ingest(lake: Lake, name: str, columns: dict, commits: int) -> None:
-    table = get_input(name)
-    schema = arrow_schema(table.stored_columns)
-    total = len(columns["event_time"])
-    for part in np.array_split(np.arange(total), commits):
-        data = {k: v[part] for k, v in columns.items()}
-        data["_line"] = np.arange(len(part))
-        arrays = [
-            pa.array(data[f.name], type=f.type)
-            if f.name != "event_time"
-            else pa.array(data[f.name], type=pa.int64()).cast(f.type)
-            for f in schema
-        ]
-        append_rows(lake, table, pa.Table.from_arrays(arrays, schema=schema))
+@dataclass(frozen=True)
+class ProcessRun:
+    seconds: float
+    peak_rss_bytes: int
+    stdout: str
 
 
-def streamtable_run(lake: Lake) -> dict[str, int]:
-    from streamtable.lifecycle import run
-    from streamtable.reader import rows
-
-    run(lake, "clicks_per_region")
-    return {r["region"]: r["clicks"] for r in rows(lake, "clicks_per_region")}
-
-
-def spark_batch(lake: Lake) -> dict[str, int]:
-    """The textbook Spark batch job: join each click with the user's earlier region records, keep the latest."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    from streamtable.spark import get_spark
-
-    spark = get_spark()
-    clicks = (
-        spark.read.format("delta")
-        .load(lake.table_path("user_clicks"))
-        .select("user", "clicks", "event_time", F.monotonically_increasing_id().alias("id"))
-    )
-    regions = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", 0)
-        .load(lake.table_path("user_regions"))
-        .select(F.col("user").alias("ru"), "region", F.col("event_time").alias("rt"), "_commit_version", "_line")
-    )
-    joined = clicks.join(regions, (F.col("user") == F.col("ru")) & (F.col("rt") <= F.col("event_time")), "left")
-    latest = Window.partitionBy("id").orderBy(F.desc("rt"), F.desc("_commit_version"), F.desc("_line"))
-    picked = joined.withColumn("n", F.row_number().over(latest)).where("n = 1")
-    out = picked.groupBy(F.coalesce("region", F.lit("UNKNOWN")).alias("region")).agg(F.sum("clicks").alias("c"))
-    return {r["region"]: r["c"] for r in out.collect()}
+def tree_rss(process: psutil.Process) -> int:
+    """Resident bytes of a process and all its descendants (those that exit while read count as nothing)."""
+    total = 0
+    for p in [process, *process.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
-def duckdb_asof(lake: Lake) -> dict[str, int]:
-    """DuckDB's ASOF LEFT JOIN on the same Delta files (read through delta-rs as Arrow)."""
-    import duckdb
-    from deltalake import DeltaTable
-
-    # Materialised as Arrow tables: a registered pyarrow *dataset* made DuckDB's ASOF join take minutes.
-    clicks = DeltaTable(lake.table_path("user_clicks")).to_pyarrow_dataset().to_table()
-    regions = DeltaTable(lake.table_path("user_regions")).to_pyarrow_dataset().to_table()
-    con = duckdb.connect()
-    con.register("clicks", clicks)
-    con.register("regions", regions)
-    # Of region records with equal times, the later-ingested wins (one ingest here, so the later line).
-    rows = con.execute("""
-        WITH r AS (SELECT "user", event_time, arg_max(region, _line) AS region FROM regions GROUP BY ALL)
-        SELECT coalesce(r.region, 'UNKNOWN') AS region, sum(c.clicks)::BIGINT
-        FROM clicks c ASOF LEFT JOIN r ON c."user" = r."user" AND c.event_time >= r.event_time
-        GROUP BY ALL""").fetchall()
-    return dict(rows)
-
-
-def timed(fn, lake: Lake) -> tuple[float, dict[str, int]]:
+def run_process(command: list[str], log: Path, interval_s: float = 0.1) -> ProcessRun:
+    """Run `command` to its end (stderr to `log`), timing it and sampling its process tree's resident memory."""
     start = time.perf_counter()
-    answer = fn(lake)
-    return time.perf_counter() - start, answer
+    with log.open("w") as err:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True)
+        watched, peak = psutil.Process(proc.pid), 0
+        while proc.poll() is None:
+            try:
+                peak = max(peak, tree_rss(watched))
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(interval_s)
+        stdout = proc.communicate()[0]
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+    return ProcessRun(seconds, peak, stdout)
+
+
+def canonical(data: pa.Table, spec: Table) -> pa.Table:
+    """An output's rows in one form whatever computed them: its declared columns and types, sorted by all columns."""
+    schema = arrow_schema(spec.columns)
+    data = data.select(schema.names).cast(schema)
+    return data.sort_by([(c, "ascending") for c in schema.names]).combine_chunks()
+
+
+def streamtable_answer(lake: Lake, pipeline: str) -> Answer:
+    """The pipeline's output tables as the drain left them."""
+    return {
+        t.name: DeltaTable(lake.table_path(t.name)).to_pyarrow_dataset().to_table()
+        for t in get_pipeline(pipeline).outputs
+    }
+
+
+def differences(pipeline: str, expected: Answer, answer: Answer) -> list[str]:
+    """How `answer` differs from `expected`, output by output: row counts and a few rows of each side's surplus."""
+    found = []
+    for spec in get_pipeline(pipeline).outputs:
+        want, got = canonical(expected[spec.name], spec), canonical(answer[spec.name], spec)
+        if not want.equals(got):
+            surplus = Counter(rows(want)) - Counter(rows(got)), Counter(rows(got)) - Counter(rows(want))
+            found.append(
+                f"{spec.name}: {len(want)} rows vs {len(got)}; only in the drain's {list(surplus[0])[:3]}, "
+                f"only in this one's {list(surplus[1])[:3]}"
+            )
+    return found
+
+
+def rows(data: pa.Table) -> list[tuple]:
+    return list(zip(*(data[c].to_pylist() for c in data.column_names), strict=True))
+
+
+def drain(lake: Lake, pipeline: str, work: Path) -> tuple[ProcessRun, Answer]:
+    """One cold bounded `streamtable run` of everything the inputs hold; its outputs."""
+    run = run_process([CLI, "run", pipeline, "--lake", str(lake.root)], work / "drain.log")
+    return run, streamtable_answer(lake, pipeline)
+
+
+def spark_batch(lake: Lake, pipeline: str, work: Path) -> tuple[ProcessRun, Answer]:
+    """The plain PySpark batch job of `spark_jobs.py`, cold in a process of its own; the outputs it wrote."""
+    out = work / "spark-out"
+    job = [sys.executable, str(ROOT / "bench" / "spark_jobs.py"), pipeline, "--lake", str(lake.root), "--out", str(out)]
+    run = run_process(job, work / "spark.log")
+    return run, {t.name: pq.read_table(out / t.name) for t in get_pipeline(pipeline).outputs}
+
+
+def duckdb(lake: Lake, pipeline: str, work: Path) -> tuple[ProcessRun, Answer]:
+    """DuckDB's query in this process (no process of its own to sample: peak memory 0)."""
+    start = time.perf_counter()
+    answer = duckdb_jobs.JOBS[pipeline](lake)
+    return ProcessRun(time.perf_counter() - start, 0, ""), answer
+
+
+ENGINES: dict[str, Callable[[Lake, str, Path], tuple[ProcessRun, Answer]]] = {
+    STREAMTABLE: drain,
+    SPARK: spark_batch,
+    DUCKDB: duckdb,
+}
+
+
+def measure(pipeline: str, n: int, work: Path) -> dict:
+    """Generate about `n` records for `pipeline`, compute its outputs with every engine, and compare the answers."""
+    work.mkdir(parents=True)
+    lake = Lake(work / "lake")
+    started = time.perf_counter()
+    records = workloads.generate(lake, pipeline, n)
+    print(f"{pipeline}: {records:,} records generated in {time.perf_counter() - started:.0f} s", flush=True)
+    runs, answers = {}, {}
+    for engine, compute in ENGINES.items():
+        runs[engine], answers[engine] = compute(lake, pipeline, work)
+        print(f"{pipeline} {records:,}: {engine} {runs[engine].seconds:.1f} s", flush=True)
+    mismatches = {e: d for e in (SPARK, DUCKDB) if (d := differences(pipeline, answers[STREAMTABLE], answers[e]))}
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "pipeline": pipeline,
+        "size": n,
+        "records": records,
+        "seconds": {e: round(r.seconds, 2) for e, r in runs.items()},
+        "records_per_s": {e: round(records / r.seconds) for e, r in runs.items()},
+        "peak_rss_bytes": {e: r.peak_rss_bytes for e, r in runs.items() if r.peak_rss_bytes},
+        "output_rows": {name: t.num_rows for name, t in answers[STREAMTABLE].items()},
+        "answers_equal": not mismatches,
+        "mismatches": mismatches,
+    }
+
+
+def table(results: list[dict]) -> str:
+    """The results as a Markdown table, each engine's time beside the drain's."""
+    lines = [
+        "| pipeline | records | engine | seconds | records/s | drain time / engine time | peak RSS |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        for engine, seconds in r["seconds"].items():
+            rss = r["peak_rss_bytes"].get(engine)
+            lines.append(
+                f"| {r['pipeline']} | {r['records']:,} | {engine} | {seconds:.1f} | {r['records_per_s'][engine]:,} | "
+                f"{r['seconds'][STREAMTABLE] / seconds:.2f}x | {f'{rss / 2**30:.2f} GiB' if rss else ''} |"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clicks", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "throughput.json"))
+    parser.add_argument("--records", type=int, nargs="+", default=[1_000_000])
+    parser.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
+    parser.add_argument("--out", default=str(RESULTS / "throughput.json"))
     args = parser.parse_args()
-
-    from streamtable.spark import get_spark
-
-    start = time.perf_counter()
-    get_spark().range(1).count()
-    jvm = time.perf_counter() - start
-    print(f"Spark session start (excluded below): {jvm:.1f} s")
-    results = []
-    for n in args.clicks:
-        root = Path(tempfile.mkdtemp(prefix="st-bench-"))
-        lake = Lake(root / "lake")
-        generate(lake, n)
-        timings = {}
-        answers = {}
-        for name, fn in (("streamtable run", streamtable_run), ("Spark batch", spark_batch), ("DuckDB", duckdb_asof)):
-            timings[name], answers[name] = timed(fn, lake)
-        if len({json.dumps(a, sort_keys=True) for a in answers.values()}) != 1:
-            raise SystemExit(f"answers differ: {answers}")
-        results.append({"clicks": n, "seconds": timings, "rows_per_s": {k: round(n / v) for k, v in timings.items()}})
-        shutil.rmtree(root, ignore_errors=True)
-    print("\n| clicks | engine | seconds | rows/s | vs streamtable |\n|---:|---|---:|---:|---:|")
-    for r in results:
-        base = r["seconds"]["streamtable run"]
-        for name, secs in r["seconds"].items():
-            print(f"| {r['clicks']:,} | {name} | {secs:.1f} | {r['rows_per_s'][name]:,} | {base / secs:.2f}x |")
+    work = Path(tempfile.mkdtemp(prefix="streamtable-bench-"))
+    try:
+        results = [measure(p, n, work / f"{p}-{n}") for n in args.records for p in args.pipelines]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(table(results))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"spark_start_s": jvm, "results": results}, indent=2))
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    if not all(r["answers_equal"] for r in results):
+        raise SystemExit("answers differ: " + json.dumps([r["mismatches"] for r in results if r["mismatches"]]))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,251 @@
+"""The benchmark suite: every built-in pipeline's drain, serve's latency, the naive design, batch costs, targets.
+
+    .venv/bin/python bench/suite.py --records 1000000          # make bench (BENCH_ARGS=... adds options)
+
+Parts, in this order (a size of 0 leaves a part out):
+1. throughput (`run.py`): for each pipeline and each `--records` size, a cold `streamtable run` drain beside
+   a cold plain PySpark batch job and DuckDB on the same rows, answers compared, peak RSS of each process tree;
+2. `--big-clicks`: the same for clicks_per_region at that size (the 10M-click target);
+3. `--naive-clicks`: seed 000's naive design, one database query per click (`naive.py`);
+4. latency (`latency.py`) of `serve` for each of `--latency-pipelines` at `--rates`, `--seconds` each;
+5. `--stage-batches`: `batch_stages.py` in a process of its own: the fixed cost of a warm one-record
+   word_count batch and, with `--inventory-keys`, an inventory batch into a big output vs an empty one.
+The results go to `--out` (JSON, rewritten after every part), the charts to `--charts` (PNG), and the
+targets met and not met are printed. Exits 1 when a process failed or two engines' answers differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import charts
+import latency
+import naive
+import run
+
+GIB = 2**30
+BIG_CLICKS = 10_000_000
+TARGET_RATE = 10_000
+
+
+@dataclass(frozen=True)
+class Verdict:
+    target: str
+    measured: str
+    met: bool | None  # None: not measured
+
+
+def fixed_cost(results: dict) -> Verdict:
+    target = "warm one-record word_count batch <= 1.5 s"
+    if "batch_stages" not in results:
+        return Verdict(target, "not measured", None)
+    seconds = results["batch_stages"]["median_duration_ms"] / 1000
+    return Verdict(target, f"{seconds:.2f} s (median of {results['batch_stages']['warm_batches']})", seconds <= 1.5)
+
+
+def serve_latency(summary: dict) -> Verdict:
+    target = f"{summary['pipeline']} under serve at {TARGET_RATE:,} events/s: p50 <= 3 s, p99 <= 6 s"
+    phase = next((p for p in summary["phases"] if p["rate_per_s"] == TARGET_RATE), None)
+    if phase is None:
+        return Verdict(target, f"not measured (no {TARGET_RATE:,} events/s phase)", None)
+    met = phase["caught_up"] and phase["p50_s"] <= 3 and phase["p99_s"] <= 6
+    return Verdict(target, f"p50 {phase['p50_s']} s, p99 {phase['p99_s']} s", met)
+
+
+def output_size(results: dict) -> Verdict:
+    target = "1k-event inventory batch into an output of 1M keys <= 1.2x into an empty output"
+    cost = results.get("batch_stages", {}).get("output_size")
+    if cost is None:
+        return Verdict(target, "not measured", None)
+    full, empty = cost["full"]["median_duration_ms"] / 1000, cost["empty"]["median_duration_ms"] / 1000
+    measured = f"{cost['ratio']}x ({full:.2f} s into {cost['keys']:,} keys vs {empty:.2f} s, {cost['events']:,} events)"
+    return Verdict(target, measured, cost["ratio"] <= 1.2 if cost["keys"] >= 1_000_000 else None)
+
+
+def largest_clicks_drain(results: dict) -> dict | None:
+    drains = [r for r in results["throughput"] if r["pipeline"] == "clicks_per_region"]
+    return max(drains, key=lambda r: r["records"], default=None)
+
+
+def big_drain(results: dict) -> Verdict:
+    target = f"cold streamtable run drains {BIG_CLICKS:,} clicks in <= the plain PySpark batch's time"
+    drain = largest_clicks_drain(results)
+    if drain is None:
+        return Verdict(target, "not measured", None)
+    seconds = drain["seconds"]
+    measured = f"{seconds[run.STREAMTABLE]:.1f} s vs {seconds[run.SPARK]:.1f} s at {drain['records']:,} clicks"
+    return Verdict(
+        target, measured, seconds[run.STREAMTABLE] <= seconds[run.SPARK] if drain["size"] >= BIG_CLICKS else None
+    )
+
+
+def naive_ratio(results: dict) -> Verdict:
+    target = "streamtable's drain >= 100x the naive design's clicks/s"
+    drain, design = largest_clicks_drain(results), results.get("naive", {})
+    if drain is None or "records_per_s" not in design:
+        return Verdict(target, f"not measured {design.get('skipped', '')}".strip(), None)
+    ratio = drain["records_per_s"][run.STREAMTABLE] / design["records_per_s"]
+    measured = (
+        f"{ratio:.1f}x ({drain['records_per_s'][run.STREAMTABLE]:,}/s at {drain['records']:,} clicks vs "
+        f"{design['records_per_s']:,}/s, {design['us_per_lookup']} us a lookup)"
+    )
+    return Verdict(target, measured, ratio >= 100)
+
+
+def peak_rss(results: dict) -> Verdict:
+    target = "peak RSS of a drain's process tree <= 4 GiB"
+    peaks = [(r["peak_rss_bytes"][run.STREAMTABLE], r) for r in results["throughput"]]
+    if not peaks:
+        return Verdict(target, "not measured", None)
+    peak, at = max(peaks, key=lambda p: p[0])
+    return Verdict(target, f"{peak / GIB:.2f} GiB ({at['pipeline']}, {at['records']:,} records)", peak <= 4 * GIB)
+
+
+def verdicts(results: dict) -> list[Verdict]:
+    return [
+        fixed_cost(results),
+        *map(serve_latency, results["latency"]),
+        output_size(results),
+        big_drain(results),
+        naive_ratio(results),
+        peak_rss(results),
+    ]
+
+
+def report(found: list[Verdict]) -> str:
+    marks = {True: "met", False: "NOT met", None: "not measured"}
+    lines = ["| target | measured | |", "|---|---|---|"]
+    return "\n".join(lines + [f"| {v.target} | {v.measured} | {marks[v.met]} |" for v in found])
+
+
+def batch_stages(batches: int, inventory_keys: int, work: Path) -> dict:
+    """`batch_stages.py` in a process of its own (a fresh JVM), its JSON."""
+    out = work / "batch_stages.json"
+    script = str(Path(__file__).with_name("batch_stages.py"))
+    command = [sys.executable, script, "--batches", str(batches), "--inventory-keys", str(inventory_keys)]
+    run.run_process([*command, "--out", str(out)], work / "batch_stages.log")
+    return json.loads(out.read_text())
+
+
+def drain(results: dict, pipeline: str, n: int, work: Path) -> None:
+    """`run.measure` into the results; a process that fails is reported in `errors` and the suite goes on."""
+    try:
+        results["throughput"].append(run.measure(pipeline, n, work))
+    except RuntimeError as e:
+        results["errors"].append(f"{pipeline} at {n:,} records: {e}")
+        print(results["errors"][-1], flush=True)
+
+
+def parts(args: argparse.Namespace, work: Path) -> list[tuple[str, Callable[[dict], None]]]:
+    """The suite's parts, each adding its results to the results dict (in order; a size of 0 leaves one out)."""
+
+    def throughput(results: dict) -> None:
+        for n in args.records:
+            for pipeline in args.pipelines:
+                drain(results, pipeline, n, work / f"{pipeline}-{n}")
+
+    def big(results: dict) -> None:
+        drain(results, "clicks_per_region", args.big_clicks, work / "big-clicks")
+
+    def design(results: dict) -> None:
+        results["naive"] = naive.measure(args.naive_clicks, work)
+
+    def served(results: dict) -> None:
+        for pipeline in args.latency_pipelines:
+            results["latency"].append(latency.measure(latency.FEEDS[pipeline], args.rates, args.seconds, "1 second"))
+
+    def stages(results: dict) -> None:
+        results["batch_stages"] = batch_stages(args.stage_batches, args.inventory_keys, work)
+
+    chosen = [
+        ("throughput", throughput, bool(args.records and args.pipelines)),
+        ("big drain", big, args.big_clicks > 0),
+        ("naive design", design, args.naive_clicks > 0),
+        ("latency", served, bool(args.rates and args.latency_pipelines)),
+        ("batch stages", stages, args.stage_batches > 0),
+    ]
+    return [(name, part) for name, part, wanted in chosen if wanted]
+
+
+def draw(results: dict, folder: Path) -> list[str]:
+    """The charts of what was measured, as PNG files in `folder`; their paths."""
+    drawn = []
+    if results["throughput"]:
+        charts.throughput(results["throughput"], results.get("naive"), folder / "throughput.png")
+        charts.memory(results["throughput"], folder / "memory.png")
+        drawn += [str(folder / "throughput.png"), str(folder / "memory.png")]
+    if results["latency"]:
+        charts.latency(results["latency"], folder / "latency.png")
+        drawn.append(str(folder / "latency.png"))
+    return drawn
+
+
+def succeeded(results: dict) -> bool:
+    """No process failed and every engine's answer equals the drain's."""
+    naive_equal = results.get("naive", {}).get("answers_equal", True)
+    return not results["errors"] and naive_equal and all(r["answers_equal"] for r in results["throughput"])
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, nargs="*", default=[1_000_000], help="drain sizes, each pipeline")
+    parser.add_argument("--pipelines", nargs="*", choices=run.PIPELINES, default=list(run.PIPELINES))
+    parser.add_argument("--big-clicks", type=int, default=BIG_CLICKS, help="clicks_per_region's big drain (0: none)")
+    parser.add_argument("--naive-clicks", type=int, default=100_000, help="clicks of the naive design (0: none)")
+    parser.add_argument("--latency-pipelines", nargs="*", choices=sorted(latency.FEEDS), default=sorted(latency.FEEDS))
+    parser.add_argument("--rates", type=int, nargs="*", default=[1000, 10_000, 30_000, 100_000], help="events/s")
+    parser.add_argument("--seconds", type=int, default=60, help="how long each rate is held")
+    parser.add_argument("--stage-batches", type=int, default=8, help="warm-batch rounds of batch_stages.py (0: none)")
+    parser.add_argument("--inventory-keys", type=int, default=1_000_000, help="keys of the big inventory output")
+    parser.add_argument("--out", type=Path, default=run.RESULTS / "suite.json")
+    parser.add_argument("--charts", type=Path, default=run.ROOT / "docs" / "bench")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
+    work = Path(tempfile.mkdtemp(prefix="streamtable-suite-"))
+    results: dict = {
+        "command": " ".join(["bench/suite.py", *sys.argv[1:]]),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cores": os.cpu_count(),
+        "load_average": {"start": os.getloadavg()},
+        "part_seconds": {},
+        "throughput": [],
+        "latency": [],
+        "errors": [],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        for name, part in parts(args, work):
+            print(f"== {name}", flush=True)
+            started = time.perf_counter()
+            part(results)
+            results["part_seconds"][name] = round(time.perf_counter() - started, 1)
+            results["load_average"][f"after {name}"] = os.getloadavg()
+            args.out.write_text(json.dumps(results, indent=2))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    results["targets"] = [asdict(v) for v in verdicts(results)]
+    results["charts"] = draw(results, args.charts)
+    args.out.write_text(json.dumps(results, indent=2))
+    if results["throughput"]:
+        print(run.table(results["throughput"]))
+    print(report(verdicts(results)))
+    if not succeeded(results):
+        raise SystemExit(f"a process failed or answers differ: see errors and mismatches in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The benchmark suite's short form (bench/suite.py at tiny sizes), so that `make bench` keeps working.
+
+About 90 s on the 2-core machine, most of it three cold JVMs (a drain, a Spark batch job, `serve`): so it
+drains clicks_per_region only (the pipeline with a naive design to compare with), serves word_count at
+one rate for 3 s, and leaves out the 10M drain and `batch_stages.py`. The other pipelines' Spark and
+DuckDB answers are checked by the full suite, which stops with an error when they differ from the drain's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT
+
+pytestmark = pytest.mark.slow
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_short_suite_answers_agree_and_it_writes_json_and_charts(tmp_path):
+    options = "--records 300 --pipelines clicks_per_region --big-clicks 0 --naive-clicks 300"
+    options += " --latency-pipelines word_count --rates 200 --seconds 3 --stage-batches 0"
+    command = [sys.executable, str(ROOT / "bench" / "suite.py"), *options.split()]
+    command += ["--out", str(tmp_path / "suite.json"), "--charts", str(tmp_path)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+    results = json.loads((tmp_path / "suite.json").read_text())
+    [drain] = results["throughput"]
+    assert drain["answers_equal"], drain["mismatches"]
+    assert set(drain["seconds"]) == {"streamtable run", "Spark batch", "DuckDB"}
+    assert drain["records"] == 300 and drain["peak_rss_bytes"]["streamtable run"] > 0
+    assert results["naive"].get("answers_equal", "skipped" in results["naive"]) is True
+    [served] = results["latency"]
+    assert served["phases"][0]["caught_up"] and served["phases"][0]["events"] == 600
+    assert {t["target"].split(" ")[0] for t in results["targets"]} >= {"warm", "word_count", "peak"}
+    for chart in ("throughput.png", "memory.png", "latency.png"):
+        assert (tmp_path / chart).read_bytes().startswith(PNG)
+    assert "| target | measured |" in proc.stdout

@@ -11,7 +11,8 @@ connection (a Spark standalone master in production, `scripts/spark-cluster.sh` 
 
 - **Stall detection.** Every few seconds the task reads the pipeline's progress from the lake
   (`streamtable.status`, no Spark). When input is waiting and no batch has finished for
-  `stall_timeout_s` (counted from the last batch, or from the start of the try), it stops the job and
+  `stall_timeout_s` (counted from the last batch, or from the start of the try; `startup_timeout_s` until
+  the try's first batch has finished), it stops the job and
   fails with `stalled: ...`; the retry (3 retries, 15 s apart) resumes from the checkpoint, so nothing
   is lost or counted twice.
 - **Stopping it.** Mark the running task *failed* (or *success*): Airflow calls `on_kill`, which sends
@@ -19,7 +20,8 @@ connection (a Spark standalone master in production, `scripts/spark-cluster.sh` 
   `stop_grace_s` later is killed.
 - **A crash** of the driver or of Spark fails the try; the retry resumes from the checkpoint.
 
-Form: `interval` (trigger interval, default `2 seconds`), `stall_timeout_s` (600), `stop_grace_s` (120).
+Form: `interval` (trigger interval, default `2 seconds`), `stall_timeout_s` (600), `startup_timeout_s` (900),
+`stop_grace_s` (120).
 From the command line: `airflow dags trigger stream_word_count --conf '{"stall_timeout_s": 300}'`.
 """
 

@@ -78,6 +78,17 @@ def test_no_batch_ever_counts_from_the_start_of_supervision():
     assert "no batch finished for 600 s" in stalled(status(True), since=at(0), now=at(600), timeout_s=600)
 
 
+def test_a_job_that_has_not_finished_a_batch_yet_gets_the_startup_timeout_then_the_stall_timeout():
+    s = status(True, finished_at=at(0))  # restarted at 1000 with input waiting
+    assert stalled(s, since=at(1000), now=at(1299), timeout_s=60, startup_timeout_s=300) is None
+    reason = stalled(s, since=at(1000), now=at(1300), timeout_s=60, startup_timeout_s=300)
+    assert reason is not None and "(startup_timeout_s 300; supervision started" in reason
+    first = status(True, finished_at=at(1200))  # its first batch finished: the stall timeout from then
+    assert stalled(first, since=at(1000), now=at(1259), timeout_s=60, startup_timeout_s=300) is None
+    reason = stalled(first, since=at(1000), now=at(1260), timeout_s=60, startup_timeout_s=300)
+    assert reason is not None and "(stall_timeout_s 60; the last batch" in reason
+
+
 def test_waiting_for_the_lock_behind_another_command_is_not_a_stall():
     for command in ("reprocess", "reset", "run"):
         held = {"command": command, "pid": 1, "host": "h", "since": "2026-03-01T12:00:00.000Z"}
@@ -267,7 +278,7 @@ scenario, fake = sys.argv[1], sys.argv[2]
 op = StreamServeOperator(task_id="serve", pipeline="word_count", application=fake + "/jobs/streamtable_job.py",
                          application_args=["serve", "word_count", "--lake", fake + "/lake", "--interval", "2 seconds"],
                          spark_binary=fake + "/spark-submit", conn_id="spark_default",
-                         stall_timeout_s="3", stop_grace_s="2", poll_s=0.3)
+                         stall_timeout_s="3", startup_timeout_s="3", stop_grace_s="2", poll_s=0.3)
 if scenario == "stall":
     state["behind"] = True
 elif scenario == "kill":
@@ -362,7 +373,8 @@ for dag_id, dag in dags.items():
         "params": {{k: dag.params[k] for k in dag.params}}, "type": type(task).__name__, "task_id": task.task_id,
         "args": task.application_args, "pool": task.pool, "retries": task.retries,
         "retry_delay_s": task.retry_delay.total_seconds(), "execution_timeout": task.execution_timeout,
-        "conn_id": task._conn_id, "stall": task.stall_timeout_s, "grace": task.stop_grace_s}}
+        "conn_id": task._conn_id, "stall": task.stall_timeout_s, "startup": task.startup_timeout_s,
+        "grace": task.stop_grace_s}}
 print("RESULT " + json.dumps(out))
 """
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -372,7 +384,12 @@ print("RESULT " + json.dumps(out))
     assert sorted(result["dags"]) == sorted(f"stream_{p}" for p in result["pipelines"])
     dag = result["dags"]["stream_word_count"]
     assert dag["schedule"] is None and dag["max_active_runs"] == 1 and dag["doc"]
-    assert dag["params"] == {"interval": "2 seconds", "stall_timeout_s": 600, "stop_grace_s": 120}
+    assert dag["params"] == {
+        "interval": "2 seconds",
+        "stall_timeout_s": 600,
+        "startup_timeout_s": 900,
+        "stop_grace_s": 120,
+    }
     assert dag["type"] == "StreamServeOperator" and dag["task_id"] == "serve"
     assert dag["args"][:3] == ["serve", "word_count", "--lake"] and "{{" in dag["args"][3]
     assert dag["args"][4:] == [
@@ -383,4 +400,8 @@ print("RESULT " + json.dumps(out))
     ]
     assert dag["pool"] == "streamtable_word_count" and dag["conn_id"] == "spark_default"
     assert dag["retries"] == 3 and dag["retry_delay_s"] == 15 and dag["execution_timeout"] is None
-    assert (dag["stall"], dag["grace"]) == ("{{ params.stall_timeout_s }}", "{{ params.stop_grace_s }}")
+    assert (dag["stall"], dag["startup"], dag["grace"]) == (
+        "{{ params.stall_timeout_s }}",
+        "{{ params.startup_timeout_s }}",
+        "{{ params.stop_grace_s }}",
+    )

@@ -29,7 +29,8 @@ class StreamServeOperator(SparkSubmitOperator):
     The job runs until it is stopped. While it runs, a watchdog thread reads the pipeline's progress
     every `poll_s` seconds (`streamtable.status.pipeline_status`, no Spark) and declares a stall when
     the pipeline has unconsumed input and no batch finished for `stall_timeout_s` seconds, counted from
-    the later of the last batch's end and the start of this try (`streamtable.supervise.stalled`).
+    the later of the last batch's end and the start of this try, or for `startup_timeout_s` while no batch
+    of this try has finished yet (`streamtable.supervise.stalled`).
     On a stall it stops the job (SIGTERM to the driver, SIGKILL of the job's processes `stop_grace_s`
     later) and the task fails with "stalled: ...", so Airflow's retry restarts the job from its checkpoint.
 
@@ -41,13 +42,14 @@ class StreamServeOperator(SparkSubmitOperator):
     with success; after `on_kill` or a stall the task fails.
     """
 
-    template_fields = (*SparkSubmitOperator.template_fields, "stall_timeout_s", "stop_grace_s")
+    template_fields = (*SparkSubmitOperator.template_fields, "stall_timeout_s", "startup_timeout_s", "stop_grace_s")
 
     def __init__(
         self,
         *,
         pipeline: str,
         stall_timeout_s: float | str = 600,
+        startup_timeout_s: float | str = 900,
         stop_grace_s: float | str = 120,
         poll_s: float = 5.0,
         **kwargs: Any,
@@ -55,6 +57,7 @@ class StreamServeOperator(SparkSubmitOperator):
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.stall_timeout_s = stall_timeout_s
+        self.startup_timeout_s = startup_timeout_s
         self.stop_grace_s = stop_grace_s
         self.poll_s = poll_s
         self._stall: str | None = None
@@ -69,6 +72,7 @@ class StreamServeOperator(SparkSubmitOperator):
         self._stall, self._killed = None, False
         self._done = threading.Event()
         timeout_s, grace_s = float(self.stall_timeout_s), float(self.stop_grace_s)
+        startup_s = float(self.startup_timeout_s)
         args = list(self.application_args or [])
         lake = args[args.index("--lake") + 1] if "--lake" in args[:-1] else None
         self.conf = self.conf or {}
@@ -80,16 +84,21 @@ class StreamServeOperator(SparkSubmitOperator):
             job = hook._submit_sp
             assert job is not None, "hook.submit reads the log of the spark-submit it started"
             self.log.info(
-                "supervising %s (spark-submit pid %d): stall_timeout_s %g, stop_grace_s %g, lake %s",
+                "supervising %s (spark-submit pid %d): stall_timeout_s %g, startup_timeout_s %g, "
+                "stop_grace_s %g, lake %s",
                 self.pipeline,
                 job.pid,
                 timeout_s,
+                startup_s,
                 grace_s,
                 lake,
             )
             start_guardian(os.getpid(), job.pid, grace_s)
             watchdog = threading.Thread(
-                target=self._watch, args=(job.pid, lake, timeout_s, grace_s), name="stream-watchdog", daemon=True
+                target=self._watch,
+                args=(job.pid, lake, timeout_s, startup_s, grace_s),
+                name="stream-watchdog",
+                daemon=True,
             )
             watchdog.start()
             try:
@@ -121,7 +130,7 @@ class StreamServeOperator(SparkSubmitOperator):
             self.log.info("streamtable report:\n%s", json.dumps(report, indent=2))
         return report
 
-    def _watch(self, pgid: int, lake: str | None, timeout_s: float, grace_s: float) -> None:
+    def _watch(self, pgid: int, lake: str | None, timeout_s: float, startup_s: float, grace_s: float) -> None:
         """The watchdog: poll the pipeline's status until the job ends; stop the job on a stall."""
 
         from .supervise import stalled, stop_job
@@ -151,7 +160,7 @@ class StreamServeOperator(SparkSubmitOperator):
             if status is None:
                 continue
             try:
-                reason = stalled(status, since, datetime.now(UTC), timeout_s)
+                reason = stalled(status, since, datetime.now(UTC), timeout_s, startup_s)
             except Exception as e:  # never let the watchdog die silently
                 self.log.exception("watchdog: cannot apply the stall rule to %s: %s", status, e)
                 continue
@@ -192,6 +201,13 @@ STREAM_PARAMS: dict[str, Param] = {
         title="Stall timeout (s)",
         description="Restart the job when input waits and no batch has finished for this long.",
     ),
+    "startup_timeout_s": Param(
+        900,
+        type="integer",
+        minimum=10,
+        title="Startup timeout (s)",
+        description="The stall timeout of a job that has not finished a batch yet: its JVM start and first batch.",
+    ),
     "stop_grace_s": Param(
         120,
         type="integer",
@@ -206,11 +222,13 @@ STREAM_PARAMS: dict[str, Param] = {
 def stream_task(pipeline: str, task_id: str = "serve", **kwargs: Any) -> StreamServeOperator:
     """The task of a `stream_PIPELINE` DAG: `streamtable serve PIPELINE --lake LAKE --interval I`, supervised.
 
-    Reads the DAG's params `interval`, `stall_timeout_s` and `stop_grace_s` (see `STREAM_PARAMS`);
+    Reads the DAG's params `interval`, `stall_timeout_s`, `startup_timeout_s` and `stop_grace_s` (see
+    `STREAM_PARAMS`);
     retries 3 times, 15 s apart (a retry resumes from the checkpoint), no execution timeout.
     """
     options: dict[str, Any] = dict(
         stall_timeout_s="{{ params.stall_timeout_s }}",
+        startup_timeout_s="{{ params.startup_timeout_s }}",
         stop_grace_s="{{ params.stop_grace_s }}",
         retries=3,
         retry_delay=timedelta(seconds=15),

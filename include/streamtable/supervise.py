@@ -34,13 +34,17 @@ import psutil
 JOB_SCRIPT = "streamtable_job.py"
 
 
-def stalled(status: Any, since: datetime, now: datetime, timeout_s: float) -> str | None:
+def stalled(
+    status: Any, since: datetime, now: datetime, timeout_s: float, startup_timeout_s: float | None = None
+) -> str | None:
     """Why the pipeline counts as stalled, or None.
 
     Stalled: some input has records the pipeline has not consumed (`status.behind`) and no batch
     has finished for `timeout_s` seconds, counted from the latest of the last batch's `finished_at`,
-    `since` (when supervision started: a job that was just (re)started gets the full timeout) and the
-    moment `serve` took the pipeline's lock. An idle pipeline (nothing to consume) is never stalled,
+    `since` (when supervision started) and the moment `serve` took the pipeline's lock. Until a batch
+    finishes after `since` the job is starting (a cold JVM, a first batch that compiles everything), and
+    the limit is `startup_timeout_s` instead (`timeout_s` when None), as Kubernetes' startup probe
+    holds off its liveness probe. An idle pipeline (nothing to consume) is never stalled,
     however old its last batch, nor is one whose lock another command (a run, reprocess or reset)
     holds: `serve` is waiting for it. `status` is a `streamtable.status.PipelineStatus`; times are tz-aware.
     """
@@ -57,8 +61,12 @@ def stalled(status: Any, since: datetime, now: datetime, timeout_s: float) -> st
         (since, f"supervision started at {since.isoformat()}"),
     ]
     reference, since_what = max(((t, what) for t, what in starts if t is not None), key=lambda start: start[0])
+    if startup_timeout_s is not None and (last is None or last < since):
+        limit, limit_name = startup_timeout_s, "startup_timeout_s"
+    else:
+        limit, limit_name = timeout_s, "stall_timeout_s"
     idle_s = (now - reference).total_seconds()
-    if idle_s < timeout_s:
+    if idle_s < limit:
         return None
     behind = [i for i in (status.inputs or []) if _get(i, "records_behind")]
     detail = ", ".join(
@@ -68,7 +76,7 @@ def stalled(status: Any, since: datetime, now: datetime, timeout_s: float) -> st
     )
     return (
         f"{status.pipeline} has unconsumed input{': ' + detail if detail else ''} and no batch finished "
-        f"for {idle_s:.0f} s (stall_timeout_s {timeout_s:g}; {since_what})"
+        f"for {idle_s:.0f} s ({limit_name} {limit:g}; {since_what})"
     )
 
 

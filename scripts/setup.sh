@@ -99,7 +99,7 @@ fi
 say "installing requirements.txt under the constraints.txt lock with uv (a few minutes on a fresh machine)"
 # uv installs the same lock as pip would, in parallel and from its cache: 50 s instead of pip's 108 s here.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
-"$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" -r requirements.txt -c constraints.txt
+"$VENV/bin/python" -m uv pip install -q --compile-bytecode --python "$VENV/bin/python" -r requirements.txt -c constraints.txt
 "$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" --no-deps -e .
 "$VENV/bin/python" -m pip check >/dev/null || say "warning: 'pip check' reports conflicts (see .venv/bin/pip check)"
 

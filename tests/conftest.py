@@ -82,10 +82,14 @@ LONGEST_FIRST = (
     "test_reference.py",
     "test_reprocess_dags.py",
     "test_user_pipelines.py",
-    "test_serve.py",
-    "test_dags.py",
+    "test_fault_campaign.py",
     "test_ingest.py",
+    "test_serve.py",
     "test_docs.py",
+    "test_presence_notifications.py",
+    "test_dags.py",
+    "test_bench.py",
+    "test_disk_faults.py",
 )
 
 

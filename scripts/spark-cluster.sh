@@ -44,7 +44,11 @@ daemon_pid() {
   [[ -f "$DIR/$name.pid" ]] || return 1
   pid="$(cat "$DIR/$name.pid")"
   [[ "$pid" =~ ^[0-9]+$ ]] && [[ -r "/proc/$pid/cmdline" ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$class" || return 1
+  # No pipe into `grep -q` here: it exits at its first match, tr gets SIGPIPE on a long JVM command line, and
+  # pipefail turned a live daemon into a dead one (a start that failed, a stop that left the daemon running).
+  local cmdline
+  cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+  [[ "$cmdline" == *"$class"* ]] || return 1
   echo "$pid"
 }
 

@@ -83,6 +83,7 @@ LONGEST_FIRST = (
     "test_reprocess_dags.py",
     "test_user_pipelines.py",
     "test_fault_campaign.py",
+    "test_cli_exit.py",
     "test_ingest.py",
     "test_serve.py",
     "test_docs.py",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +15,7 @@ from pyspark.sql import functions as F
 import reference
 from helpers import local_frame
 from streamtable import RETRACT, JoinedWithin, JoinWindow, join_store, join_within
+from streamtable.operators.stream_join import SWEEP_ORDER, match_pairs, match_partition
 from streamtable.schema import arrow_schema
 
 S = 1_000_000  # microseconds in a second: record times are in microseconds
@@ -186,3 +188,32 @@ def test_random_records_split_into_random_runs_equal_the_model(spark, records, h
         assert sorted((row for r in results for row in r["joined"] if row[2] is not None), key=repr) == [
             row for row in one_run[0]["joined"] if row[2] is not None
         ], "pairs do not depend on the split"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    events=st.lists(
+        st.tuples(st.sampled_from("abc"), st.sampled_from(["left", "right"]), st.integers(0, 30)), max_size=40
+    ),
+    cuts=st.lists(st.integers(0, 40), max_size=4),
+)
+def test_the_partition_sweep_pairs_each_key_as_its_own_sweep_however_batches_split_it(events, cuts):
+    """`outer_join_within` sweeps a whole partition sorted by key (Arrow batches may split a key's events):
+    the same pairs as `match_pairs` of each key alone."""
+    frame = pd.DataFrame(
+        [(k, side, t * S, f"p{i}", 0, i) for i, (k, side, t) in enumerate(events)],
+        columns=["k", "side", "t", "payload", "_commit_version", "_line"],
+    )
+    columns = [*frame.columns, "partner_t", "partner_payload"]
+    ordered = frame.sort_values(["k", *SWEEP_ORDER]).reset_index(drop=True)
+    bounds = sorted({0, len(ordered), *(c for c in cuts if c <= len(ordered))})
+    batches = [ordered.iloc[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    swept = pd.concat(
+        [frame.iloc[:0].assign(partner_t=[], partner_payload=[]), *match_partition(iter(batches), ["k"], T, columns)]
+    )
+    alone = [match_pairs(part, T) for _, part in frame.groupby("k")]
+    want = pd.concat([frame.iloc[:0].assign(partner_t=[], partner_payload=[]), *alone])
+    key = ["k", "_line"]
+    got_pairs = swept.sort_values(key)[[*key, "partner_t", "partner_payload"]].values.tolist()
+    want_pairs = want.sort_values(key)[[*key, "partner_t", "partner_payload"]].values.tolist()
+    assert got_pairs == want_pairs

@@ -32,6 +32,7 @@ import workloads
 from deltalake import DeltaTable
 
 from streamtable.lake import Lake
+from streamtable.progress import history
 from streamtable.registry import get_pipeline
 from streamtable.schema import arrow_schema
 from streamtable.tables import Table
@@ -120,6 +121,21 @@ def drain(lake: Lake, pipeline: str, work: Path) -> tuple[ProcessRun, Answer]:
     return run, streamtable_answer(lake, pipeline)
 
 
+def drain_stages(lake: Lake, pipeline: str) -> dict[str, int]:
+    """Milliseconds per stage, summed over the drain's batches (their `stream_progress` rows)."""
+    stages: Counter[str] = Counter()
+    for batch in history(lake, pipeline, lake.generation(pipeline)):
+        stages.update(batch.get("stage_ms") or {})
+    return dict(stages)
+
+
+def reprocess(lake: Lake, pipeline: str, work: Path) -> ProcessRun:
+    """One cold `streamtable reprocess` of the drained pipeline from version 0: its outputs rebuilt and swapped in."""
+    return run_process(
+        [CLI, "reprocess", pipeline, "--from-version", "0", "--lake", str(lake.root)], work / "reprocess.log"
+    )
+
+
 def spark_batch(lake: Lake, pipeline: str, work: Path) -> tuple[ProcessRun, Answer]:
     """The plain PySpark batch job of `spark_jobs.py`, cold in a process of its own; the outputs it wrote."""
     out = work / "spark-out"
@@ -142,8 +158,11 @@ ENGINES: dict[str, Callable[[Lake, str, Path], tuple[ProcessRun, Answer]]] = {
 }
 
 
-def measure(pipeline: str, n: int, work: Path) -> dict:
-    """Generate about `n` records for `pipeline`, compute its outputs with every engine, and compare the answers."""
+def measure(pipeline: str, n: int, work: Path, rebuild: bool = False) -> dict:
+    """Generate about `n` records for `pipeline`, compute its outputs with every engine, and compare the answers.
+
+    With `rebuild`, a cold reprocess from version 0 then rebuilds the drained outputs, timed too.
+    """
     work.mkdir(parents=True)
     lake = Lake(work / "lake")
     started = time.perf_counter()
@@ -154,6 +173,12 @@ def measure(pipeline: str, n: int, work: Path) -> dict:
         runs[engine], answers[engine] = compute(lake, pipeline, work)
         print(f"{pipeline} {records:,}: {engine} {runs[engine].seconds:.1f} s", flush=True)
     mismatches = {e: d for e in (SPARK, DUCKDB) if (d := differences(pipeline, answers[STREAMTABLE], answers[e]))}
+    stages = drain_stages(lake, pipeline)
+    rebuilt = reprocess(lake, pipeline, work) if rebuild else None
+    if rebuilt is not None:
+        print(f"{pipeline} {records:,}: streamtable reprocess {rebuilt.seconds:.1f} s", flush=True)
+        if found := differences(pipeline, answers[STREAMTABLE], streamtable_answer(lake, pipeline)):
+            mismatches["streamtable reprocess"] = found
     shutil.rmtree(work, ignore_errors=True)
     return {
         "pipeline": pipeline,
@@ -163,6 +188,8 @@ def measure(pipeline: str, n: int, work: Path) -> dict:
         "records_per_s": {e: round(records / r.seconds) for e, r in runs.items()},
         "peak_rss_bytes": {e: r.peak_rss_bytes for e, r in runs.items() if r.peak_rss_bytes},
         "output_rows": {name: t.num_rows for name, t in answers[STREAMTABLE].items()},
+        "drain_stage_ms": stages,
+        **({"reprocess_seconds": round(rebuilt.seconds, 2)} if rebuilt is not None else {}),
         "answers_equal": not mismatches,
         "mismatches": mismatches,
     }

@@ -1,9 +1,10 @@
 """The benchmark suite's short form (bench/suite.py at tiny sizes), so that `make bench` keeps working.
 
-About 90 s on the 2-core machine, most of it four cold JVMs (a drain, its reprocess, a Spark batch job,
-`serve`): so it drains clicks_per_region only, as the big drain's part at 300 clicks (the pipeline with a
-naive design to compare with), serves word_count at one rate for 3 s, and leaves out `batch_stages.py`. The other pipelines' Spark and
-DuckDB answers are checked by the full suite, which stops with an error when they differ from the drain's.
+About 2 minutes on the 2-core machine, most of it four cold JVMs (a drain, its reprocess, a Spark batch
+job, `serve`): so it drains clicks_per_region only, as the big drain's part at 300 clicks (the pipeline
+with a naive design to compare with), serves word_count at one rate for 3 s, and leaves out
+`batch_stages.py`. The other pipelines' Spark and DuckDB answers are checked by the full suite, which stops
+with an error when they differ from the drain's.
 """
 
 from __future__ import annotations

@@ -89,14 +89,16 @@ def match_partition(
     The events of a batch's last key are held back and put before the next batch, so a key is always matched
     whole. One call per partition, not per key: a Python call per key cost a drain of 500k calls minutes.
     """
-    held = None
+    key, held = list(keys), None
     for frame in frames:
         frame = frame if held is None else pd.concat([held, frame], ignore_index=True)
-        last_key = (frame[list(keys)] == frame[list(keys)].iloc[-1]).all(axis=1) if len(frame) else frame["t"] < 0
+        if frame.empty:
+            continue
+        last_key = (frame[key] == frame[key].iloc[-1]).all(axis=1)
         held = frame[last_key]
-        if (~last_key).any():
+        if not last_key.all():
             yield match_pairs(frame[~last_key], within_us, keys)[list(columns)]
-    if held is not None and len(held):
+    if held is not None:
         yield match_pairs(held, within_us, keys)[list(columns)]
 
 

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import workloads
 
-from streamtable.ingest import ingest_lines
-from streamtable.lake import Lake
-from streamtable.lifecycle import run
-from streamtable.progress import history
-from streamtable.spark import get_spark
+from streamtable.ingest.files import ingest_lines
+from streamtable.runtime.lifecycle import run
+from streamtable.runtime.progress import history
+from streamtable.runtime.spark import get_spark
+from streamtable.storage.lake import Lake
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STORES = 100

@@ -16,11 +16,13 @@ import pyarrow as pa
 import workloads
 from deltalake import DeltaTable
 
-from streamtable.lake import Lake
-from streamtable.pipelines import browser_captcha as captcha
-from streamtable.pipelines import play_sessions as sessions
-from streamtable.pipelines import presence_notifications as presence
+from streamtable.pipelines import (
+    browser_captcha as captcha,
+    play_sessions as sessions,
+    presence_notifications as presence,
+)
 from streamtable.pipelines.word_count import WORD
+from streamtable.storage.lake import Lake
 
 Answer = dict[str, pa.Table]
 US = timedelta(microseconds=1)

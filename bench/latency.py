@@ -38,9 +38,9 @@ import numpy as np
 import workloads
 from deltalake import DeltaTable
 
-from streamtable.lake import Lake
-from streamtable.progress import history
-from streamtable.status import pipeline_status
+from streamtable.runtime.progress import history
+from streamtable.runtime.status import pipeline_status
+from streamtable.storage.lake import Lake
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(ROOT / ".venv" / "bin" / "streamtable")

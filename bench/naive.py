@@ -34,7 +34,7 @@ import pyarrow.csv as pacsv
 import workloads
 from deltalake import DeltaTable
 
-from streamtable.lake import Lake
+from streamtable.storage.lake import Lake
 
 LOOKUP = """PREPARE region_at(text, bigint) AS
     SELECT region FROM user_regions WHERE "user" = $1 AND event_time <= $2

@@ -31,11 +31,11 @@ import pyarrow.parquet as pq
 import workloads
 from deltalake import DeltaTable
 
-from streamtable.lake import Lake
-from streamtable.progress import history
-from streamtable.registry import get_pipeline
-from streamtable.schema import arrow_schema
-from streamtable.tables import Table
+from streamtable.core.registry import get_pipeline
+from streamtable.core.schema import arrow_schema
+from streamtable.core.tables import Table
+from streamtable.runtime.progress import history
+from streamtable.storage.lake import Lake
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(ROOT / ".venv" / "bin" / "streamtable")

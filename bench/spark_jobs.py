@@ -21,14 +21,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import workloads
-from pyspark.sql import Column, DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, SparkSession, Window, functions as F
 
-from streamtable.lake import Lake
-from streamtable.pipelines import browser_captcha as captcha
-from streamtable.pipelines import play_sessions as sessions
-from streamtable.pipelines import presence_notifications as presence
+from streamtable.pipelines import (
+    browser_captcha as captcha,
+    play_sessions as sessions,
+    presence_notifications as presence,
+)
 from streamtable.pipelines.word_count import WORD
+from streamtable.storage.lake import Lake
 
 Frames = dict[str, DataFrame]
 CALL_WITHIN = timedelta(seconds=60)
@@ -165,7 +166,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="a directory: one Parquet directory per output table")
     args = parser.parse_args()
 
-    from streamtable.spark import get_spark
+    from streamtable.runtime.spark import get_spark
 
     start = time.perf_counter()
     spark = get_spark("bench-spark-batch")

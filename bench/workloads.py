@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
-from streamtable.ingest import append_rows
-from streamtable.lake import Lake
-from streamtable.registry import get_input, get_pipeline
-from streamtable.schema import arrow_schema
+from streamtable.core.registry import get_input, get_pipeline
+from streamtable.core.schema import arrow_schema
+from streamtable.ingest.changelog import append_rows
+from streamtable.storage.lake import Lake
 
 Columns = dict[str, np.ndarray]
 SECOND_US = 1_000_000

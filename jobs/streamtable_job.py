@@ -7,7 +7,7 @@ here runs on the driver and never imports Airflow.
 
 import sys
 
-from streamtable.cli import entry
+from streamtable.cli.main import entry
 
 if __name__ == "__main__":
     entry(sys.argv[1:])

@@ -49,7 +49,7 @@ else
 $(cat "$EXAMPLE/expected_clicks_per_region.jsonl")"
 fi
 
-docs="$("$PY" -c 'import sys; from streamtable.lake import Lake; from streamtable.quality import docs_index; print(docs_index(Lake(__import__("pathlib").Path(sys.argv[1])).quality_dir))' "$DEMO_LAKE")"
+docs="$("$PY" -c 'import sys; from streamtable.storage.lake import Lake; from streamtable.quality.validation import docs_index; print(docs_index(Lake(__import__("pathlib").Path(sys.argv[1])).quality_dir))' "$DEMO_LAKE")"
 say "Great Expectations Data Docs"
 if [[ -f "$docs" ]]; then
   echo "   file://$docs"

@@ -44,10 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from reference import clicks_per_region as reference  # noqa: E402  the independent model, shared with the tests
-from streamtable.lake import Lake  # noqa: E402
-from streamtable.lifecycle import SWAP  # noqa: E402
-from streamtable.reader import rows  # noqa: E402
-from streamtable.timefmt import format_time, parse_time  # noqa: E402
+from streamtable.core.timefmt import format_time, parse_time  # noqa: E402
+from streamtable.runtime.lifecycle import SWAP  # noqa: E402
+from streamtable.storage.lake import Lake  # noqa: E402
+from streamtable.storage.reader import rows  # noqa: E402
 
 CLI = str(ROOT / ".venv" / "bin" / "streamtable")
 P = "clicks_per_region"
@@ -60,7 +60,7 @@ PHASES = {
     "reset": ("starting", "swap"),
 }
 MARKERS = {"computing": r"batch \d+ computing", "staged": r"batch \d+ staged", "validated": r"batch \d+ validated"}
-COMMITTED = "streamtable.progress: progress {"
+COMMITTED = "streamtable.runtime.progress: progress {"
 USERS = [f"user{n}" for n in range(10)]
 REGIONS = ["emea", "apac", "amer", None]  # None deletes the user's region: the click counts for UNKNOWN
 START = datetime(2026, 3, 1, tzinfo=UTC)
@@ -392,7 +392,7 @@ class Campaign:
         return landed
 
     def clicks_version(self) -> int | None:
-        from streamtable.delta_rs import table_version
+        from streamtable.storage.delta_rs import table_version
 
         return table_version(self.lake.table_path("user_clicks"))
 

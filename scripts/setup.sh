@@ -5,7 +5,7 @@
 #      except Maven when it is root and Maven is missing);
 #   2. .venv with requirements.txt under the constraints.txt lock, plus the editable package;
 #   3. Delta's jars in jars/ (mvn, from jars/pom.xml) when they are missing, and the class archive Spark's
-#      drivers start from (jars/spark-classes.jsa, include/streamtable/jvm.py);
+#      drivers start from (jars/spark-classes.jsa, include/streamtable/deploy/class_archive.py);
 #   4. an Airflow home in airflow_home/ (SQLite, `airflow db migrate`) with the spark_default connection
 #      and one pool per pipeline (`streamtable_<pipeline>`, one slot: its runs and reprocesses take turns);
 #   5. optional, never fails setup: PostgreSQL for the integration test's Airflow (scripts/postgres.sh
@@ -126,12 +126,12 @@ else
 fi
 
 # ---------------------------------------------------------------- 3b. the drivers' class archive
-# Every driver JVM maps the classes of Spark and Delta from jars/spark-classes.jsa (include/streamtable/jvm.py):
+# Every driver JVM maps the classes of Spark and Delta from jars/spark-classes.jsa (include/streamtable/deploy/class_archive.py):
 # a cold `streamtable run` starts about 7 s sooner. Recorded in the background while step 4 runs; without it
 # everything works, only slower, so a failure here is a warning.
-say "recording the classes a Spark driver loads (jars/spark-classes.jsa, python -m streamtable.jvm), beside step 4"
+say "recording the classes a Spark driver loads (jars/spark-classes.jsa, python -m streamtable.deploy.class_archive), beside step 4"
 archive_log="$(mktemp)"
-"$VENV/bin/python" -m streamtable.jvm >"$archive_log" 2>&1 &
+"$VENV/bin/python" -m streamtable.deploy.class_archive >"$archive_log" 2>&1 &
 archive_pid=$!
 
 # ---------------------------------------------------------------- 4. Airflow home
@@ -145,14 +145,14 @@ say "initialising Airflow's metadata DB in $AIRFLOW_HOME (SQLite)"
 "$VENV/bin/airflow" connections add spark_default --conn-type spark --conn-host 'local[2]' \
   --conn-description 'streamtable: spark-submit on this machine (local[2])' >/dev/null \
   || die "could not create the spark_default connection"
-# One pool per pipeline (streamtable.airflow_tasks puts every Spark task of a pipeline in it).
-"$VENV/bin/python" -m streamtable.airflow_pools >"$AIRFLOW_HOME/streamtable-pools.json" \
+# One pool per pipeline (streamtable.airflow.tasks puts every Spark task of a pipeline in it).
+"$VENV/bin/python" -m streamtable.airflow.pools >"$AIRFLOW_HOME/streamtable-pools.json" \
   && "$VENV/bin/airflow" pools import "$AIRFLOW_HOME/streamtable-pools.json" >/dev/null \
   || die "could not create the pipelines' Airflow pools ($AIRFLOW_HOME/streamtable-pools.json)"
 
 if ! wait "$archive_pid"; then
   tail -5 "$archive_log" >&2
-  say "warning: no class archive (python -m streamtable.jvm failed): Spark drivers start without it"
+  say "warning: no class archive (python -m streamtable.deploy.class_archive failed): Spark drivers start without it"
 fi
 rm -f "$archive_log"
 

@@ -18,7 +18,7 @@
 #   SPARK_WORKER_WEBUI_PORT [9091]  SPARK_WORKER_CORES [2]  SPARK_WORKER_MEMORY [4g]
 #   SPARK_DAEMON_MEMORY [512m]  SPARK_CLUSTER_WAIT_S [180]  JAVA_HOME [from `java` on PATH]
 # Executors run with the venv's Python (PYSPARK_PYTHON); the project's jars come with each job
-# (spark-submit --jars, which streamtable.airflow_tasks passes).
+# (spark-submit --jars, which streamtable.airflow.tasks passes).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

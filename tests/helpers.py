@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from streamtable.ingest import IngestResult, ingest_lines
-from streamtable.lake import Lake
-from streamtable.reader import rows
+from streamtable.ingest.files import IngestResult, ingest_lines
+from streamtable.storage.lake import Lake
+from streamtable.storage.reader import rows
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(ROOT / ".venv" / "bin" / "streamtable")

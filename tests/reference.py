@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
-from streamtable.timefmt import parse_time
+from streamtable.core.timefmt import parse_time
 
 
 def clicks_per_region(region_ingests: list[list[dict]], clicks: list[dict]) -> dict[str, int]:

@@ -13,8 +13,8 @@ from deltalake import DeltaTable
 
 from helpers import ingest
 from reference import browser_captcha as expected
-from streamtable.lifecycle import run
-from streamtable.reader import rows
+from streamtable.runtime.lifecycle import run
+from streamtable.storage.reader import rows
 
 P = "browser_captcha"
 OUTPUTS = ("browser_action_counts", "captcha_requests", "browser_action_windows")
@@ -94,7 +94,7 @@ def retraction_runs():
 
 @pytest.mark.slow
 def test_captcha_rows_enter_at_five_actions_and_a_verification_retracts_or_keeps_them_out(spark, tmp_path):
-    from streamtable.lake import Lake
+    from streamtable.storage.lake import Lake
 
     runs = retraction_runs()
     three, one = Lake(tmp_path / "three"), Lake(tmp_path / "one")

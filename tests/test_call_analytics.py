@@ -8,8 +8,8 @@ import pytest
 
 from helpers import ingest
 from reference import call_analytics as expected
-from streamtable.lifecycle import reprocess, run
-from streamtable.reader import rows
+from streamtable.runtime.lifecycle import reprocess, run
+from streamtable.storage.reader import rows
 
 P = "call_analytics"
 T0 = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)

@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from helpers import ROOT, cli
-from streamtable.lake import Lake
-from streamtable.registry import pipelines
+from streamtable.core.registry import pipelines
+from streamtable.storage.lake import Lake
 
 FINALISED = "interpreter finalised"
 
@@ -24,7 +24,7 @@ def run_entry(lake: Lake, *argv: str) -> subprocess.CompletedProcess:
     code = (
         "import atexit, sys\n"
         f"atexit.register(lambda: sys.stderr.write({FINALISED!r}))\n"
-        "from streamtable.cli import entry\n"
+        "from streamtable.cli.main import entry\n"
         "entry(sys.argv[1:])\n"
     )
     return subprocess.run(

@@ -7,7 +7,7 @@ from deltalake import DeltaTable
 
 from helpers import ingest, table
 from reference import clicks_per_region as expected
-from streamtable.lifecycle import reprocess, run
+from streamtable.runtime.lifecycle import reprocess, run
 
 P = "clicks_per_region"
 
@@ -84,7 +84,7 @@ def scenario():
 
 @pytest.mark.slow
 def test_one_run_and_three_runs_give_the_same_table_and_a_second_run_changes_nothing(spark, tmp_path):
-    from streamtable.lake import Lake
+    from streamtable.storage.lake import Lake
 
     regions, clicks = scenario()
     one, three = Lake(tmp_path / "one"), Lake(tmp_path / "three")
@@ -146,7 +146,7 @@ def test_reprocess_dry_run_publishes_nothing(spark, lake):
     ],
 )
 def test_bad_records_go_to_quarantine_with_a_reason(lake, bad, reason):
-    from streamtable.reader import rows
+    from streamtable.storage.reader import rows
 
     good = click("bob", 1, "2026-03-01T10:00:00Z")
     result = ingest(lake, "user_clicks", [good, bad, "", "   "])
@@ -156,8 +156,8 @@ def test_bad_records_go_to_quarantine_with_a_reason(lake, bad, reason):
 
 
 def test_a_failing_suite_fails_the_run_and_publishes_nothing(spark, lake):
-    from streamtable.errors import QualityGateError
-    from streamtable.reader import rows
+    from streamtable.core.errors import QualityGateError
+    from streamtable.storage.reader import rows
 
     regions, clicks = scenario()
     ingest(lake, "user_regions", regions[0])

@@ -19,8 +19,8 @@ import pytest
 
 from helpers import CLI, cli, ingest, table
 from reference import clicks_per_region as expected
-from streamtable.lifecycle import run
-from streamtable.timefmt import parse_time
+from streamtable.core.timefmt import parse_time
+from streamtable.runtime.lifecycle import run
 
 P = "clicks_per_region"
 REGIONS = [
@@ -76,7 +76,7 @@ def test_killed_from_outside_mid_batch_then_rerun_gives_exactly_the_right_table(
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["committed:calls", "committed:call_history"])
 def test_call_analytics_killed_between_its_tables_then_rerun_has_no_duplicate_or_missing_call(spark, lake, point):
-    from streamtable.reader import rows
+    from streamtable.storage.reader import rows
 
     ingest(
         lake,
@@ -107,9 +107,9 @@ def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(spark
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
 
-    from streamtable.lake import PROGRESS
-    from streamtable.progress import committed, history
-    from streamtable.staging import BatchSummary
+    from streamtable.runtime.progress import committed, history
+    from streamtable.runtime.staging import BatchSummary
+    from streamtable.storage.lake import PROGRESS
 
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)
@@ -138,9 +138,9 @@ def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(spark
 @pytest.mark.slow
 def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_by_the_next_run(spark, lake):
     """A kill while a table is being created leaves a `_delta_log` with no commit: the next run creates it."""
-    from streamtable.context import RunContext
-    from streamtable.lake import PROGRESS
-    from streamtable.registry import get_pipeline
+    from streamtable.core.registry import get_pipeline
+    from streamtable.runtime.context import RunContext
+    from streamtable.storage.lake import PROGRESS
 
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)
@@ -159,8 +159,8 @@ class Killed(Exception):
 def test_a_reset_killed_after_emptying_the_outputs_is_finished_by_the_next_run(spark, lake, monkeypatch):
     """Killed between emptying the outputs and switching generations, a reset left empty outputs beside the old
     generation's progress: the next run went on from the old offsets and lost every record counted before."""
-    from streamtable.lake import Lake
-    from streamtable.lifecycle import reset
+    from streamtable.runtime.lifecycle import reset
+    from streamtable.storage.lake import Lake
 
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)
@@ -179,7 +179,7 @@ def test_a_swap_killed_while_removing_the_shadow_tables_is_complete(spark, lake,
     """The swap's marker used to outlive the shadow tables: killed in between, every later command failed."""
     import shutil
 
-    from streamtable.lifecycle import reprocess
+    from streamtable.runtime.lifecycle import reprocess
 
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)

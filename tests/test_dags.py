@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers import BIN, DAGS, ROOT, airflow_env, last_json, run_python
-from streamtable.lake import Lake
+from streamtable.storage.lake import Lake
 
 EXAMPLE = ROOT / "examples" / "clicks_per_region"
 DAG_FILES = sorted(p for p in DAGS.glob("*.py") if not p.name.startswith("_"))
@@ -46,7 +46,7 @@ print("RESULT " + json.dumps({{
         assert info["doc_md"], f"{dag_id} has no doc_md (set doc_md=__doc__)"
         assert info["tasks"] > 0, f"{dag_id} has no task"
 
-    from streamtable.registry import pipelines
+    from streamtable.core.registry import pipelines
 
     for name in pipelines():  # every pipeline: its micro-batch DAG, its stream DAG, its daily reprocess
         for dag_id in (name, f"stream_{name}", f"reprocess_daily_{name}"):
@@ -162,7 +162,7 @@ with create_session() as session:
     assert result["tasks"] == {"run": "success", "quality_gate": "success"}
     assert result["asset_events"] == [(lake / "tables" / "clicks_per_region").as_uri()]
 
-    from streamtable.reader import rows
+    from streamtable.storage.reader import rows
 
     expected = [json.loads(line) for line in (EXAMPLE / "expected_clicks_per_region.jsonl").read_text().splitlines()]
     assert rows(Lake(lake), "clicks_per_region") == expected

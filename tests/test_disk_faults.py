@@ -12,8 +12,8 @@ import pytest
 
 from helpers import cli, ingest, table
 from reference import clicks_per_region as expected
-from streamtable.delta_rs import table_version
-from streamtable.lake import Lake
+from streamtable.storage.delta_rs import table_version
+from streamtable.storage.lake import Lake
 
 P = "clicks_per_region"
 REGIONS = [{"user": "ann", "region": "emea", "event_time": "2026-03-01T10:00:00Z"}]

@@ -5,7 +5,7 @@ Every fenced block has a language. `console`, `bash`, `sh` and `python` blocks a
 own (a block may rely on an earlier block of its page; a page in CONTINUES goes on in the lake of the page
 before it), with the repository as the working directory:
 
-- a `streamtable ...` line runs in this process, through `streamtable.cli.main` with `--lake` pointed at
+- a `streamtable ...` line runs in this process, through `streamtable.cli.main.main` with `--lake` pointed at
   the page's lake, on the session's SparkSession (no JVM per command); `streamtable serve ... &` runs in
   the main thread while a helper thread types the lines that follow, up to `kill -TERM %1`, which the
   helper sends once the served batches have caught up;
@@ -42,12 +42,13 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from streamtable import cli, registry
-from streamtable.lake import Lake
-from streamtable.reader import rows
-from streamtable.registry import get_pipeline, pipelines
-from streamtable.schema import arrow_schema
-from streamtable.status import pipeline_status
+from streamtable.cli import main as cli
+from streamtable.core import registry
+from streamtable.core.registry import get_pipeline, pipelines
+from streamtable.core.schema import arrow_schema
+from streamtable.runtime.status import pipeline_status
+from streamtable.storage.lake import Lake
+from streamtable.storage.reader import rows
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -77,7 +78,7 @@ RUN_ELSEWHERE = {
     "docker compose up -d --build": (
         "nothing: no Docker engine in CI; tests/test_deploy.py validates docker-compose.yaml"
     ),
-    "python -m streamtable.airflow_pools > pools.json && airflow pools import pools.json": (
+    "python -m streamtable.airflow.pools > pools.json && airflow pools import pools.json": (
         "make setup (scripts/setup.sh, in CI) and tests/test_stream_integration.py run both commands"
     ),
     "scripts/spark-cluster.sh start": "tests/test_stream_integration.py",
@@ -246,19 +247,10 @@ def test_readme_is_short_and_starts_with_the_two_commands():
     assert "\n## Tests\n" in text
     for page in sorted(DOCS.glob("*.md")):
         assert f"(docs/{page.name}" in text, f"the README links to every docs page: not to {page.name}"
-    for folder in (
-        "dags/",
-        "jobs/",
-        "include/streamtable/",
-        "pipelines/",
-        "operators/",
-        "tests/",
-        "bench/",
-        "examples/",
-    ):
-        assert f"{folder}` |" in text, f"the README's table of where things are names {folder}"
-    for folder in ("scripts/", "docs/"):
-        assert f"| `{folder}`" in text, f"the README's table of where things are names {folder}"
+    table = text[text.index("## Where things are") : text.index("## Documentation")]
+    layers = sorted(p.name for p in (ROOT / "include" / "streamtable").iterdir() if (p / "__init__.py").is_file())
+    for folder in ["dags/", "jobs/", "tests/", "bench/", "examples/", "scripts/", "docs/"] + [f"{n}/" for n in layers]:
+        assert f"{folder}`" in table, f"the README's table of where things are names {folder}"
     # The example's table, as the README shows it, is the one `make demo` checks.
     [shown] = [b for b in blocks(README) if "output" in b.info]
     assert shown.code == (ROOT / "examples/clicks_per_region/expected_clicks_per_region.jsonl").read_text()
@@ -498,6 +490,6 @@ def test_interactive_query_snippet_runs_and_prints_the_store(tmp_path, monkeypat
     monkeypatch.delenv("STREAMTABLE_LAKE", raising=False)
 
     code = snippet("docs/pipelines.md", "Interactive queries")
-    assert "from streamtable.reader import query" in code and len(code.strip().splitlines()) <= 4
+    assert "from streamtable import query" in code and len(code.strip().splitlines()) <= 4
     exec(compile(code, "docs/pipelines.md", "exec"), {})
     assert capsys.readouterr().out.splitlines() == ["apples -1", "pears 3"]

@@ -1,4 +1,4 @@
-"""streamtable.gate: the per-batch gate checks what a batch changes and says what the whole-table suite says.
+"""streamtable.runtime.gate: the per-batch gate checks what a batch changes and says what the whole-table suite says.
 
 The reference is the full suite (`quality.validate`) on the whole candidate table: the table with the batch's
 changes applied by the rule "rows replace same-key rows, deleted keys go". Batches the reference passes are
@@ -12,17 +12,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from streamtable import delta_rs, gate
-from streamtable import expectations as expect
-from streamtable.context import RunContext
-from streamtable.lake import Lake
-from streamtable.pipeline import Pipeline
-from streamtable.quality import validate
-from streamtable.schema import Column, Type, arrow_schema
-from streamtable.tables import Table
+from streamtable import expect
+from streamtable.core.pipeline import Pipeline
+from streamtable.core.schema import Column, Type, arrow_schema
+from streamtable.core.tables import Table
+from streamtable.quality.validation import validate
+from streamtable.runtime import gate
+from streamtable.runtime.context import RunContext
+from streamtable.storage import delta_rs
+from streamtable.storage.lake import Lake
 
 TABLE = Table(
     "totals",

@@ -24,15 +24,16 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers import CLI
-from streamtable import cli, ingest, registry
-from streamtable.delta_rs import table_version
-from streamtable.ingest import BOM, RAW_PREFIX_BYTES, IngestResult, ingest_file, ingest_stream
-from streamtable.lake import Lake
-from streamtable.schema import Column, Type, arrow_schema
+from streamtable.cli import main as cli
+from streamtable.core import registry
+from streamtable.core.schema import Column, Type, arrow_schema
+from streamtable.ingest import files as ingest
+from streamtable.ingest.files import BOM, RAW_PREFIX_BYTES, IngestResult, ingest_file, ingest_stream
+from streamtable.storage.delta_rs import table_version
+from streamtable.storage.lake import Lake
 
 FUZZ = settings(deadline=None, max_examples=60, database=None, suppress_health_check=[HealthCheck.too_slow])
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -6,8 +6,8 @@ import pytest
 
 from helpers import ingest
 from reference import inventory as expected
-from streamtable.lifecycle import run
-from streamtable.reader import query, rows
+from streamtable.runtime.lifecycle import run
+from streamtable.storage.reader import query, rows
 
 P = "inventory"
 
@@ -22,7 +22,7 @@ def stock(lake):
 
 @pytest.mark.slow
 def test_negative_stock_zero_kept_and_one_run_equals_three_runs(spark, tmp_path):
-    from streamtable.lake import Lake
+    from streamtable.storage.lake import Lake
 
     batches = [
         [event("berlin", "apples", 10), event("berlin", "pears", 3), event("paris", "apples", -2)],

@@ -15,9 +15,9 @@ from deltalake import DeltaTable
 
 from helpers import ingest
 from reference import play_sessions as expected
-from streamtable.lifecycle import reprocess, run
-from streamtable.reader import rows
-from streamtable.timefmt import format_time
+from streamtable.core.timefmt import format_time
+from streamtable.runtime.lifecycle import reprocess, run
+from streamtable.storage.reader import rows
 
 P = "play_sessions"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -14,11 +14,11 @@ from deltalake import DeltaTable
 
 from helpers import DAGS, airflow_env, cli, ingest, last_json, run_python
 from reference import presence_notifications as expected
-from streamtable.lake import Lake
-from streamtable.lifecycle import run, validate
+from streamtable.core.timefmt import parse_time
 from streamtable.pipelines.presence_notifications import MESSAGE
-from streamtable.reader import rows
-from streamtable.timefmt import parse_time
+from streamtable.runtime.lifecycle import run, validate
+from streamtable.storage.lake import Lake
+from streamtable.storage.reader import rows
 
 P = "presence_notifications"
 

@@ -1,4 +1,4 @@
-"""streamtable.quality: declared rules run as Great Expectations suites on Spark frames.
+"""streamtable.quality.validation: declared rules run as Great Expectations suites on Spark frames.
 
 Every rule test runs on both GX engines (the `engine` fixture): validate() must give the same Report.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from streamtable import expectations as expect
-from streamtable import quality
-from streamtable.quality import Report, docs_index, validate
+from streamtable import expect
+from streamtable.quality import validation as quality
+from streamtable.quality.validation import Report, docs_index, validate
 
 ALL_KINDS = expect.Suite(
     "orders",
@@ -240,5 +240,6 @@ def test_engine_none_uses_pandas_for_small_frames_it_checks_exactly(spark, tmp_p
 
 
 def test_declaring_rules_does_not_import_great_expectations():
-    code = "import sys, streamtable.expectations, streamtable.quality; sys.exit('great_expectations' in sys.modules)"
+    modules = "streamtable.core.expectations, streamtable.quality.validation"
+    code = f"import sys, {modules}; sys.exit('great_expectations' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

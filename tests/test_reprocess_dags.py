@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 
 from helpers import BIN, CLI, DAGS, ROOT, airflow_env, ingest, last_json, run_python, table
 from reference import clicks_per_region as expected
-from streamtable.lake import Lake
+from streamtable.storage.lake import Lake
 
 P = "clicks_per_region"
 
@@ -126,9 +126,9 @@ print("RESULT " + json.dumps(results, default=str))
 
 def test_check_of_a_reprocess_request(lake):
     """The Spark-free check the DAGs run first: messages, arguments, and the same version as `version_at`."""
-    from streamtable.errors import StreamtableError
-    from streamtable.lifecycle import version_at
-    from streamtable.offsets import commit_time, first_version_since, reprocess_arguments, reset_arguments
+    from streamtable.core.errors import StreamtableError
+    from streamtable.runtime.lifecycle import version_at
+    from streamtable.storage.offsets import commit_time, first_version_since, reprocess_arguments, reset_arguments
 
     def refused(**request) -> str:
         with pytest.raises(StreamtableError) as e:
@@ -198,7 +198,7 @@ print("RESULT " + json.dumps(out, default=str))
     result = last_json(proc)
     assert result["errors"] == {}
     dags = result["dags"]
-    from streamtable.registry import pipelines
+    from streamtable.core.registry import pipelines
 
     names = sorted(pipelines())
     for dag_id, dag in dags.items():
@@ -237,7 +237,7 @@ print("RESULT " + json.dumps(out, default=str))
     # the pools `make setup` imports: one slot per pipeline, and `airflow pools import` takes the file
     env = airflow_env(airflow_home)
     made = subprocess.run(
-        [str(BIN / "python"), "-m", "streamtable.airflow_pools"],
+        [str(BIN / "python"), "-m", "streamtable.airflow.pools"],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -344,7 +344,7 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_run_goes_on(spark, airflow_home, lake):
-    from streamtable.lifecycle import run
+    from streamtable.runtime.lifecycle import run
 
     versions = fill(lake, 3, gap_s=1.1)
     run(lake, P)
@@ -376,11 +376,11 @@ def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark, airflow_home, lake):
-    from streamtable.ingest import append_rows
-    from streamtable.lifecycle import run
-    from streamtable.reader import rows
-    from streamtable.registry import get_input
-    from streamtable.tables import LINE
+    from streamtable.core.registry import get_input
+    from streamtable.core.tables import LINE
+    from streamtable.ingest.changelog import append_rows
+    from streamtable.runtime.lifecycle import run
+    from streamtable.storage.reader import rows
 
     fill(lake, 2)
     run(lake, P)
@@ -415,7 +415,7 @@ def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark,
 @pytest.mark.timeout(1800)
 def test_a_run_waits_for_a_reprocess_holding_the_lock_and_nothing_is_counted_twice_or_skipped(spark, lake):
     """Two real processes: `reprocess` holds the pipeline's lock; a `run` started meanwhile waits, then goes on."""
-    from streamtable.lifecycle import run
+    from streamtable.runtime.lifecycle import run
 
     versions = fill(lake, 2)
     run(lake, P)
@@ -483,7 +483,7 @@ def test_backfill_style_runs_of_a_pipeline_dag_are_bounded_runs_that_count_nothi
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_reset_dag_lists_then_forgets_and_the_next_run_starts_from_version_0(spark, airflow_home, lake):
-    from streamtable.lifecycle import run
+    from streamtable.runtime.lifecycle import run
 
     fill(lake, 2)
     run(lake, P)

@@ -42,9 +42,9 @@ import pytest
 import requests
 
 from reference import word_count
-from streamtable.lake import Lake
-from streamtable.reader import rows
-from streamtable.supervise import find_drivers
+from streamtable.airflow.supervise import find_drivers
+from streamtable.storage.lake import Lake
+from streamtable.storage.reader import rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -420,7 +420,7 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
 
         step("airflow db migrate (PostgreSQL), pools")
         stack.run(str(BIN / "airflow"), "db", "migrate")
-        pools = stack.run(str(BIN / "python"), "-m", "streamtable.airflow_pools").stdout
+        pools = stack.run(str(BIN / "python"), "-m", "streamtable.airflow.pools").stdout
         (stack.base / "pools.json").write_text(pools)
         stack.run(str(BIN / "airflow"), "pools", "import", str(stack.base / "pools.json"))
 
@@ -466,7 +466,7 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
 
         def recorded_behind() -> bool:
             """Input still waits by the pipeline's own record (its batch is committed only with its progress row)."""
-            from streamtable.status import pipeline_status
+            from streamtable.runtime.status import pipeline_status
 
             return pipeline_status(Lake(stack.lake), "word_count").behind
 
@@ -552,7 +552,7 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
                 not [
                     p
                     for p in stack.leftovers()
-                    if "streamtable_job.py" in p or "streamtable.supervise" in p or "SparkSubmit" in p
+                    if "streamtable_job.py" in p or "streamtable.airflow.supervise" in p or "SparkSubmit" in p
                 ]
             ),
             120,

@@ -8,15 +8,14 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from pyspark.sql import functions as F
 
 import reference
 from helpers import local_frame
 from streamtable import RETRACT, JoinedWithin, JoinWindow, join_store, join_within
+from streamtable.core.schema import arrow_schema
 from streamtable.operators.stream_join import SWEEP_ORDER, match_pairs, match_partition
-from streamtable.schema import arrow_schema
 
 S = 1_000_000  # microseconds in a second: record times are in microseconds
 WINDOW = JoinWindow(within=timedelta(seconds=10), grace=timedelta(seconds=5))

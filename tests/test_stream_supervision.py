@@ -3,7 +3,7 @@
 The jobs here are fakes: a `spark-submit` that starts `jobs/streamtable_job.py` (a small Python
 script that prints progress lines and obeys, ignores or never sees SIGTERM) and waits for it, like
 spark-submit's JVM waits for the PySpark driver. The operator runs in a subprocess (importing Airflow
-configures the whole process; see test_dags.py), with a fake `streamtable.status`.
+configures the whole process; see test_dags.py), with a fake `streamtable.runtime.status`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,15 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from streamtable.supervise import find_driver, find_drivers, group_alive, guard, stalled, start_guardian, stop_job
+from streamtable.airflow.supervise import (
+    find_driver,
+    find_drivers,
+    group_alive,
+    guard,
+    stalled,
+    start_guardian,
+    stop_job,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -105,7 +113,7 @@ def test_a_serve_that_just_took_the_lock_gets_the_full_timeout_from_then():
 
 
 def test_the_lock_says_who_holds_it_and_forgets_when_released(tmp_path):
-    from streamtable.lake import Lake
+    from streamtable.storage.lake import Lake
 
     lake = Lake(tmp_path / "lake")
     assert lake.holder("word_count") is None and not lake.locked("word_count")
@@ -262,16 +270,16 @@ OPERATOR = """
 import json, sys, threading, time, types
 from datetime import datetime, timezone
 state = {"behind": False, "finished_at": None}
-fake_status = types.ModuleType("streamtable.status")
+fake_status = types.ModuleType("streamtable.runtime.status")
 def pipeline_status(lake, pipeline, now=None):
     last_batch = {"batch_id": 1, "finished_at": state["finished_at"]} if state["finished_at"] else None
     return types.SimpleNamespace(pipeline=pipeline, behind=state["behind"], inputs=[], last_batch=last_batch)
 fake_status.pipeline_status = pipeline_status
-sys.modules["streamtable.status"] = fake_status
-import streamtable
-streamtable.status = fake_status
+sys.modules["streamtable.runtime.status"] = fake_status
+import streamtable.runtime
+streamtable.runtime.status = fake_status
 
-from streamtable.airflow_stream import StreamServeOperator
+from streamtable.airflow.stream import StreamServeOperator
 from airflow.sdk.exceptions import AirflowException
 
 scenario, fake = sys.argv[1], sys.argv[2]
@@ -362,7 +370,7 @@ def test_one_stream_dag_per_pipeline(tmp_path):
     )
     code = f"""
 import json, runpy
-from streamtable.airflow_tasks import pipeline_names
+from streamtable.airflow.catalog import pipeline_names
 found = runpy.run_path({str(ROOT / "dags" / "stream.py")!r})
 dags = {{k: v for k, v in found.items() if k.startswith("stream_") and hasattr(v, "dag_id")}}
 out = {{"pipelines": pipeline_names(), "dags": {{}}}}

@@ -19,13 +19,13 @@ import pytest
 
 import streamtable
 from helpers import BIN, DAGS, ROOT, airflow_env, cli, last_json, run_python
-from streamtable import registry
-from streamtable.delta_rs import table_version
-from streamtable.errors import BadInputError, PipelineCodeError
-from streamtable.ingest import ingest_lines
-from streamtable.lake import Lake
-from streamtable.lifecycle import run
-from streamtable.reader import rows
+from streamtable.core import registry
+from streamtable.core.errors import BadInputError, PipelineCodeError
+from streamtable.ingest.files import ingest_lines
+from streamtable.runtime.lifecycle import run
+from streamtable.storage.delta_rs import table_version
+from streamtable.storage.lake import Lake
+from streamtable.storage.reader import rows
 
 GUIDE = ROOT / "docs" / "your-own-pipeline.md"
 BUILT_IN = ROOT / "include" / "streamtable" / "pipelines"
@@ -291,7 +291,7 @@ import json, subprocess, sys
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder={str(DAGS)!r})
 orders = bag.get_dag("orders")
-pools = json.loads(subprocess.run([sys.executable, "-m", "streamtable.airflow_pools"],
+pools = json.loads(subprocess.run([sys.executable, "-m", "streamtable.airflow.pools"],
                                   capture_output=True, text=True, check=True).stdout)
 print("RESULT " + json.dumps({{
     "errors": {{str(k): str(v) for k, v in bag.import_errors.items()}},

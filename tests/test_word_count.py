@@ -6,9 +6,8 @@ import pytest
 from deltalake import DeltaTable
 
 from helpers import ingest, table
-from reference import word_count as expected
-from reference import words
-from streamtable.lifecycle import run
+from reference import word_count as expected, words
+from streamtable.runtime.lifecycle import run
 
 P = "word_count"
 
@@ -80,7 +79,7 @@ def test_punctuation_tabs_repeated_spaces_cyrillic_and_accents(spark, lake):
 
 @pytest.mark.slow
 def test_one_run_and_three_runs_give_the_same_counts_and_a_second_run_changes_nothing(spark, tmp_path):
-    from streamtable.lake import Lake
+    from streamtable.storage.lake import Lake
 
     batches = [
         [line("the cat sat on the mat"), line("Кот  сидел")],
@@ -104,8 +103,8 @@ def test_one_run_and_three_runs_give_the_same_counts_and_a_second_run_changes_no
 
 def test_small_files_are_compacted_and_the_counts_stay_exact(spark, lake, monkeypatch):
     """Compaction after a batch's commits (outputs, progress tables) changes no count or txn check."""
-    from streamtable import delta_rs
-    from streamtable.lake import PROGRESS
+    from streamtable.storage import delta_rs
+    from streamtable.storage.lake import PROGRESS
 
     monkeypatch.setattr(delta_rs, "COMPACT_FILES", 3)
     done = []

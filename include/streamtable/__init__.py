@@ -25,92 +25,13 @@ into changes of the outputs with streamtable's operators and ordinary PySpark co
     )
 
 `streamtable --pipelines DIR ...` (or env `STREAMTABLE_PIPELINES`) loads every file of DIR. The names
-below are the public API; every other module of the package is internal. Declaring a pipeline imports
-no Spark: the operators (and `Batch`) are imported on first use.
+in `__all__` are the public API (listed once, in `__init__.pyi`); every other module of the package is internal.
+Each is imported on first use, so declaring a pipeline imports no Spark.
 """
 
-from __future__ import annotations
-
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
-from . import expectations as expect
-from .pipeline import Pipeline, Ticks
-from .schema import Column, Type
-from .tables import LINE, Rule, Table, at_least, changelog, join_store, non_empty, one_of, stream, table
-
-if TYPE_CHECKING:
-    from .batch import Batch
-    from .context import COMMIT_VERSION
-    from .operators.aggregate import Aggregate, add_to_totals, aggregate
-    from .operators.asof_join import asof_join
-    from .operators.session_windows import SessionWindows, aggregate_sessions
-    from .operators.stream_join import JoinedWithin, JoinWindow, join_within, outer_join_within
-    from .operators.table_join import RETRACT, table_left_join
-    from .operators.windows import Windows, aggregate_in_windows, count_in_windows
+import lazy_loader
 
 __version__ = "0.1.0"
 
-# name -> the module that defines it; imported when first used (they import pyspark)
-_LAZY = {
-    "Batch": "batch",
-    "COMMIT_VERSION": "context",
-    "add_to_totals": "operators.aggregate",
-    "aggregate": "operators.aggregate",
-    "asof_join": "operators.asof_join",
-    "Aggregate": "operators.aggregate",
-    "SessionWindows": "operators.session_windows",
-    "aggregate_sessions": "operators.session_windows",
-    "JoinWindow": "operators.stream_join",
-    "JoinedWithin": "operators.stream_join",
-    "join_within": "operators.stream_join",
-    "outer_join_within": "operators.stream_join",
-    "RETRACT": "operators.table_join",
-    "table_left_join": "operators.table_join",
-    "Windows": "operators.windows",
-    "aggregate_in_windows": "operators.windows",
-    "count_in_windows": "operators.windows",
-}
-
-__all__ = [
-    "Column",
-    "LINE",
-    "Pipeline",
-    "Rule",
-    "Table",
-    "Ticks",
-    "Type",
-    "at_least",
-    "changelog",
-    "expect",
-    "join_store",
-    "non_empty",
-    "one_of",
-    "stream",
-    "table",
-    "Batch",
-    "COMMIT_VERSION",
-    "add_to_totals",
-    "aggregate",
-    "asof_join",
-    "Aggregate",
-    "SessionWindows",
-    "aggregate_sessions",
-    "JoinWindow",
-    "JoinedWithin",
-    "join_within",
-    "outer_join_within",
-    "RETRACT",
-    "table_left_join",
-    "Windows",
-    "aggregate_in_windows",
-    "count_in_windows",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'streamtable' has no attribute {name!r}")
+# The public names are the imports of __init__.pyi (also what type checkers read); each is imported when first used.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import DataFrame, Window
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, Window, functions as F
 
-from ..context import COMMIT_VERSION
-from ..tables import LINE
+from streamtable.core.tables import COMMIT_VERSION, LINE
 
 
 def versioned(changelog: DataFrame, key: str, values: Sequence[str], time: str = "event_time") -> DataFrame:

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, Window, functions as F
 
-from ..timefmt import format_time
-from .aggregate import Aggregate
-from .windows import as_late, interval, passed, record_json, span
+from streamtable.core.timefmt import format_time
+from streamtable.operators.aggregate import Aggregate
+from streamtable.operators.windows import as_late, interval, passed, record_json, span
 
 START, END = "session_start", "session_end"
 

@@ -16,13 +16,13 @@ from functools import reduce
 from typing import Literal, NamedTuple
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, functions as F
 
-from ..tables import JOIN_STORE_COLUMNS
-from ..timefmt import format_time
-from .table_join import RETRACT
-from .windows import as_late, interval, record_json
+from streamtable.core.errors import OperatorArgumentError
+from streamtable.core.tables import JOIN_STORE_COLUMNS
+from streamtable.core.timefmt import format_time
+from streamtable.operators.table_join import RETRACT
+from streamtable.operators.windows import as_late, interval, record_json
 
 LEFT, RIGHT = "left", "right"
 STORE_COLUMNS = [c.name for c in JOIN_STORE_COLUMNS]  # the last is `matched`
@@ -197,12 +197,12 @@ def join_within(
         batch.late(paid.late)
     """
     if how not in ("inner", "left"):
-        raise ValueError(f"join_within: how is 'inner' or 'left', not {how!r}")
+        raise OperatorArgumentError(f"join_within: how is 'inner' or 'left', not {how!r}")
     keys = list(keys)
     values = {LEFT: _values(left, keys), RIGHT: _values(right, keys)}
     clash = set(values[LEFT]) & set(values[RIGHT])
     if clash:
-        raise ValueError(f"join_within: both sides have columns {sorted(clash)}; rename one side's")
+        raise OperatorArgumentError(f"join_within: both sides have columns {sorted(clash)}; rename one side's")
     new = {LEFT: left, RIGHT: right}
     is_late = _before(stream_time, window.grace)
     closed = _before(stream_time, window.within + window.grace)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, functions as F
+
+from streamtable.core.errors import OperatorArgumentError
 
 RETRACT = "_retract"  # the flag column of the rows this returns: true removes the key from the result
 
@@ -44,7 +45,7 @@ def table_left_join(
     right_values = [c for c in right.columns if c not in keys]
     clash = set(left_values) & set(right_values)
     if clash:
-        raise ValueError(f"table_left_join: both sides have columns {sorted(clash)}; rename one side's")
+        raise OperatorArgumentError(f"table_left_join: both sides have columns {sorted(clash)}; rename one side's")
     touched = left_changes.select(*keys).unionByName(right_changes.select(*keys)).distinct()
     joined = touched.join(
         _after(left, left_changes, keys, flag).withColumn("_left_row", F.lit(True)), keys, "left"

@@ -1,4 +1,4 @@
 """The built-in pipelines, one module each, written with streamtable's public API only (so they double as examples).
 
-`streamtable.registry` loads them as it loads the user's pipeline files.
+`streamtable.core.registry` loads them as it loads the user's pipeline files.
 """

@@ -1,0 +1,230 @@
+"""Building blocks for streamtable's Airflow DAGs: a pipeline's Spark tasks, its output Assets, the lake.
+
+Only files in dags/ import this module. It imports Airflow's Task SDK and the Spark provider, and from
+streamtable only `lake`: never pyspark, nor the pipelines. What a DAG file needs of the registry (names,
+docs, schedules, outputs) it reads with `registered()`, from a child process, so a broken or heavy pipeline
+file of the user's never breaks or slows the DAG processor. Every task is a `SparkSubmitOperator` that runs
+`jobs/streamtable_job.py COMMAND PIPELINE --lake LAKE` with the project's Delta jars, on the master of the
+`spark_default` connection (`local[2]` for `make setup`, `spark://spark-master:7077` in docker-compose.yaml).
+
+The lake is chosen when a task runs, not when the DAG is parsed: the Airflow Variable `streamtable_lake`
+if it is set, else the task's env `STREAMTABLE_LAKE`, else `<project>/lake` (the `LAKE` template below).
+Asset URIs, which Airflow needs at parse time, use the env (never the Variable: reading Variables while
+parsing hits the metadata DB on every parse). The user's pipeline folders are the Variable
+`streamtable_pipelines` if it is set, else the env `STREAMTABLE_PIPELINES` of the DAG processor; they are
+read when the DAG is parsed (the DAGs are made from them, so the Variable is read once per parse of a DAG
+file) and passed to every task's Spark job, which so loads the pipelines its DAG was made from.
+
+Every task of a pipeline runs in the Airflow pool `streamtable_<pipeline>` (one slot, made by `make setup`;
+`python -m streamtable.airflow.pools > pools.json && airflow pools import pools.json` elsewhere), so
+Airflow never runs a pipeline's micro-batch, reprocess or reset at the same time; the pipeline's lock in the
+lake (`Lake.lock`) makes them wait for each other outside Airflow too.
+
+Continuous mode is in `streamtable.airflow.stream` (the supervised `serve` task of the `stream_PIPELINE`
+DAGs), the pools command in `streamtable.airflow.pools`.
+
+`dags/pipelines.py` makes every pipeline's micro-batch DAG with `pipeline_tasks(name)` (`run` >>
+`quality_gate`) inside a `DAG(...)` block with `user_defined_macros=MACROS`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar, overload
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset
+
+from streamtable.airflow.catalog import pipelines_env, registered_pipelines
+from streamtable.airflow.pools import pipeline_pool
+from streamtable.core import settings
+from streamtable.storage.lake import Lake
+
+JOB = settings.PROJECT_ROOT / "jobs" / "streamtable_job.py"
+LAKE_VARIABLE = "streamtable_lake"
+CONN_ID = "spark_default"
+
+# Rendered when the task runs (Jinja): the Variable, else the env of the task, else <project>/lake.
+LAKE = "{{ var.value.get('" + LAKE_VARIABLE + "', streamtable_env_lake()) }}"
+
+
+def env_lake() -> str:
+    """The lake a task uses when the `streamtable_lake` Variable is not set: $STREAMTABLE_LAKE, else <project>/lake."""
+    return str(Path(os.environ.get("STREAMTABLE_LAKE") or settings.PROJECT_ROOT / "lake").resolve())
+
+
+# Pass as `user_defined_macros=MACROS` to every streamtable DAG (the `LAKE` template calls it).
+MACROS: dict[str, Any] = {"streamtable_env_lake": env_lake}
+
+
+def job_jars() -> str | None:
+    """The jars every job gets (`settings.job_jars`) as spark-submit's comma-separated `--jars`.
+
+    None when there are none yet: the DAG still parses, and the task fails with the job's own
+    "no Delta jars ... run `make setup`" message.
+    """
+    return ",".join(settings.job_jars()) or None
+
+
+def spark_submit_binary() -> str:
+    """spark-submit from the environment Airflow runs in (the project's .venv has pyspark's), else PATH's.
+
+    $STREAMTABLE_SPARK_SUBMIT overrides it.
+    """
+    override = os.environ.get("STREAMTABLE_SPARK_SUBMIT")
+    if override:
+        return override
+    beside = Path(sys.executable).parent / "spark-submit"
+    return str(beside) if beside.exists() else "spark-submit"
+
+
+def output_assets(pipeline: str) -> list[Asset]:
+    """One Asset per output table of `pipeline`: the `file://` URI of its Delta table in the env's lake."""
+    lake = Lake(Path(env_lake()))
+    return [
+        Asset(
+            name=f"streamtable.{table['name']}",
+            uri=Path(lake.table_path(table["name"])).as_uri(),
+            extra={"pipeline": pipeline, "keys": table["keys"]},
+        )
+        for table in registered_pipelines()[pipeline]["outputs"]
+    ]
+
+
+# SparkSubmitHook hands spark-submit's output to this method; the operators below replace it on their own hook
+# instance to see every line. Set with setattr: mypy rejects assigning to a method, even on one instance.
+PROCESS_LOG = "_process_spark_submit_log"
+
+
+class StreamtableSubmitOperator(SparkSubmitOperator):
+    """A SparkSubmitOperator that returns the JSON report the command prints (its XCom `return_value`, also logged).
+
+    With `args_from`, the arguments an upstream task checked and pushed as its XCom `args` (a list of
+    strings) are appended to the command line when the task runs (see `streamtable.storage.offsets`).
+    """
+
+    def __init__(self, *, args_from: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.args_from = args_from
+
+    # Returns the report, which Airflow pushes as XCom: BaseOperator.execute returns Any, but the provider
+    # annotates SparkSubmitOperator.execute `-> None` (it returns nothing), which no override may widen.
+    def execute(self, context: Any) -> dict | None:  # type: ignore[override]
+        args = list(self.application_args or [])
+        if self.args_from:
+            extra = context["ti"].xcom_pull(task_ids=self.args_from, key="args")
+            if not isinstance(extra, list):
+                raise ValueError(f"task {self.args_from} pushed no argument list (XCom `args`): {extra!r}")
+            self.application_args = [*args, *map(str, extra)]
+        reports: list[dict] = []
+        hook = self._hook = self._get_hook()
+        process_log = hook._process_spark_submit_log  # logs spark-submit's output line by line
+
+        def keep_reports(lines: Any) -> None:
+            process_log(json_objects(lines, reports.append))
+
+        setattr(hook, PROCESS_LOG, keep_reports)
+        try:
+            super().execute(context)
+        finally:
+            self.application_args = args  # as rendered, should this operator object run again (dag.test)
+        if not reports:
+            return None
+        self.log.info("streamtable report:\n%s", json.dumps(reports[-1], indent=2))
+        return reports[-1]
+
+
+def json_objects(lines: Any, found: Callable[[dict], Any]) -> Any:
+    """Pass lines through, handing those that are JSON objects (what streamtable commands print) to `found`."""
+    for line in lines:
+        text = line.strip()
+        if text.startswith("{") and text.endswith("}"):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                value = None
+            if isinstance(value, dict):
+                found(value)
+        yield line
+
+
+_Operator = TypeVar("_Operator", bound=SparkSubmitOperator)
+
+
+@overload
+def streamtable_task(
+    task_id: str,
+    command: str,
+    pipeline: str,
+    args_from: str | None = None,
+    *,
+    operator: Callable[..., _Operator],
+    **kwargs: Any,
+) -> _Operator: ...
+
+
+@overload
+def streamtable_task(
+    task_id: str,
+    command: str,
+    pipeline: str,
+    args_from: str | None = None,
+    operator: None = None,
+    **kwargs: Any,
+) -> SparkSubmitOperator: ...
+
+
+def streamtable_task(
+    task_id: str,
+    command: str,
+    pipeline: str,
+    args_from: str | None = None,
+    operator: Callable[..., SparkSubmitOperator] | None = None,
+    **kwargs: Any,
+) -> SparkSubmitOperator:
+    """A task that runs `streamtable COMMAND PIPELINE --lake LAKE` inside spark-submit, in the pipeline's pool.
+
+    With `args_from` (the task whose XCom `args` are appended to the command line) it is a
+    StreamtableSubmitOperator, whose XCom is the command's JSON report; `operator` chooses another
+    SparkSubmitOperator subclass (`stream_task` passes StreamServeOperator).
+    Extra keyword arguments go to SparkSubmitOperator (outlets, retries, pool, ...). Call it inside a DAG
+    whose `user_defined_macros` include MACROS.
+    """
+    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    options: dict[str, Any] = dict(
+        application=str(JOB),
+        application_args=[command, pipeline, "--lake", LAKE],
+        conn_id=CONN_ID,
+        jars=job_jars(),
+        spark_binary=spark_submit_binary(),
+        conf=settings.launch_conf(os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "warn")),
+        driver_memory=settings.driver_memory(),
+        name=f"streamtable-{pipeline}-{command}",
+        env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, **pipelines_env()},
+        execution_timeout=timedelta(minutes=30),
+        pool=pipeline_pool(pipeline),
+    )
+    options.update(kwargs)
+    if operator is not None:
+        return operator(task_id=task_id, **options)
+    if args_from:
+        return StreamtableSubmitOperator(task_id=task_id, args_from=args_from, **options)
+    return SparkSubmitOperator(task_id=task_id, **options)
+
+
+def pipeline_tasks(pipeline: str, **kwargs: Any) -> tuple[SparkSubmitOperator, SparkSubmitOperator]:
+    """The two tasks of a pipeline's micro-batch DAG: `run` >> `quality_gate` (which publishes the Assets).
+
+    `run` is retried once, 30 s later (a killed run is finished by the next, exactly once); a failed
+    quality gate is not retried: the data, not the try, is wrong.
+    """
+    retry: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=30)}
+    run = streamtable_task("run", "run", pipeline, **(retry | kwargs))
+    gate = streamtable_task("quality_gate", "validate", pipeline, outlets=output_assets(pipeline), **kwargs)
+    run >> gate
+    return run, gate

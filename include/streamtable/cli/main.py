@@ -1,0 +1,314 @@
+"""The `streamtable` command (its contract: docs/README.md): ingest, run, serve, status, reprocess, reset, show, query.
+
+Errors print one line to stderr and exit 1 (2 for usage errors); `--debug` shows the traceback.
+Commands that need Spark import it lazily, so `ingest`, `show`, `query`, `status` and `pipelines` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from streamtable.core.errors import BadInputError, QualityGateError, StreamtableError
+from streamtable.storage.lake import Lake, resolve_lake
+
+GATED_COMMANDS = ("run", "serve", "reprocess", "validate")  # the commands that run quality suites
+
+
+def _lake(args: argparse.Namespace) -> Lake:
+    return Lake(resolve_lake(args.lake))
+
+
+def cmd_ingest(args: argparse.Namespace) -> None:
+    from streamtable.ingest.files import MAX_LINE_BYTES, ingest_file
+
+    limit = MAX_LINE_BYTES if args.max_line_bytes is None else args.max_line_bytes
+    result = ingest_file(_lake(args), args.table, args.file, args.id, limit)
+    print(json.dumps(result.as_dict() | {"duplicate": result.duplicate}))
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from streamtable.quality.validation import build_docs
+    from streamtable.runtime.lifecycle import run
+
+    lake = _lake(args)
+    report = run(lake, args.pipeline)
+    print(json.dumps(report.as_dict() | {"data_docs": build_docs(lake.quality_dir)}))
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    from streamtable.runtime.lifecycle import run_continuously
+
+    def show(progress) -> None:
+        print(json.dumps({"progress": progress.as_dict()}), flush=True)
+
+    report = run_continuously(_lake(args), args.pipeline, args.interval, args.stop_timeout, on_progress=show)
+    print(json.dumps(report.as_dict()))
+
+
+def cmd_status(args: argparse.Namespace) -> None:
+    from streamtable.core.registry import get_pipeline, pipelines
+    from streamtable.runtime.status import pipeline_status
+
+    lake = _lake(args)
+    for name in [get_pipeline(args.pipeline).name] if args.pipeline else sorted(pipelines()):
+        print(json.dumps(pipeline_status(lake, name).as_dict()))
+
+
+def cmd_reprocess(args: argparse.Namespace) -> None:
+    from streamtable.core.registry import get_pipeline
+    from streamtable.core.timefmt import parse_time
+    from streamtable.runtime.lifecycle import reprocess, version_at
+
+    lake = _lake(args)
+    pipeline = get_pipeline(args.pipeline)
+    if args.from_timestamp is not None:
+        try:
+            moment = parse_time(args.from_timestamp)
+        except ValueError as e:
+            raise BadInputError(f"--from-timestamp: {e}") from None
+        version = version_at(lake, pipeline.primary, moment)
+    else:
+        version = args.from_version
+    report = reprocess(lake, args.pipeline, version, dry_run=args.dry_run)
+    print(json.dumps(report.as_dict() | {"data_docs": _docs(args)}))
+
+
+def cmd_reset(args: argparse.Namespace) -> None:
+    from streamtable.runtime.lifecycle import reset
+
+    print(json.dumps(reset(_lake(args), args.pipeline, dry_run=args.dry_run)))
+
+
+def cmd_validate(args: argparse.Namespace) -> None:
+    from streamtable.runtime.lifecycle import validate
+
+    reports = validate(_lake(args), args.pipeline)
+    print(
+        json.dumps(
+            {
+                "pipeline": args.pipeline,
+                "suites": {r.suite: r.success for r in reports},
+                "data_docs": next((r.docs_path for r in reports if r.docs_path), None),
+            }
+        )
+    )
+    failures = [f for r in reports for f in r.failures]
+    if failures:
+        raise QualityGateError(f"{args.pipeline}: " + "; ".join(failures))
+
+
+def cmd_show(args: argparse.Namespace) -> None:
+    from streamtable.storage.reader import json_lines, rows
+
+    for line in json_lines(rows(_lake(args), args.table)):
+        print(line)
+
+
+def cmd_query(args: argparse.Namespace) -> None:
+    from streamtable.storage.reader import json_lines, query
+
+    for line in json_lines(query(_lake(args), args.table, *args.key)):
+        print(line)
+
+
+def cmd_emit_ticks(args: argparse.Namespace) -> None:
+    from streamtable.core.timefmt import parse_time
+    from streamtable.ingest.ticks import emit_ticks
+
+    try:
+        at = parse_time(args.at) if args.at is not None else None
+    except ValueError as e:
+        raise BadInputError(f"--at: {e}") from None
+    for result in emit_ticks(_lake(args), at):
+        print(json.dumps(result.as_dict()))
+
+
+def cmd_pipelines(args: argparse.Namespace) -> None:
+    from streamtable.core.registry import pipelines
+
+    for p in pipelines().values():
+        print(
+            json.dumps(
+                {
+                    "pipeline": p.name,
+                    "primary": p.primary,
+                    "inputs": list(p.inputs),
+                    "outputs": [t.name for t in p.outputs],
+                    "doc": p.doc.strip().splitlines()[0] if p.doc.strip() else "",
+                    "file": p.declared_at,
+                }
+            )
+        )
+
+
+def cmd_new(args: argparse.Namespace) -> None:
+    from streamtable.cli.skeleton import write_skeleton
+
+    print(json.dumps({"pipeline": args.pipeline, "files": [str(p) for p in write_skeleton(args.pipeline, args.dir)]}))
+
+
+def _docs(args: argparse.Namespace) -> str:
+    from streamtable.quality.validation import docs_index
+
+    return docs_index(_lake(args).quality_dir)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="streamtable", description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--lake", help="the lake directory (default: $STREAMTABLE_LAKE, else ./lake)")
+    common.add_argument("--debug", action="store_true", help="show tracebacks and Spark's logs")
+    common.add_argument(
+        "--pipelines",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also load the pipelines declared in DIR's Python files (repeatable; env: STREAMTABLE_PIPELINES)",
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def command(name: str, func, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_)
+        p.set_defaults(func=func)
+        return p
+
+    p = command("ingest", cmd_ingest, "append JSON-lines records to an input changelog")
+    p.add_argument("table")
+    p.add_argument("file", help="a JSON-lines file, or - for stdin")
+    p.add_argument(
+        "--id", help="the ingest's id: an ingest whose id the table took appends nothing (default: FILE's SHA-256)"
+    )
+    p.add_argument(
+        "--max-line-bytes",
+        type=int,
+        metavar="N",
+        help="a line longer than N bytes is quarantined (default: 1 MiB)",
+    )
+    command("run", cmd_run, "process everything the inputs hold now, then exit").add_argument("pipeline")
+    p = command("serve", cmd_serve, "run continuously, one run per micro-batch, until SIGTERM")
+    p.add_argument("pipeline")
+    p.add_argument("--interval", default="2 seconds", help="processing-time trigger (default: 2 seconds)")
+    p.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="after SIGTERM, how long the batch in flight may take before exiting without it (code 3; default: 600)",
+    )
+    p = command("reprocess", cmd_reprocess, "rebuild outputs from a version (or time) of the primary input")
+    p.add_argument("pipeline")
+    start = p.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from-version", type=int)
+    start.add_argument("--from-timestamp")
+    p.add_argument("--dry-run", action="store_true", help="compute and validate, publish nothing")
+    p = command("reset", cmd_reset, "forget progress and outputs; the next run starts from version 0")
+    p.add_argument("pipeline")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    command("validate", cmd_validate, "run the pipeline's quality suites on its published outputs").add_argument(
+        "pipeline"
+    )
+    command("show", cmd_show, "print a table as JSON lines").add_argument("table")
+    p = command("query", cmd_query, "print the current rows whose leading keys equal KEY...")
+    p.add_argument("table")
+    p.add_argument("key", nargs="*")
+    command("status", cmd_status, "each pipeline's last batch and how far behind its inputs it is").add_argument(
+        "pipeline", nargs="?"
+    )
+    command("pipelines", cmd_pipelines, "list the pipelines, their inputs and outputs")
+    p = command("new", cmd_new, "write a pipeline skeleton and its test into DIR (they pass as written)")
+    p.add_argument("pipeline")
+    p.add_argument("--dir", default="pipelines", help="the folder to write into (default: ./pipelines)")
+    command("emit-ticks", cmd_emit_ticks, "append a tick per user ever seen in user_presence").add_argument(
+        "--at", help="the ticks' time, ISO-8601 (default: now)"
+    )
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.debug:
+        os.environ.setdefault("STREAMTABLE_SPARK_LOG_LEVEL", "warn")
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        )
+    else:  # PySpark logs failures itself (as JSON); the one line below is what a user needs
+        logging.disable(logging.CRITICAL)
+    from streamtable.core.registry import use_folders
+
+    use_folders(args.pipelines)
+    if args.command in GATED_COMMANDS:
+        from streamtable.quality.validation import import_gx_in_background
+
+        import_gx_in_background()
+    try:
+        args.func(args)
+    except StreamtableError as e:
+        if args.debug:
+            raise
+        print(f"streamtable: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # anything else is a bug or an environment problem: still one line
+        if args.debug:
+            raise
+        if reason := unwritable(e):
+            print(
+                f"streamtable: cannot write to the lake {resolve_lake(args.lake)}: {reason}; make room (or make it "
+                "writable) and run the command again: it finishes the work",
+                file=sys.stderr,
+            )
+            return 1
+        print(
+            f"streamtable: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            " (run with --debug for details)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+STORAGE_FAILURES = ("No space left on device", "Read-only file system", "Disk quota exceeded")
+
+
+def unwritable(error: BaseException) -> str | None:
+    """Why the lake's file system refused a write (full, read-only, over quota), found in the error or its causes:
+    Python's OSError, delta-rs's and the JVM's (a Py4JJavaError's Java trace) all name it; None otherwise."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return next((r for e in chain for r in STORAGE_FAILURES if r in str(e)), None)
+
+
+def entry(argv: list[str] | None = None) -> None:
+    """Run a command (the console script, and the Spark job under spark-submit), then leave with `os._exit`.
+
+    Native threads (delta-rs's runtime, Arrow's thread pools) can abort the interpreter's normal shutdown
+    ("terminate called without an active exception", SIGABRT) after a command's work and output are complete,
+    which turned a good `run` into exit code -6 about once in ten. So the interpreter is not finalised: a
+    SparkSession is stopped, the output flushed, and the process ends with the command's code.
+    """
+    code = main(argv)
+    _stop_spark()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _stop_spark() -> None:
+    """Stop the process's SparkSession, if a command started one (its JVM ends with it)."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()
+
+
+if __name__ == "__main__":
+    entry()

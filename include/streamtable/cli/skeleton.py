@@ -1,0 +1,96 @@
+"""`streamtable new PIPELINE`: a pipeline file and its test, which pass as written (as `dbt init` does)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from streamtable.core.errors import BadInputError
+
+PIPELINE = '''"""{name}: the total `amount` per `key` of the records in `{name}_events`.
+
+Replace this text with what the pipeline computes: it is the pipeline's documentation in
+`streamtable pipelines` and in its Airflow DAGs.
+"""
+
+from __future__ import annotations
+
+from streamtable import Column, Pipeline, Type, add_to_totals, at_least, changelog, expect, non_empty, table
+
+EVENTS = changelog(
+    "{name}_events",
+    [Column("key", Type.STRING), Column("amount", Type.LONG), Column("event_time", Type.TIMESTAMP)],
+    rules=[non_empty("key"), at_least("amount", 0)],
+)
+TOTALS = table("{name}", [Column("key", Type.STRING), Column("amount", Type.LONG)], keys=["key"])
+
+
+def process(batch) -> None:
+    """One run: add the new records' amounts to the totals of their keys."""
+    from pyspark.sql import functions as F
+
+    events = batch.new("{name}_events").select("key", "amount")
+    batch.upsert("{name}", add_to_totals(batch.current("{name}"), events, ["key"], "amount"))
+    batch.metric("amount", events.agg(F.sum("amount")).head(1)[0][0])
+
+
+PIPELINE = Pipeline(
+    name="{name}",
+    doc=__doc__,
+    streams=("{name}_events",),
+    outputs=(TOTALS,),
+    process=process,
+    metrics=("amount",),
+    suites=(
+        expect.Suite(
+            "{name}",
+            (expect.not_null("key"), expect.unique("key"), expect.sum_equals("amount", metric="amount")),
+        ),
+    ),
+)
+'''
+
+TEST = '''"""{name}: ingest, run and show through the `streamtable` command on a lake of the test's own."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def streamtable(lake, *args):
+    command = [sys.executable, "-m", "streamtable.cli.main", *args, "--lake", str(lake), "--pipelines", str(HERE)]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+
+def test_{name}_totals_per_key(tmp_path):
+    events = tmp_path / "events.jsonl"
+    events.write_text(
+        '{{"key": "a", "amount": 2, "event_time": "2026-01-01T00:00:00Z"}}\\n'
+        '{{"key": "b", "amount": 5, "event_time": "2026-01-01T00:00:01Z"}}\\n'
+        '{{"key": "a", "amount": 3, "event_time": "2026-01-01T00:00:02Z"}}\\n'
+        '{{"key": "", "amount": 1, "event_time": "2026-01-01T00:00:03Z"}}\\n'
+    )
+    lake = tmp_path / "lake"
+    assert json.loads(streamtable(lake, "ingest", "{name}_events", str(events)))["quarantined"] == 1
+    streamtable(lake, "run", "{name}")
+    rows = [json.loads(line) for line in streamtable(lake, "show", "{name}").splitlines()]
+    assert rows == [{{"key": "a", "amount": 5}}, {{"key": "b", "amount": 5}}]
+'''
+
+
+def write_skeleton(name: str, folder: str | Path) -> list[Path]:
+    """Write `FOLDER/NAME.py` and `FOLDER/test_NAME.py`; refuse a bad name or a file that exists."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise BadInputError(f"pipeline name {name!r}: use lower-case letters, digits and _, starting with a letter")
+    directory = Path(folder)
+    files = {directory / f"{name}.py": PIPELINE, directory / f"test_{name}.py": TEST}
+    existing = [str(p) for p in files if p.exists()]
+    if existing:
+        raise BadInputError(f"{', '.join(existing)} already exists; nothing written")
+    directory.mkdir(parents=True, exist_ok=True)
+    for path, text in files.items():
+        path.write_text(text.format(name=name))
+    return list(files)

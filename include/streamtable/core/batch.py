@@ -1,0 +1,65 @@
+"""`Batch`: what a pipeline's `process` sees of one run, as a Protocol (the runtime's `StagedBatch` implements it).
+
+Declared here, below every other layer, so that a pipeline's declaration (`Pipeline.process`) names it without
+importing the runtime.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+class Batch(Protocol):
+    """One run of a pipeline: the records it reads, and the changes it stages (committed exactly once, if they pass
+    the pipeline's quality suites).
+
+    batch_id: the run's number (0, 1, ...) in the pipeline's current generation.
+    wall_clock: the run's wall-clock time (the `--now` of a test driver, else now), for results closed by wall clock.
+    stream_time: the largest event time consumed by the runs before this one (None before the first record):
+        windows close, and records are late, against it.
+    next_stream_time: the stream time once this run's records are consumed.
+    versions: each stream input -> the newest Delta version (offset) this run consumes.
+    """
+
+    spark: SparkSession
+    batch_id: int
+    wall_clock: datetime
+    stream_time: datetime | None
+    next_stream_time: datetime | None
+    versions: dict[str, int]
+
+    def new(self, input_name: str) -> DataFrame:
+        """The records of a stream input that arrived since the last run, with `_commit_version` and `_line`."""
+        ...
+
+    def table(self, input_name: str) -> DataFrame:
+        """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins)."""
+        ...
+
+    def consumed(self, input_name: str) -> DataFrame:
+        """The changelog of a stream input up to the newest version consumed by this run or an earlier one."""
+        ...
+
+    def current(self, table: str) -> DataFrame:
+        """The committed content of an output or state store (before this run)."""
+        ...
+
+    def upsert(self, table: str, rows: DataFrame, delete: str | None = None) -> None:
+        """Stage rows that replace the rows with the same keys; where column `delete` is true, remove them."""
+        ...
+
+    def append(self, table: str, rows: DataFrame) -> None:
+        """Stage rows appended to a stream output."""
+        ...
+
+    def late(self, rows: DataFrame) -> None:
+        """Stage records that arrived too late to count (columns `table`, `raw`, `reason`, `event_time`)."""
+        ...
+
+    def metric(self, name: str, value: int) -> None:
+        """Record a count this run consumed, for reconciliation suites (`sum_equals`)."""
+        ...

@@ -1,0 +1,58 @@
+"""Named exceptions: each says what is wrong in one line, which the CLI prints without a traceback."""
+
+from __future__ import annotations
+
+
+class StreamtableError(Exception):
+    """Base of every error streamtable reports to a user."""
+
+
+class SetupError(StreamtableError):
+    """The installation is incomplete (missing jars, Java, venv)."""
+
+
+class UnknownTableError(StreamtableError):
+    """A command named a table that no pipeline declares."""
+
+
+class UnknownPipelineError(StreamtableError):
+    """A command named a pipeline that does not exist."""
+
+
+class BadInputError(StreamtableError):
+    """A command's argument or input file cannot be used."""
+
+
+class OffsetOutOfRangeError(StreamtableError):
+    """A requested version or timestamp is outside what the input table holds."""
+
+
+class QualityGateError(StreamtableError):
+    """An output failed its Great Expectations suite; nothing was published."""
+
+
+class PipelineLoadError(StreamtableError):
+    """A pipeline file cannot be imported, or declares something inconsistent (the message names file and line)."""
+
+
+class PipelineCodeError(StreamtableError):
+    """A pipeline's own code failed while computing a batch (the message names its file and line)."""
+
+
+class PipelineDefinitionError(StreamtableError):
+    """A mistake in a pipeline author's declarations or calls (the subclasses say which kind)."""
+
+
+class DeclarationError(PipelineDefinitionError, ValueError):
+    """A table or pipeline declares something inconsistent (a key that is not a column, a stream without time)."""
+
+
+class UndeclaredNameError(PipelineDefinitionError, KeyError):
+    """Code named an input, output, state store or metric its pipeline does not declare."""
+
+    def __str__(self) -> str:  # KeyError's own str() would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class OperatorArgumentError(PipelineDefinitionError, ValueError):
+    """An operator was called with arguments it cannot use (an unknown mode, clashing column names)."""

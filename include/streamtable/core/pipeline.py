@@ -1,0 +1,112 @@
+"""A pipeline: its inputs, outputs, quality suites and the function that turns one run's records into changes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from streamtable.core.errors import DeclarationError, UndeclaredNameError
+from streamtable.core.expectations import Suite
+from streamtable.core.tables import Table, declaration_site
+
+if TYPE_CHECKING:
+    from streamtable.core.batch import Batch
+
+NAME = re.compile(r"[a-z][a-z0-9_]*")  # a pipeline's name is in DAG ids, pool names and paths
+
+
+@dataclass(frozen=True)
+class Ticks:
+    """Reminder instants: before each scheduled run, one tick per key ever seen in `seen_in`, appended to `into`.
+
+    The seed's wall-clock punctuator (`streamtable emit-ticks`); `into` is an input changelog of the pipeline.
+
+        Ticks(into="ticks", key="user", seen_in="user_presence")
+    """
+
+    into: str
+    key: str
+    seen_in: str
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A Kafka Streams topology, declared: what it reads, what it writes, and `process`, its logic per run.
+
+    streams: names of the input changelogs consumed record by record (each record processed exactly once);
+        the first is the primary input, the one `reprocess --from-version` seeks in.
+    tables: names of inputs read whole at each run, as versioned tables (the KTable side of an as-of join).
+    outputs: the tables (`table(...)`, kept by key) and streams (`stream(...)`, appended) it publishes.
+    process: called once per run with the run's `Batch`; it stages the run's changes.
+    state: internal keyed stores it keeps between runs (`table(...)`), not published.
+    suites: quality rules per output (`expect.Suite`), checked before every batch is published.
+    metrics: names of the counts `process` reports with `batch.metric` (for `expect.sum_equals`).
+    wall_clock: close results by wall clock too, so every run gets a batch even when the inputs are idle.
+    schedule: the cron schedule of its micro-batch DAG in Airflow.
+    ticks: reminder ticks its micro-batch DAG appends before each run (`Ticks`), if any.
+
+        PIPELINE = Pipeline(
+            name="word_count",
+            doc=__doc__,
+            streams=("text_lines",),
+            outputs=(table("word_counts", [Column("word", Type.STRING), Column("count", Type.LONG)], keys=["word"]),),
+            process=process,
+        )
+    """
+
+    name: str
+    doc: str
+    streams: tuple[str, ...]
+    outputs: tuple[Table, ...]
+    process: Callable[[Batch], None]
+    tables: tuple[str, ...] = ()
+    state: tuple[Table, ...] = ()
+    suites: tuple[Suite, ...] = ()
+    metrics: tuple[str, ...] = ()
+    wall_clock: bool = False
+    schedule: str = "*/5 * * * *"
+    ticks: Ticks | None = None
+    declared_at: str | None = field(default=None, compare=False, repr=False)  # "file:line" of the declaration
+
+    def __post_init__(self) -> None:
+        for name in ("streams", "outputs", "tables", "state", "suites", "metrics"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "declared_at", self.declared_at or declaration_site())
+        problems = self._problems()
+        if problems:
+            raise DeclarationError(f"pipeline {self.name!r}: " + "; ".join(problems))
+
+    def _problems(self) -> list[str]:
+        written = [t.name for t in self.outputs + self.state]
+        problems = [] if NAME.fullmatch(self.name) else ["a name is lower-case letters, digits and _"]
+        problems += [] if self.streams else ["no stream input (streams=...)"]
+        problems += [] if self.outputs else ["no output (outputs=...)"]
+        problems += [] if callable(self.process) else ["process is not a function"]
+        problems += [f"{t.name!r} is an input changelog, not an output" for t in self.outputs if t.kind == "input"]
+        problems += [f"table {n!r} is declared twice" for n in sorted({n for n in written if written.count(n) > 1})]
+        problems += [f"suite of {s.table!r}, which is not an output" for s in self.suites if s.table not in written]
+        problems += [
+            f"sum_equals on the undeclared metric {e.metric!r}"
+            for s in self.suites
+            for e in s.expectations
+            if e.metric is not None and e.metric not in self.metrics
+        ]
+        if self.ticks is not None and self.ticks.into not in self.inputs:
+            problems.append(f"ticks go into {self.ticks.into!r}, which is not an input of the pipeline")
+        return problems
+
+    @property
+    def primary(self) -> str:
+        return self.streams[0]
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.streams + self.tables
+
+    def output(self, name: str) -> Table:
+        for table in self.outputs + self.state:
+            if table.name == name:
+                return table
+        raise UndeclaredNameError(f"{self.name} has no output or state store {name!r}")

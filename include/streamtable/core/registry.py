@@ -1,0 +1,222 @@
+"""The pipelines and input tables a command knows: the built-in ones and those in the user's folders.
+
+Every `*.py` file of a folder named by `--pipelines DIR` or `STREAMTABLE_PIPELINES` (folders separated
+by `:`) is imported, in name order, and its module-level `Pipeline`s and input tables (`changelog(...)`)
+are registered beside the built-in ones (the modules of `streamtable.pipelines`). Loading runs no Spark.
+A file that cannot be imported, or that declares something inconsistent, is reported in one line
+naming the file and, where Python knows it, the line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import pkgutil
+import sys
+import traceback
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import TypeVar
+
+from streamtable.core.errors import PipelineLoadError, UnknownPipelineError, UnknownTableError
+from streamtable.core.pipeline import Pipeline
+from streamtable.core.tables import SYSTEM, Table
+
+ENV = "STREAMTABLE_PIPELINES"
+BUILT_IN = "streamtable.pipelines"
+USER_MODULE_PREFIX = "streamtable_user_"
+T = TypeVar("T")
+
+
+@dataclass
+class Registry:
+    """What the loaded files declare, where each name was declared, and the files that could not be used."""
+
+    pipelines: dict[str, Pipeline] = field(default_factory=dict)
+    inputs: dict[str, Table] = field(default_factory=dict)
+    origins: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, name) -> "file:line"
+    errors: list[str] = field(default_factory=list)
+    user_modules: list[ModuleType] = field(default_factory=list)
+
+    def pipeline(self, name: str) -> Pipeline:
+        """The pipeline called `name`, or UnknownPipelineError listing the pipelines."""
+        return _named(self.pipelines, name, "pipeline", "pipelines", UnknownPipelineError)
+
+    def input(self, name: str) -> Table:
+        """The input table called `name`, or UnknownTableError listing the inputs."""
+        return _named(self.inputs, name, "input table", "inputs", UnknownTableError)
+
+    def tables(self) -> dict[str, Table]:
+        """Every table a user can name: inputs, outputs of pipelines, and the system tables."""
+        outputs = {t.name: t for p in self.pipelines.values() for t in p.outputs}
+        return {**self.inputs, **outputs, **SYSTEM}
+
+
+def _named(values: dict[str, T], name: str, kind: str, plural: str, error: type[Exception]) -> T:
+    """`values[name]`, or `error` naming what is unknown and listing what there is."""
+    try:
+        return values[name]
+    except KeyError:
+        raise error(f"unknown {kind} {name!r}; {plural} are: {', '.join(sorted(values))}") from None
+
+
+def folders(extra: Iterable[str] = ()) -> list[Path]:
+    """The user's pipeline folders: `STREAMTABLE_PIPELINES` (split on `:`), then `extra`, each once."""
+    named = [p for p in os.environ.get(ENV, "").split(os.pathsep) if p] + list(extra)
+    return list(dict.fromkeys(Path(p).expanduser().resolve() for p in named))
+
+
+def use_folders(extra: Sequence[str]) -> None:
+    """Add folders to `STREAMTABLE_PIPELINES` (so Spark jobs and child processes see them too)."""
+    if extra:
+        os.environ[ENV] = os.pathsep.join(str(p) for p in folders(extra))
+        current.cache_clear()
+
+
+@cache
+def current() -> Registry:
+    """The registry of this process (built-ins and the env's folders), loaded once; any file error raises."""
+    registry = load(folders())
+    if registry.errors:
+        raise PipelineLoadError(registry.errors[0])
+    return registry
+
+
+def pipelines() -> dict[str, Pipeline]:
+    return current().pipelines
+
+
+def get_pipeline(name: str) -> Pipeline:
+    return current().pipeline(name)
+
+
+def get_input(name: str) -> Table:
+    return current().input(name)
+
+
+def load(user_folders: Sequence[Path]) -> Registry:
+    """The built-in declarations, then each folder's files in name order; errors are collected, not raised."""
+    registry = Registry()
+    package = importlib.import_module(BUILT_IN)
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{BUILT_IN}.{info.name}")
+        _declare(registry, module, module.__file__ or info.name)
+    for folder in user_folders:
+        if not folder.is_dir():
+            registry.errors.append(f"{folder}: not a folder of pipeline files ({ENV} or --pipelines)")
+            continue
+        for path in sorted(folder.glob("*.py")):
+            if path.name.startswith(("_", "test_")):
+                continue
+            loaded = _import_file(registry, path)
+            if loaded is not None:
+                registry.user_modules.append(loaded)
+                _declare(registry, loaded, str(path))
+    _check(registry)
+    return registry
+
+
+def _import_file(registry: Registry, path: Path) -> ModuleType | None:
+    """Import one user file under a name of its own; a failure becomes one error line naming file and line."""
+    digest = hashlib.sha256(str(path.parent).encode()).hexdigest()[:8]
+    name = f"{USER_MODULE_PREFIX}{digest}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None  # a .py path always has a source loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        del sys.modules[name]
+        registry.errors.append(f"{path}:{e.lineno}: SyntaxError: {e.msg}")
+        return None
+    except Exception as e:  # the user's code: any error is reported, not raised
+        del sys.modules[name]
+        line = next(
+            (f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == str(path)), None
+        )
+        where = f"{path}:{line}" if line else str(path)
+        registry.errors.append(f"{where}: {type(e).__name__}: {_first_line(e)}")
+        return None
+    return module
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _declare(registry: Registry, module: ModuleType, file: str) -> None:
+    """Register a module's own pipelines and input tables (not those it imported from another file)."""
+    for value in list(vars(module).values()):
+        if isinstance(value, Pipeline):
+            _add(registry, registry.pipelines, "pipeline", value.name, value, _where(value, file))
+        elif isinstance(value, Table) and value.kind == "input":
+            if registry.inputs.get(value.name) is value:
+                continue
+            _add(registry, registry.inputs, "input table", value.name, value, _where(value, file))
+
+
+def _where(value: Pipeline | Table, file: str) -> str:
+    return value.declared_at or file
+
+
+def _add(registry: Registry, into: dict, kind: str, name: str, value: object, where: str) -> None:
+    if name in into:
+        if into[name] is not value:
+            registry.errors.append(f"{where}: {kind} {name!r} is already declared in {registry.origins[(kind, name)]}")
+        return
+    into[name] = value
+    registry.origins[(kind, name)] = where
+
+
+def _check(registry: Registry) -> None:
+    """The declarations fit together: known inputs, keyed tables, one writer per table."""
+    writers: dict[str, str] = {}
+    reserved = set(SYSTEM) | set(registry.inputs)
+    for pipeline in list(registry.pipelines.values()):
+        where = registry.origins[("pipeline", pipeline.name)]
+        problems = [f"reads the unknown input {n!r}" for n in pipeline.inputs if n not in registry.inputs]
+        for table in pipeline.outputs + pipeline.state:
+            if table.kind == "table" and not table.keys:
+                problems.append(f"declares the table {table.name!r} without keys")
+            if table.name in reserved:
+                problems.append(f"writes {table.name!r}, which is an input or a system table")
+            elif table.name in writers:
+                problems.append(f"writes {table.name!r}, which pipeline {writers[table.name]} writes too")
+            else:
+                writers[table.name] = pipeline.name
+        if problems:
+            registry.errors.append(f"{where}: pipeline {pipeline.name!r} " + "; ".join(problems))
+            del registry.pipelines[pipeline.name]
+
+
+def summary(registry: Registry) -> dict:
+    """What Airflow needs of the registry (`python -m streamtable.core.registry`): DAG files read it without pyspark."""
+    return {
+        "pipelines": [
+            {
+                "name": p.name,
+                "doc": p.doc,
+                "primary": p.primary,
+                "inputs": list(p.inputs),
+                "outputs": [{"name": t.name, "keys": list(t.keys)} for t in p.outputs],
+                "schedule": p.schedule,
+                "ticks": p.ticks is not None,
+                "file": p.declared_at,
+            }
+            for p in sorted(registry.pipelines.values(), key=lambda p: p.name)
+        ],
+        "errors": registry.errors,
+    }
+
+
+if __name__ == "__main__":  # the registry as JSON, for DAG files (a broken user file is an entry of `errors`)
+    import json
+
+    print(json.dumps(summary(load(folders()))))

@@ -1,0 +1,241 @@
+"""The tables of a lake: input changelogs (with their record rules), outputs, and the system tables."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from streamtable.core.errors import DeclarationError
+from streamtable.core.schema import Column, Type
+
+S, L, TS, D = Type.STRING, Type.LONG, Type.TIMESTAMP, Type.DOUBLE
+
+# Columns every input row carries besides its declared ones: the line of the ingested file (0-based),
+# which with the Delta commit version orders records exactly as they were ingested.
+LINE = "_line"
+# ... and the columns the runtime adds to a micro-batch's records.
+SOURCE = "_source"  # the input table a record of the micro-batch came from
+COMMIT_VERSION = "_commit_version"  # the Delta version (offset) that brought the record
+COMMITTED_AT = "_commit_timestamp"  # when that version was committed (ingested)
+HEARTBEAT = "_heartbeat"  # the platform's wall-clock input of pipelines that close results by wall clock
+
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # streamtable/
+
+
+def declaration_site() -> str | None:
+    """`file:line` of the code that declared a table or pipeline.
+
+    That is the first caller outside streamtable's own modules (the built-in pipeline modules are callers).
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        inside = PACKAGE_DIR in path.parents and path.parent.name != "pipelines"
+        if not inside and frame.f_code.co_filename != "<string>":
+            return f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A check on one field beyond its type: `non_empty`, `at_least` (value) or `one_of` (values)."""
+
+    kind: str
+    column: str
+    value: Any = None  # at_least: the bound; one_of: the allowed values (a tuple)
+
+    def error(self, record: dict) -> str | None:
+        """The reason this record breaks the rule, or None."""
+        v = record.get(self.column)
+        if v is None:
+            return None
+        if self.kind == "non_empty" and v == "":
+            return f"{self.column} is empty"
+        if self.kind == "at_least" and v < self.value:
+            return f"{self.column} is {v}, below {self.value}"
+        if self.kind == "one_of" and v not in self.value:
+            return f"{self.column} is {v!r}, not one of {', '.join(map(repr, self.value))}"
+        return None
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Delta table of the lake.
+
+    kind: `input` (an append-only changelog users ingest into), `table` (an output keyed by `keys`,
+    kept by MERGE), or `stream` (an append-only output ordered by `time_column`).
+    """
+
+    name: str
+    columns: tuple[Column, ...]
+    kind: str
+    keys: tuple[str, ...] = ()
+    time_column: str | None = None
+    rules: tuple[Rule, ...] = ()
+    keep_raw: bool = False  # input only: also store the whole JSON object of each record in `raw`
+    declared_at: str | None = field(default=None, compare=False, repr=False)  # "file:line" of the declaration
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.columns]
+        problems = [f"column {n!r} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
+        problems += [f"key {k!r} is not a column" for k in self.keys if k not in names]
+        problems += [f"rule on {r.column!r}, which is not a column" for r in self.rules if r.column not in names]
+        if self.kind not in ("input", "table", "stream"):
+            problems.append(f"kind {self.kind!r} is not input, table or stream")
+        if self.time_column is not None and self.time_column not in names:
+            problems.append(f"time column {self.time_column!r} is not a column")
+        elif self.kind == "input" and self.time_column is not None:
+            if next(c for c in self.columns if c.name == self.time_column).type is not TS:
+                problems.append(f"time column {self.time_column!r} is not a timestamp")
+        if problems:
+            raise DeclarationError(f"table {self.name!r}: " + "; ".join(problems))
+        object.__setattr__(self, "declared_at", self.declared_at or declaration_site())
+
+    @property
+    def sort_columns(self) -> tuple[str, ...]:
+        """Columns `show` sorts by: the keys of a table, else the time column then the others."""
+        if self.kind == "table":
+            return self.keys
+        rest = tuple(c.name for c in self.columns if c.name != self.time_column)
+        return ((self.time_column,) if self.time_column else ()) + rest
+
+    @property
+    def stored_columns(self) -> tuple[Column, ...]:
+        """Columns as stored in Delta, including the ingest bookkeeping of inputs."""
+        if self.kind != "input":
+            return self.columns
+        raw = (Column("raw", S),) if self.keep_raw else ()
+        return self.columns + raw + (Column(LINE, L),)
+
+
+def changelog(
+    name: str,
+    columns: Sequence[Column],
+    keys: Sequence[str] = (),
+    rules: Sequence[Rule] = (),
+    time_column: str = "event_time",
+    keep_raw: bool = False,
+) -> Table:
+    """An input changelog users `ingest` JSON lines into: its columns, its key, its event time and its record rules.
+
+    A record that lacks a non-nullable column, has a value of the wrong type, or breaks a rule goes to
+    `quarantine` with the reason. `keys` make it the changelog of a table (a later record replaces the
+    earlier one of its key; a null value deletes it), as `user_regions` is.
+
+        user_regions = changelog(
+            "user_regions",
+            [Column("user", S), Column("region", S, nullable=True), Column("event_time", Type.TIMESTAMP)],
+            keys=["user"],
+            rules=[non_empty("user")],
+        )
+    """
+    return Table(
+        name, tuple(columns), "input", keys=tuple(keys), time_column=time_column, rules=tuple(rules), keep_raw=keep_raw
+    )
+
+
+def table(name: str, columns: Sequence[Column], keys: Sequence[str]) -> Table:
+    """An output (or state store) kept by key: a batch's rows replace the rows with the same keys.
+
+    clicks = table("clicks_per_region", [Column("region", Type.STRING), Column("clicks", Type.LONG)], keys=["region"])
+    """
+    return Table(name, tuple(columns), "table", keys=tuple(keys))
+
+
+def stream(name: str, columns: Sequence[Column], time_column: str | None = None) -> Table:
+    """An append-only output: every batch adds rows, none is ever changed (`show` orders by `time_column`).
+
+    calls = stream("calls", [Column("user1", Type.STRING), Column("ts", Type.TIMESTAMP)], time_column="ts")
+    """
+    return Table(name, tuple(columns), "stream", time_column=time_column)
+
+
+JOIN_STORE_COLUMNS = (
+    Column("side", S),
+    Column("record_id", S),
+    Column("record", S),
+    Column("event_time", TS),
+    Column("copies", L),
+    Column("matched", Type.BOOLEAN),
+)
+
+
+def join_store(name: str) -> Table:
+    """The state store of a `join_within`: the records of both sides that may still match, until their window closes.
+
+    Each row is one distinct record (`record`, its JSON text) of a side with its `copies`, and whether it
+    `matched` yet. Declare it in the pipeline's `state=`, and upsert the operator's `waiting` changes into it.
+    """
+    return table(name, JOIN_STORE_COLUMNS, keys=["side", "record_id"])
+
+
+def non_empty(column: str) -> Rule:
+    """Rule: the string `column` is not `""` (a record with an empty one is quarantined)."""
+    return Rule("non_empty", column)
+
+
+def at_least(column: str, value: Any) -> Rule:
+    """Rule: `column` >= `value` (a record below it is quarantined)."""
+    return Rule("at_least", column, value)
+
+
+def one_of(column: str, values: Sequence[Any]) -> Rule:
+    """Rule: `column` is one of `values` (a record with another value is quarantined)."""
+    return Rule("one_of", column, tuple(values))
+
+
+EVENT_TIME = Column("event_time", TS)
+
+QUARANTINE = Table(
+    "quarantine",
+    (
+        Column("table", S),
+        Column("raw", S),
+        Column("reason", S),
+        Column("ingested_at", TS),
+        # where the record came from: the file's name (or `-`) and its line (from 1); null in rows quarantined
+        # before these columns were added
+        Column("source", S, nullable=True),
+        Column("line", L, nullable=True),
+    ),
+    "stream",
+    time_column="ingested_at",
+)
+LATE_EVENTS = Table(
+    "late_events",
+    (Column("pipeline", S), Column("table", S), Column("raw", S), Column("reason", S), EVENT_TIME),
+    "stream",
+    time_column="event_time",
+)
+# One row per committed batch of every pipeline (`run`, `serve` and `reprocess`), written after its outputs.
+# lag_ms: from the ingest commit of the batch's oldest record to the commit of its outputs (the batch's
+# largest end-to-end latency); input_versions and output_rows are JSON objects (input -> newest version
+# consumed, output -> rows changed).
+STREAM_PROGRESS = Table(
+    "stream_progress",
+    (
+        Column("pipeline", S),
+        Column("generation", L),
+        Column("batch_id", L),
+        Column("mode", S),
+        Column("started_at", TS),
+        Column("finished_at", TS),
+        Column("duration_ms", L),
+        Column("input_rows", L),
+        Column("rows_per_second", D),
+        Column("watermark", TS, nullable=True),
+        Column("lag_ms", L, nullable=True),
+        Column("input_versions", S),
+        Column("output_rows", S),
+        Column("stage_ms", S, nullable=True),  # JSON: milliseconds per stage of the batch (null before they were kept)
+    ),
+    "stream",
+    time_column="finished_at",
+)
+SYSTEM: dict[str, Table] = {t.name: t for t in (QUARANTINE, LATE_EVENTS, STREAM_PROGRESS)}

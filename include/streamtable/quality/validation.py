@@ -1,0 +1,530 @@
+"""Run a table's declared rules (`core.expectations`) as a Great Expectations 1.x suite on a Spark DataFrame.
+
+GX on Spark costs ~40 small Spark jobs per suite, so a small frame (most outputs are aggregates) is collected
+once through Arrow and validated by GX on pandas instead, with the same suite and the same results.
+
+Each lake keeps its own GX file project, validation history and Data Docs under its `quality_dir`
+(`<quality_dir>/gx/...`), so two lakes share nothing. GX is imported on the first `validate` only
+(the import alone takes seconds). Validations of one lake are serialized (a process lock plus an
+flock on `<quality_dir>/.lock`), because GX rewrites `great_expectations.yml` and keeps the current
+project in a process-wide global.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+
+from streamtable.core.expectations import Expectation, Suite
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DATASOURCE = "streamtable"
+ENGINES = {"spark": DATASOURCE, "pandas": f"{DATASOURCE}_pandas"}  # engine -> its GX datasource
+PANDAS_MAX_ROWS = 200_000  # validate(engine=None) collects frames up to this size to pandas
+# Spark types (typeName) whose values GX on pandas compares, counts and sums as GX on Spark does. Not among them:
+# float (numpy compares float32 with a bound in float32, Spark in double) and decimal (GX on pandas sums it as
+# floats and fails on nulls). GX stores in_set values as JSON, dates and timestamps as ISO strings, which
+# Spark casts back; pandas does not for dates and is dropping it for timestamps, so such rules run in Spark.
+_PANDAS_TYPES = {
+    "boolean",
+    "byte",
+    "short",
+    "integer",
+    "long",
+    "double",
+    "string",
+    "date",
+    "timestamp",
+    "timestamp_ntz",
+}
+BATCH_DEFINITION = "whole_dataframe"
+SITE = "local_site"
+SITE_DIR = "uncommitted/data_docs/local_site/"
+RESULT_FORMAT = "SUMMARY"  # counts plus a few example values; BOOLEAN_ONLY would drop the counts
+_RULE = "streamtable_rule"  # meta key on each GX expectation: the index of the declared rule
+# Validation results (and their Data Docs pages) kept per suite: every batch is validated, and a serving
+# pipeline's history would otherwise grow without end and slow down each Data Docs index build.
+KEEP_RESULTS = int(os.environ.get("STREAMTABLE_QUALITY_KEEP", "100"))
+_LOCK = threading.Lock()
+_CONTEXTS: dict[str, Any] = {}  # quality_dir -> its GX project, opened once per process
+_CHECKPOINTS: dict[tuple, Any] = {}  # (project, suite, rules, docs, engine) -> its checkpoint, made once per process
+
+
+@dataclass(frozen=True)
+class Report:
+    """The outcome of one validation of one output table."""
+
+    suite: str  # "<pipeline>.<table>"
+    success: bool
+    failures: tuple[str, ...]  # one short human line per failed expectation
+    docs_path: str | None  # the Data Docs index.html showing this validation, or None without docs
+    rows: int
+
+
+def docs_index(quality_dir: str) -> str:
+    """Where `validate` writes the Data Docs index.html of a lake's quality_dir (no GX import)."""
+    return str(Path(quality_dir).resolve() / "gx" / SITE_DIR / "index.html")
+
+
+def validate(
+    df: DataFrame,
+    pipeline: str,
+    suite: Suite,
+    quality_dir: str,
+    metrics: dict[str, int] | None = None,
+    build_docs: bool = True,
+    engine: str | None = None,
+) -> Report:
+    """Validate `df` with `suite` as the GX suite `<pipeline>.<table>`; store the result (and Data Docs) in quality_dir.
+
+    `metrics` supplies the values `sum_equals` rules reconcile against; a missing one is a ValueError.
+    The frame is cached for the run unless it already is.
+    `engine` picks where GX computes: "spark", "pandas" (the frame collected once, see `_to_pandas`), or
+    None: pandas for frames of at most PANDAS_MAX_ROWS rows that pandas can check exactly, else Spark.
+    """
+    if engine is not None and engine not in ENGINES:
+        raise ValueError(f"engine must be one of {sorted(ENGINES)} or None, not {engine!r}")
+    params = _parameters(suite.expectations, metrics or {})
+    cache = not df.is_cached
+    if cache:
+        df.persist()
+    try:
+        rows = df.count()
+        frame = None
+        if engine == "pandas" or (engine is None and rows <= PANDAS_MAX_ROWS):
+            frame = _to_pandas(df, None if engine == "pandas" else suite.expectations)
+        return _check(df if frame is None else frame, pipeline, suite, quality_dir, params, build_docs, rows)
+    finally:
+        if cache:
+            df.unpersist()
+
+
+def validate_rows(
+    rows: pa.Table,
+    spark: SparkSession,
+    pipeline: str,
+    suite: Suite,
+    quality_dir: str,
+    sums: dict[int, tuple[int, int]],
+) -> Report:
+    """Validate some rows of a table (see `runtime.gate`) with `suite`, without Data Docs; in pandas when exact.
+
+    `sums` gives each sum_equals rule (by its index in the suite) the sum the rows must have and what the table's
+    sum adds to theirs: a failure is reported with the table's sum and the metric's total.
+    """
+    frame = _arrow_to_pandas(rows, suite.expectations, spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    data = spark.createDataFrame(rows) if frame is None else frame
+    params = {_parameter(i, suite.expectations[i]): expected for i, (expected, _) in sums.items()}
+    offsets = {i: offset for i, (_, offset) in sums.items()}
+    return _check(data, pipeline, suite, quality_dir, params, False, rows.num_rows, offsets)
+
+
+def _check(
+    data: Any,
+    pipeline: str,
+    suite: Suite,
+    quality_dir: str,
+    params: dict[str, int],
+    build_docs: bool,
+    rows: int,
+    offsets: dict[int, int] | None = None,
+) -> Report:
+    """Run the suite on a Spark or pandas frame through its (cached) GX checkpoint and report the failed rules."""
+    name = f"{pipeline}.{suite.table}"
+    engine = "pandas" if _is_pandas(data) else "spark"
+    with _locked(quality_dir):
+        ctx = _context(quality_dir)
+        prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
+        result = _run_checkpoint(ctx, name, suite.expectations, build_docs, engine, data, params)
+        docs = _docs_path(ctx) if build_docs else None
+    (validation,) = result.run_results.values()
+    failed = sorted((r for r in validation.results if not r.success), key=lambda r: r.expectation_config.meta[_RULE])
+    failures = tuple(
+        _failure(
+            suite.table,
+            suite.expectations[index],
+            r.result,
+            r.exception_info,
+            params.get(_parameter(index, suite.expectations[index])),
+            (offsets or {}).get(index, 0),
+        )
+        for r in failed
+        for index in [r.expectation_config.meta[_RULE]]
+    )
+    return Report(suite=name, success=bool(result.success), failures=failures, docs_path=docs, rows=rows)
+
+
+def _is_pandas(data: Any) -> bool:
+    return type(data).__module__.startswith("pandas")
+
+
+def _to_pandas(df: DataFrame, rules: tuple[Expectation, ...] | None) -> Any:
+    """`df` collected in one Spark job (through Arrow) as a pandas frame on which GX checks rules as on Spark.
+
+    Given `rules`, None (validate in Spark) unless GX on pandas checks them exactly as on Spark: every column
+    has a type of _PANDAS_TYPES (and see `_arrow_to_pandas`).
+    """
+    types = {f.name: f.dataType.typeName() for f in df.schema.fields}
+    if rules is not None and not set(types.values()) <= _PANDAS_TYPES:
+        return None
+    return _arrow_to_pandas(df.toArrow(), rules, df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC")
+
+
+def _arrow_to_pandas(table: pa.Table, rules: tuple[Expectation, ...] | None, zone: str) -> Any:
+    """An Arrow table as a pandas frame on which GX checks rules as on Spark (see `_to_pandas`).
+
+    Unlike `df.toPandas()`, integer and boolean columns keep their type when they hold nulls (nullable
+    Int*/boolean, not float64, which rounds longs beyond 2**53, or object); like it, timestamps become naive
+    datetime64[ns] in the session time zone and dates datetime.date. Given `rules`, None (validate in Spark)
+    when GX on pandas would not check them as on Spark: an in_set rule reads a date or timestamp, or a double
+    is NaN (Spark: a value above every number; pandas: a null).
+    """
+    import pandas as pd
+    import pyarrow.compute as pc
+
+    temporal = {f.name for f in table.schema if pa.types.is_temporal(f.type)}
+    if rules is not None and (
+        any(r.kind == "in_set" and r.columns[0] in temporal for r in rules)
+        or any(pa.types.is_floating(c.type) and pc.any(pc.is_nan(c)).as_py() for c in table.columns)
+    ):
+        return None
+    nullable = {
+        pa.bool_(): pd.BooleanDtype(),
+        pa.int8(): pd.Int8Dtype(),
+        pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+    }
+    frame = table.to_pandas(types_mapper=nullable.get, date_as_object=True, coerce_temporal_nanoseconds=True)
+    for i, dtype in enumerate(frame.dtypes):
+        if isinstance(dtype, pd.DatetimeTZDtype):
+            frame.isetitem(i, frame.iloc[:, i].dt.tz_convert(zone).dt.tz_localize(None))
+    return frame
+
+
+def build_docs(quality_dir: str) -> str:
+    """Build the lake's Data Docs from its stored validation results (the gate's too); return the index path."""
+    with _locked(quality_dir):
+        _context(quality_dir).build_data_docs(site_names=[SITE])
+    return docs_index(quality_dir)
+
+
+def import_gx_in_background() -> None:
+    """Start importing Great Expectations on a daemon thread, so that its seconds of imports overlap the JVM's start."""
+    threading.Thread(target=_gx, name="import-great-expectations", daemon=True).start()
+
+
+@lru_cache(maxsize=1)
+def _gx() -> Any:
+    """The great_expectations module, imported once with analytics off and its logs at WARNING."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations
+
+    log = logging.getLogger("great_expectations")
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.WARNING)
+    return great_expectations
+
+
+@lru_cache(maxsize=1)
+def _null_safe_sum() -> type:
+    """ExpectColumnSumToBeBetween counting the sum of an empty (or all-null) column as 0.
+
+    Spark's SUM over no values is NULL, which the stock expectation always fails.
+    """
+
+    _gx()  # analytics off and logs at WARNING before GX is used
+    from great_expectations.expectations import ExpectColumnSumToBeBetween
+
+    class ExpectColumnNullSafeSumToBeBetween(ExpectColumnSumToBeBetween):
+        def _validate(
+            self, metrics: dict, runtime_configuration: dict | None = None, execution_engine: Any = None
+        ) -> dict:
+            if metrics.get("column.sum") is None:
+                metrics = {**metrics, "column.sum": 0}
+            return super()._validate(metrics, runtime_configuration, execution_engine)
+
+    return ExpectColumnNullSafeSumToBeBetween
+
+
+def _parameter(index: int, rule: Expectation) -> str:
+    """The GX suite-parameter name of the sum a sum_equals rule expects (parsed as an expression: no dots)."""
+    return f"rule{index}_" + re.sub(r"\W", "_", rule.metric or "")
+
+
+def reconciled_metrics(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict[int, int]:
+    """The value in `metrics` of each sum_equals rule's metric, by the rule's index; ValueError if one is missing."""
+    values: dict[int, int] = {}
+    for index, rule in enumerate(rules):
+        if rule.kind != "sum_equals":
+            continue
+        if rule.metric not in metrics:
+            raise ValueError(
+                f"sum_equals({rule.columns[0]}) needs metric {rule.metric!r}, "
+                f"which this run did not report (has: {sorted(metrics)})"
+            )
+        values[index] = metrics[rule.metric]
+    return values
+
+
+def _parameters(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict[str, int]:
+    """The suite parameters of the sum_equals rules, taken from this run's metrics."""
+    return {_parameter(i, rules[i]): value for i, value in reconciled_metrics(rules, metrics).items()}
+
+
+def _gx_expectation(rule: Expectation, index: int) -> Any:
+    """The GX 1.x expectation that checks one declared rule."""
+    gxe = _gx().expectations
+    c, meta = rule.columns, {_RULE: index}
+    mostly = {"mostly": rule.mostly, "meta": meta}
+    if rule.kind == "not_null" or (rule.kind == "any_not_null" and len(c) == 1):
+        return gxe.ExpectColumnValuesToNotBeNull(column=c[0], **mostly)
+    if rule.kind == "unique":
+        if len(c) == 1:
+            return gxe.ExpectColumnValuesToBeUnique(column=c[0], **mostly)
+        return gxe.ExpectCompoundColumnsToBeUnique(column_list=list(c), **mostly)
+    if rule.kind == "between":
+        return gxe.ExpectColumnValuesToBeBetween(
+            column=c[0], min_value=rule.min_value, max_value=rule.max_value, **mostly
+        )
+    if rule.kind == "in_set":
+        return gxe.ExpectColumnValuesToBeInSet(column=c[0], value_set=list(rule.value_set), **mostly)
+    if rule.kind == "sum_equals":
+        bound = {"$PARAMETER": _parameter(index, rule)}
+        return _null_safe_sum()(column=c[0], min_value=bound, max_value=bound, meta=meta)
+    if rule.kind == "column_pair_le":  # left <= right  <=>  right >= left; rows with a null are skipped
+        return gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A=c[1], column_B=c[0], or_equal=True, ignore_row_if="either_value_is_missing", **mostly
+        )
+    if rule.kind == "any_not_null":  # where all but the last are null, the last must not be
+        # (a row condition, not UnexpectedRowsExpectation: that one works on Spark but takes no `mostly`
+        # and registers the frame as the session-wide temp view "tmp_view"; here `mostly` counts among
+        # the rows where the others are null)
+        from great_expectations.expectations.row_conditions import AndCondition, Column, Condition
+
+        nulls: list[Condition] = [Column(name).is_null() for name in c[:-1]]
+        condition = nulls[0] if len(nulls) == 1 else AndCondition(conditions=nulls)
+        return gxe.ExpectColumnValuesToNotBeNull(column=c[-1], row_condition=condition, **mostly)
+    raise ValueError(f"unknown expectation kind {rule.kind!r}")
+
+
+def _gx_suite(name: str, rules: tuple[Expectation, ...]) -> Any:
+    """A GX ExpectationSuite holding the declared rules, in order."""
+    return _gx().ExpectationSuite(name=name, expectations=[_gx_expectation(r, i) for i, r in enumerate(rules)])
+
+
+@contextmanager
+def _locked(quality_dir: str) -> Iterator[None]:
+    """Hold this process's GX lock and an exclusive flock on the quality_dir."""
+    os.makedirs(quality_dir, exist_ok=True)
+    with _LOCK, open(os.path.join(quality_dir, ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _context(quality_dir: str) -> Any:
+    """The lake's file-mode GX project, opened once per process and made GX's current project."""
+    from great_expectations.data_context.data_context.context_factory import set_context
+
+    key = str(Path(quality_dir).resolve())
+    if key not in _CONTEXTS:
+        _CONTEXTS[key] = _open_context(quality_dir)
+    set_context(_CONTEXTS[key])
+    return _CONTEXTS[key]
+
+
+def _open_context(quality_dir: str) -> Any:
+    """The lake's file-mode GX project (created on first use), with analytics and progress bars off."""
+    gx = _gx()
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    _null_safe_sum()  # register the custom type before GX reads a stored suite or result that uses it
+    ctx = gx.get_context(mode="file", project_root_dir=quality_dir)
+    bars = ctx.variables.progress_bars  # a ProgressBarsConfig when set here, a dict once read back from the yml
+    bars = {} if bars is None else bars if isinstance(bars, dict) else vars(bars)
+    bars_on = any(bars.get(k, True) for k in ("globally", "metric_calculations"))
+    if ctx.variables.analytics_enabled is not False or bars_on:
+        ctx.variables.analytics_enabled = False
+        ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+        ctx.variables.save()
+    if SITE not in ctx.list_data_docs_sites():
+        ctx.add_data_docs_site(
+            SITE,
+            {
+                "class_name": "SiteBuilder",
+                "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": SITE_DIR},
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            },
+        )
+    return ctx
+
+
+def _run_checkpoint(
+    ctx: Any, name: str, rules: tuple[Expectation, ...], build_docs: bool, engine: str, data: Any, params: dict
+) -> Any:
+    """Run the checkpoint validating `rules` as suite `name` on the engine, made once per process.
+
+    A checkpoint whose suite or definitions were saved again since it was made (by another engine's checkpoint
+    of the same suite, or by another process) is made again.
+    """
+    from great_expectations.exceptions.resource_freshness import ResourceFreshnessAggregateError
+
+    key = (id(ctx), name, rules, build_docs, engine)
+    try:
+        return _checkpoint(key, ctx).run(batch_parameters={"dataframe": data}, expectation_parameters=params)
+    except ResourceFreshnessAggregateError:
+        del _CHECKPOINTS[key]
+        return _checkpoint(key, ctx).run(batch_parameters={"dataframe": data}, expectation_parameters=params)
+
+
+def _checkpoint(key: tuple, ctx: Any) -> Any:
+    _, name, rules, build_docs, engine = key
+    if key not in _CHECKPOINTS:
+        _CHECKPOINTS[key] = _new_checkpoint(ctx, name, _gx_suite(name, rules), build_docs, engine)
+    return _CHECKPOINTS[key]
+
+
+def _new_checkpoint(ctx: Any, name: str, suite: Any, build_docs: bool, engine: str) -> Any:
+    """Get-or-create the engine's datasource, asset, batch definition; add-or-update suite, validation, checkpoint."""
+    gx = _gx()
+    source = ENGINES[engine]
+    try:
+        datasource = ctx.data_sources.get(source)
+    except KeyError:  # add_or_update_* would drop every existing asset
+        datasource = (
+            ctx.data_sources.add_spark(source, persist=False)
+            if engine == "spark"
+            else ctx.data_sources.add_pandas(source)
+        )
+    try:
+        asset = datasource.get_asset(name)
+    except LookupError:
+        asset = datasource.add_dataframe_asset(name)
+    try:
+        batch = asset.get_batch_definition(BATCH_DEFINITION)
+    except KeyError:
+        batch = asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
+    suite = ctx.suites.add_or_update(suite)
+    validation = ctx.validation_definitions.add_or_update(gx.ValidationDefinition(name=name, data=batch, suite=suite))
+    actions = [gx.checkpoint.UpdateDataDocsAction(name="update_data_docs", site_names=[SITE])] if build_docs else []
+    return ctx.checkpoints.add_or_update(
+        gx.Checkpoint(name=name, validation_definitions=[validation], actions=actions, result_format=RESULT_FORMAT)
+    )
+
+
+def prune_results(quality_dir: str, suite: str, keep: int = KEEP_RESULTS) -> int:
+    """Delete all but the newest `keep` validation results of `suite` and their Data Docs pages; return how many went.
+
+    GX files a result under `<suite as path>/<run name>/<run time>/`; run times sort as they happened.
+    """
+    removed = 0
+    for store in ("uncommitted/validations", SITE_DIR + "validations"):
+        runs = sorted(Path(quality_dir, "gx", store, *suite.split(".")).glob("*/*"), key=lambda p: p.name)
+        for run in runs[: max(0, len(runs) - keep)]:
+            shutil.rmtree(run, ignore_errors=True)
+            removed += store.startswith("uncommitted/validations")
+    return removed
+
+
+def _docs_path(ctx: Any) -> str | None:
+    """The local path of the site's index.html, or None if it was not built."""
+    for site in ctx.get_docs_sites_urls(site_name=SITE):
+        url = site.get("site_url")
+        if url and url.startswith("file://"):
+            return unquote(urlparse(url).path)
+    return None
+
+
+def _count(n: int, noun: str = "row") -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _rows(rule: Expectation, result: dict, noun: str = "row") -> str:
+    """How many rows broke a rule, with the allowed share when the rule has `mostly`."""
+    text = _count(int(result.get("unexpected_count") or 0), noun)
+    if rule.mostly < 1.0 and result.get("unexpected_percent") is not None:
+        text += f", {result['unexpected_percent']:.2f}% > allowed {100 * (1 - rule.mostly):.2f}%"
+    return text
+
+
+def _examples(result: dict) -> str:
+    values = result.get("partial_unexpected_list") or []
+    shown = ", ".join(repr(v) for v in dict.fromkeys(map(_hashable, values)))[:80]
+    return f", e.g. {shown}" if values else ""
+
+
+def _hashable(value: Any) -> Any:
+    """An example value as GX on Spark reports it (pandas gives numpy scalars and Timestamps), lists as tuples."""
+    if isinstance(value, list):
+        return tuple(value)
+    for plain in ("to_pydatetime", "item"):  # pandas Timestamp, numpy scalar
+        if hasattr(value, plain):
+            return getattr(value, plain)()
+    return value
+
+
+def _number(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _error(exception_info: dict | None) -> str | None:
+    """The first exception message GX recorded for an expectation, if it raised."""
+    infos = [exception_info or {}]
+    infos += [v for v in (exception_info or {}).values() if isinstance(v, dict)]
+    for info in infos:
+        if info.get("raised_exception"):
+            return str(info.get("exception_message") or "error").splitlines()[0]
+    return None
+
+
+def _failure(
+    table: str, rule: Expectation, result: dict, exception_info: dict | None, expected: int | None, offset: int
+) -> str:
+    """One short human line for a failed rule (a sum_equals rule's sums shown plus `offset`)."""
+    cols = ", ".join(rule.columns)
+    error = _error(exception_info)
+    if error:
+        return f"{table}: {rule.kind}({cols}) could not be checked: {error}"
+    rows = _rows(rule, result)
+    if rule.kind == "not_null":
+        return f"{table}: {cols} has nulls ({rows})"
+    if rule.kind == "unique":
+        what = cols if len(rule.columns) == 1 else f"({cols})"
+        return f"{table}: {what} is not unique ({_rows(rule, result, 'duplicate row')})"
+    if rule.kind == "between":
+        lo, hi = rule.min_value, rule.max_value
+        bounds = (
+            f"between {lo} and {hi}"
+            if lo is not None and hi is not None
+            else f">= {lo}"
+            if lo is not None
+            else f"<= {hi}"
+        )
+        return f"{table}: {cols} is not {bounds} ({rows}{_examples(result)})"
+    if rule.kind == "in_set":
+        return f"{table}: {cols} has values outside {list(rule.value_set)} ({rows}{_examples(result)})"
+    if rule.kind == "sum_equals":
+        observed = result.get("observed_value")
+        shown = _number(observed if observed is None else observed + offset)
+        total = None if expected is None else expected + offset
+        return f"{table}: sum of {cols} is {shown}, but metric {rule.metric} is {total}"
+    if rule.kind == "column_pair_le":
+        return f"{table}: {rule.columns[0]} > {rule.columns[1]} ({rows})"
+    if rule.kind == "any_not_null":
+        return f"{table}: {cols} are all null ({rows})"
+    return f"{table}: {rule.kind}({cols}) failed"

@@ -1,0 +1,133 @@
+"""`StagedBatch`, the `Batch` a pipeline's `process` sees of one run: what it reads and the changes it stages.
+
+A batch is computed once, staged as Parquet files under the generation's `staging/<batch id>/`, checked
+by the quality suites, marked complete, and only then committed table by table with idempotent writes
+(`txnAppId` = generation, `txnVersion` = batch id). A crash before the mark throws the staged files
+away and the batch is computed again from the same offsets and the same state; a crash after it
+commits the same staged files again, and Delta skips what was already written (the files are kept
+until the next batch starts). So nothing is lost or counted twice, even though Delta has no
+multi-table transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession, functions as F
+
+from streamtable.core.errors import UndeclaredNameError
+from streamtable.core.registry import get_input
+from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, SOURCE
+from streamtable.runtime.context import RunContext
+from streamtable.runtime.progress import Stages
+from streamtable.runtime.staging import Staging
+from streamtable.runtime.summary import BatchSummary
+from streamtable.storage import delta_rs
+
+log = logging.getLogger("streamtable")
+
+
+class StagedBatch:
+    """What `Pipeline.process` sees of one run (the `Batch` protocol), and the changes it stages."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        batch_id: int,
+        records: DataFrame,
+        wall_clock: datetime,
+        newest: datetime | None,
+        versions: dict[str, int],
+    ):
+        self.ctx = ctx
+        self.versions = versions  # input -> the newest version this run consumes
+        self.spark = ctx.spark
+        self.batch_id = batch_id
+        self.wall_clock = wall_clock
+        self._committed = ctx.progress()  # the progress rows of the runs before this one
+        self.stream_time = ctx.stream_time(self._committed)  # as of the start of this run: windows close against it
+        # ... and once this run's records are consumed (what the next run will start from)
+        self.next_stream_time = max((t for t in (self.stream_time, newest) if t is not None), default=None)
+        self._records = records
+        self._staging = Staging(ctx, batch_id)
+        self._late: list[DataFrame] = []
+        self._metrics: dict[str, int] = {}
+
+    def new(self, input_name: str) -> DataFrame:
+        """The records of a stream input that arrived since the last run, with `_commit_version` and `_line`."""
+        if input_name not in self.ctx.pipeline.streams:
+            raise UndeclaredNameError(f"{input_name} is not a stream input of {self.ctx.pipeline.name}")
+        columns = [c.name for c in get_input(input_name).stored_columns] + [COMMIT_VERSION]
+        return self._records.where(F.col(SOURCE) == input_name).select(*columns)
+
+    def table(self, input_name: str) -> DataFrame:
+        """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins)."""
+        return read_changelog(self.spark, self.ctx.lake.table_path(input_name), input_name)
+
+    def consumed(self, input_name: str) -> DataFrame:
+        """The changelog of a stream input up to the newest version consumed by this run or an earlier one.
+
+        Unlike `table`, it leaves out records ingested after the run's offsets were fixed (those come
+        next run), so a run, and its recomputation after a crash, is a function of its offsets.
+        """
+        earlier = [dict(r["input_versions"] or ()).get(input_name) for r in self._committed]
+        bound = max((v for v in [*earlier, self.versions.get(input_name)] if v is not None), default=None)
+        changelog = self.table(input_name)
+        return changelog.where(F.col(COMMIT_VERSION) <= F.lit(bound)) if bound is not None else changelog.limit(0)
+
+    def current(self, table: str) -> DataFrame:
+        """The committed content of an output or state store (before this run)."""
+        return self.ctx.snapshot(table)
+
+    def upsert(self, table: str, rows: DataFrame, delete: str | None = None) -> None:
+        """Stage rows that replace the rows with the same keys; where column `delete` is true, remove them."""
+        spec = self.ctx.pipeline.output(table)
+        flag = F.col(delete) if delete else F.lit(False)
+        self._staging.stage(
+            table, "upsert", rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_rs.DELETE))
+        )
+
+    def append(self, table: str, rows: DataFrame) -> None:
+        """Stage rows appended to a stream output."""
+        spec = self.ctx.pipeline.output(table)
+        self._staging.stage(table, "append", rows.select(*[c.name for c in spec.columns]))
+
+    def late(self, rows: DataFrame) -> None:
+        """Stage records that arrived too late to count (columns `table`, `raw`, `reason`, `event_time`)."""
+        self._late.append(
+            rows.select(F.lit(self.ctx.pipeline.name).alias("pipeline"), "table", "raw", "reason", "event_time")
+        )
+
+    def metric(self, name: str, value: int) -> None:
+        """Record a count this run consumed, for reconciliation suites (`sum_equals`)."""
+        if name not in self.ctx.pipeline.metrics:
+            raise UndeclaredNameError(f"{self.ctx.pipeline.name} reports the undeclared metric {name!r}")
+        self._metrics[name] = int(value or 0)
+
+    def finish(self, records: int, oldest_input_at: datetime | None, stages: Stages) -> None:
+        """Stage late records, run the quality suites, and mark the batch complete (with what it consumed)."""
+        if self._late:
+            with stages.time("compute"):
+                self._staging.stage(LATE_EVENTS.name, "append", reduce(DataFrame.unionByName, self._late))
+        before = self.ctx.metric_totals(self._committed)
+        after = before | {name: before.get(name, 0) + value for name, value in self._metrics.items()}
+        log.info("batch %d staged", self.batch_id)
+        with stages.time("gate"):
+            self._staging.validate(before, after)
+        log.info("batch %d validated", self.batch_id)
+        self._staging.mark_complete(
+            BatchSummary(records, self.next_stream_time, oldest_input_at, self.versions, self.wall_clock, self._metrics)
+        )
+
+
+def read_changelog(spark: SparkSession, path: str, name: str) -> DataFrame:
+    """A whole append-only input table with each record's commit version (via Change Data Feed)."""
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(path)
+        .drop("_change_type", "_commit_timestamp")
+    )

@@ -1,0 +1,98 @@
+"""Where one generation of a pipeline reads and writes: its paths, its committed progress, its outputs' rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from streamtable.core.pipeline import Pipeline
+from streamtable.core.schema import spark_ddl
+from streamtable.core.tables import HEARTBEAT, LATE_EVENTS, Table
+from streamtable.runtime.progress import committed
+from streamtable.storage import delta_io, delta_rs
+from streamtable.storage.lake import PROGRESS, Lake
+
+PROGRESS_DDL = (
+    "batch_id BIGINT, run_started_at TIMESTAMP, stream_time TIMESTAMP, records BIGINT, "
+    "input_versions MAP<STRING, BIGINT>, metrics MAP<STRING, BIGINT>"
+)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where one generation of a pipeline reads and writes."""
+
+    spark: SparkSession
+    lake: Lake
+    pipeline: Pipeline
+    generation: int
+    shadow: bool = False  # a reprocess writes its outputs beside the live ones
+
+    @property
+    def app_id(self) -> str:
+        return f"streamtable.{self.pipeline.name}.g{self.generation}"
+
+    @property
+    def dir(self) -> Path:
+        return self.lake.generation_dir(self.pipeline.name, self.generation)
+
+    @property
+    def heartbeat_path(self) -> str:
+        return self.lake.state_path(self.pipeline.name, self.generation, HEARTBEAT)
+
+    def path(self, table: str) -> str:
+        """The Delta path this generation uses for an output, a state store, `late_events` or `progress`."""
+        if table == PROGRESS or table in {t.name for t in self.pipeline.state}:
+            return self.lake.state_path(self.pipeline.name, self.generation, table)
+        if self.shadow:
+            return str(self.dir / "shadow" / table)
+        return self.lake.table_path(table)
+
+    def read(self, table: str) -> DataFrame:
+        return self.spark.read.format("delta").load(self.path(table))
+
+    def snapshot(self, table: str) -> DataFrame:
+        """The committed rows of an output or state store, read from the Parquet files of its latest version.
+
+        The file list comes from delta-rs, so no Delta snapshot is built in Spark (a second per table and
+        batch). A table whose files may carry deletion vectors (not one streamtable made) is read by Delta.
+        """
+        delta = delta_rs.open_table(self.path(table))
+        if delta is None or "deletionVectors" in (delta.protocol().writer_features or ()):
+            return self.read(table)
+        schema = spark_ddl(self.pipeline.output(table).columns)
+        files = delta.file_uris()
+        return self.spark.read.schema(schema).parquet(*files) if files else self.spark.createDataFrame([], schema)
+
+    def prepare(self) -> None:
+        """Create this generation's outputs, stores and progress table if they do not exist."""
+        for table in self.pipeline.outputs + (LATE_EVENTS,):
+            delta_io.ensure_table(self.spark, self.path(table.name), table)
+        for table in self.pipeline.state + (Table(PROGRESS, (), "stream"),):
+            delta_io.ensure_table(
+                self.spark,
+                self.path(table.name),
+                table,
+                change_feed=False,
+                ddl=PROGRESS_DDL if table.name == PROGRESS else None,
+            )
+
+    def progress(self) -> list[dict]:
+        """The progress rows of the committed runs of this generation (read with delta-rs: no Spark job)."""
+        return committed(self.lake, self.pipeline.name, self.generation, ["stream_time", "metrics", "input_versions"])
+
+    def stream_time(self, progress: list[dict] | None = None) -> datetime | None:
+        """The largest event time consumed by the committed runs of this generation (or of `progress` rows)."""
+        rows = self.progress() if progress is None else progress
+        return max((r["stream_time"] for r in rows if r["stream_time"]), default=None)
+
+    def metric_totals(self, progress: list[dict] | None = None) -> dict[str, int]:
+        """Each reconciliation metric summed over the committed runs (or over `progress` rows)."""
+        totals: dict[str, int] = {}
+        for row in self.progress() if progress is None else progress:
+            for name, value in row["metrics"] or ():
+                totals[name] = totals.get(name, 0) + value
+        return totals

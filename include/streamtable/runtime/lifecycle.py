@@ -1,0 +1,225 @@
+"""Run, reprocess and reset a pipeline: generations, the per-pipeline lock, and the shadow-then-swap publish.
+
+Like Kafka Streams' application reset tool plus a seek: a reprocess builds a new generation (fresh
+checkpoint, fresh `txnAppId`, empty state) from the chosen version of the primary input into shadow
+tables, gates them with the quality suites, then swaps each output in one atomic overwrite and makes
+the new generation live, so the next `run` continues from where the reprocess stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from streamtable.core.errors import OffsetOutOfRangeError, QualityGateError
+from streamtable.core.pipeline import Pipeline
+from streamtable.core.registry import get_pipeline
+from streamtable.core.tables import LATE_EVENTS
+from streamtable.core.timefmt import system_clock
+from streamtable.runtime.context import RunContext
+from streamtable.runtime.runner import RunReport, drain, serve
+from streamtable.storage.delta_rs import table_version
+from streamtable.storage.lake import Lake, write_json_atomic
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+SWAP = "swap.json"  # present while a reprocess's outputs (or a reset's empty ones) are being swapped in
+
+
+def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
+    """One bounded run of a pipeline: everything its inputs hold now, as one micro-batch."""
+    from streamtable.runtime.spark import get_spark
+
+    pipeline = get_pipeline(name)
+    with lake.lock(name, "run"):
+        finish_swap(lake, pipeline)
+        return drain(RunContext(get_spark(), lake, pipeline, lake.generation(name)), clock)
+
+
+def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float, on_progress=None) -> RunReport:
+    """`serve`: one run per micro-batch until SIGTERM, holding the pipeline's lock."""
+    from streamtable.runtime.spark import get_spark
+
+    pipeline = get_pipeline(name)
+    with lake.lock(name, "serve"):
+        finish_swap(lake, pipeline)
+        return serve(
+            RunContext(get_spark(), lake, pipeline, lake.generation(name)),
+            interval,
+            stop_timeout_s,
+            on_progress=on_progress,
+        )
+
+
+def validate(lake: Lake, name: str) -> list:
+    """Run the pipeline's suites on its live outputs (the quality gate after a run) and build Data Docs."""
+    from streamtable.runtime.spark import get_spark
+
+    pipeline = get_pipeline(name)
+    ctx = RunContext(get_spark(), lake, pipeline, lake.generation(name))
+    ctx.prepare()
+    return validate_tables(ctx)
+
+
+def validate_tables(ctx: RunContext) -> list:
+    """The full suites of the pipeline on the whole tables of a generation (live or shadow), with Data Docs."""
+    from streamtable.quality.validation import validate as run_suite
+
+    metrics = ctx.metric_totals()
+    return [
+        run_suite(ctx.read(s.table), ctx.pipeline.name, s, ctx.lake.quality_dir, metrics) for s in ctx.pipeline.suites
+    ]
+
+
+def version_at(lake: Lake, table: str, timestamp: datetime) -> int:
+    """The first version of `table` committed at or after `timestamp` (Kafka's offsets-for-times)."""
+    from streamtable.storage.offsets import first_version_since
+
+    if table_version(lake.table_path(table)) is None:
+        raise OffsetOutOfRangeError(f"{table} has no data yet")
+    version = first_version_since(lake, table, timestamp)
+    if version is None:
+        raise OffsetOutOfRangeError(f"no version of {table} was committed at or after {timestamp.isoformat()}")
+    return version
+
+
+def check_version(lake: Lake, table: str, version: int) -> None:
+    latest = table_version(lake.table_path(table))
+    if version < 0 or latest is None or version > latest:
+        raise OffsetOutOfRangeError(
+            f"version {version} is not in {table} (versions 0..{latest})"
+            if latest is not None
+            else f"{table} has no data yet"
+        )
+
+
+@dataclass
+class ReprocessReport:
+    pipeline: str
+    from_version: int
+    generation: int
+    published: bool
+    rows_before: dict[str, int] = field(default_factory=dict)
+    rows_after: dict[str, int] = field(default_factory=dict)
+    run: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "pipeline": self.pipeline,
+            "from_version": self.from_version,
+            "generation": self.generation,
+            "published": self.published,
+            "rows_before": self.rows_before,
+            "rows_after": self.rows_after,
+            "suites": "passed",
+            "run": self.run,
+        }
+
+
+def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, clock=system_clock) -> ReprocessReport:
+    """Rebuild the outputs from `from_version` of the primary input with empty state.
+
+    The rebuilt outputs are published only if their suites pass.
+    """
+    from streamtable.runtime.spark import get_spark
+
+    pipeline = get_pipeline(name)
+    check_version(lake, pipeline.primary, from_version)
+    with lake.lock(name, "reprocess"):
+        finish_swap(lake, pipeline)
+        discard_generations(lake, name, keep=lake.generation(name))
+        ctx = RunContext(get_spark(), lake, pipeline, next_generation(lake, name), shadow=True)
+        live = RunContext(ctx.spark, lake, pipeline, lake.generation(name))
+        live.prepare()
+        try:
+            report = drain(ctx, clock, starting={pipeline.primary: from_version})
+            failures = [f for r in validate_tables(ctx) for f in r.failures]  # batches checked their changes only
+            if failures:
+                raise QualityGateError(f"{name}: quality gate failed, nothing published: " + "; ".join(failures))
+        except Exception:
+            shutil.rmtree(ctx.dir, ignore_errors=True)  # a refused rebuild leaves nothing behind
+            raise
+        result = ReprocessReport(
+            name,
+            from_version,
+            ctx.generation,
+            published=not dry_run,
+            run=report.as_dict(),
+            rows_before=row_counts(live),
+            rows_after=row_counts(ctx),
+        )
+        if dry_run:
+            shutil.rmtree(ctx.dir, ignore_errors=True)
+        else:
+            write_json_atomic(lake.pipeline_dir(name) / SWAP, {"generation": ctx.generation})
+            finish_swap(lake, pipeline)
+        return result
+
+
+def row_counts(ctx: RunContext) -> dict[str, int]:
+    counts = {t.name: ctx.read(t.name).count() for t in ctx.pipeline.outputs}
+    counts[LATE_EVENTS.name] = ctx.read(LATE_EVENTS.name).where(f"pipeline = '{ctx.pipeline.name}'").count()
+    return counts
+
+
+def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
+    """Complete a swap a reprocess or a reset started (again, if it crashed half-way: each overwrite is idempotent).
+
+    The marker goes before the shadow tables: a swap killed after the marker is gone is complete, and one killed
+    before finds every shadow table it copies from.
+    """
+    from streamtable.runtime.spark import get_spark
+    from streamtable.storage import delta_io
+
+    marker = lake.pipeline_dir(pipeline.name) / SWAP
+    if not marker.exists():
+        return
+    swap = json.loads(marker.read_text())
+    live = RunContext(get_spark(), lake, pipeline, swap["generation"])
+    shadow = replace(live, shadow=True)
+
+    def rows(table: str) -> DataFrame:
+        return live.read(table).limit(0) if swap.get("reset") else shadow.read(table)
+
+    live.prepare()
+    for table in pipeline.outputs:
+        delta_io.replace(rows(table.name), live.path(table.name))
+    delta_io.replace(rows(LATE_EVENTS.name), live.path(LATE_EVENTS.name), where=f"pipeline = '{pipeline.name}'")
+    lake.set_generation(pipeline.name, live.generation)
+    marker.unlink()
+    shutil.rmtree(shadow.dir / "shadow", ignore_errors=True)
+    discard_generations(lake, pipeline.name, keep=live.generation)
+
+
+def reset(lake: Lake, name: str, dry_run: bool = False) -> dict:
+    """Forget a pipeline's progress, state and outputs, so that the next run starts from version 0."""
+    pipeline = get_pipeline(name)
+    plan = {
+        "pipeline": name,
+        "outputs": [lake.table_path(t.name) for t in pipeline.outputs],
+        "late_events": f"rows with pipeline = {name!r}",
+        "progress": [str(p) for p in sorted(lake.pipeline_dir(name).glob("g*"))],
+    }
+    if dry_run:
+        return plan | {"dry_run": True}
+    with lake.lock(name, "reset"):
+        finish_swap(lake, pipeline)  # a reprocess's, or an earlier reset's
+        write_json_atomic(lake.pipeline_dir(name) / SWAP, {"generation": next_generation(lake, name), "reset": True})
+        finish_swap(lake, pipeline)  # empty outputs in a new generation: all of it, or (killed) by the next command
+    return plan | {"dry_run": False}
+
+
+def next_generation(lake: Lake, name: str) -> int:
+    existing = [int(p.name[1:]) for p in lake.pipeline_dir(name).glob("g*") if p.name[1:].isdigit()]
+    return max(existing + [lake.generation(name)]) + 1
+
+
+def discard_generations(lake: Lake, name: str, keep: int) -> None:
+    """Delete the checkpoints and state of generations that are not live (abandoned reprocesses, old runs)."""
+    for path in lake.pipeline_dir(name).glob("g*"):
+        if path.is_dir() and path.name != f"g{keep}":
+            shutil.rmtree(path, ignore_errors=True)

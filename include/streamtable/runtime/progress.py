@@ -1,0 +1,135 @@
+"""Each committed batch's progress: a row of the lake's `stream_progress` table and one log line.
+
+Like Structured Streaming's `StreamingQueryProgress`, kept as data: batch id, input rows, rows/s,
+duration, event-time watermark (stream time) and end-to-end lag. The row is written with delta-rs
+(no Spark job) after the batch's outputs are committed, idempotently for (`txnAppId`, batch id), so a
+batch committed again after a crash is recorded once.
+
+Tables appended one small file per batch this way (`stream_progress`, a generation's `progress` store) are
+compacted once they hold `delta_rs.COMPACT_FILES` files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from streamtable.core.schema import arrow_schema
+from streamtable.core.tables import STREAM_PROGRESS
+from streamtable.core.timefmt import format_time
+from streamtable.storage.delta_rs import append_once, open_table
+from streamtable.storage.lake import PROGRESS, Lake
+
+log = logging.getLogger("streamtable.runtime.progress")
+JSON_COLUMNS = ("input_versions", "output_rows", "stage_ms")
+
+
+@dataclass
+class Stages:
+    """Where a batch spends its time: milliseconds per named stage, in the order they ran (Spark's `durationMs`)."""
+
+    ms: dict[str, int] = field(default_factory=dict)
+
+    @contextmanager
+    def time(self, stage: str) -> Iterator[None]:
+        """Add the wall time of the block to `stage`."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ms[stage] = self.ms.get(stage, 0) + round((time.perf_counter() - started) * 1000)
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """One committed batch (see `STREAM_PROGRESS` for the columns)."""
+
+    pipeline: str
+    generation: int
+    batch_id: int
+    mode: str  # run, serve or reprocess
+    started_at: datetime
+    finished_at: datetime
+    input_rows: int
+    watermark: datetime | None
+    oldest_input_at: datetime | None  # ingest commit time of the batch's oldest record
+    input_versions: dict[str, int]
+    output_rows: dict[str, int]
+    stage_ms: dict[str, int] = field(default_factory=dict)  # see `Stages`
+
+    @property
+    def duration_ms(self) -> int:
+        return round((self.finished_at - self.started_at).total_seconds() * 1000)
+
+    @property
+    def lag_ms(self) -> int | None:
+        if self.oldest_input_at is None:
+            return None
+        return round((self.finished_at - self.oldest_input_at).total_seconds() * 1000)
+
+    def row(self) -> dict:
+        """The `stream_progress` row."""
+        seconds = max(self.duration_ms, 1) / 1000
+        return {
+            "pipeline": self.pipeline,
+            "generation": self.generation,
+            "batch_id": self.batch_id,
+            "mode": self.mode,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_ms": self.duration_ms,
+            "input_rows": self.input_rows,
+            "rows_per_second": round(self.input_rows / seconds, 1),
+            "watermark": self.watermark,
+            "lag_ms": self.lag_ms,
+            "input_versions": json.dumps(self.input_versions, sort_keys=True),
+            "output_rows": json.dumps(self.output_rows, sort_keys=True),
+            "stage_ms": json.dumps(self.stage_ms),
+        }
+
+    def as_dict(self) -> dict:
+        """The row as JSON-ready values (times as ISO-8601, JSON columns as objects)."""
+        row = self.row() | {
+            "input_versions": self.input_versions,
+            "output_rows": self.output_rows,
+            "stage_ms": self.stage_ms,
+        }
+        return {k: format_time(v) if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+def committed(lake: Lake, pipeline: str, generation: int, columns: list[str]) -> list[dict]:
+    """`columns` of every committed batch in a generation's internal `progress` store ([] before the first)."""
+    table = open_table(lake.state_path(pipeline, generation, PROGRESS))
+    return [] if table is None else table.to_pyarrow_dataset().to_table(columns=columns).to_pylist()
+
+
+def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:
+    """Append the batch's row to `stream_progress` once for (app_id, batch id), and log it."""
+    if append_once(
+        lake.table_path(STREAM_PROGRESS.name),
+        [progress.row()],
+        app_id,
+        progress.batch_id,
+        arrow_schema(STREAM_PROGRESS.columns),
+    ):
+        log.info("progress %s", json.dumps(progress.as_dict()))
+
+
+def history(lake: Lake, pipeline: str, generation: int | None = None) -> list[dict]:
+    """The `stream_progress` rows of a pipeline (of one generation, if given), oldest first, JSON columns decoded."""
+    table = open_table(lake.table_path(STREAM_PROGRESS.name))
+    if table is None:
+        return []
+    import pyarrow.compute as pc
+
+    where = pc.field("pipeline") == pipeline
+    if generation is not None:
+        where &= pc.field("generation") == generation
+    found = table.to_pyarrow_dataset().to_table(filter=where)
+    rows = found.sort_by([("finished_at", "ascending"), ("batch_id", "ascending")]).to_pylist()
+    return [row | {c: json.loads(row.get(c) or "{}") for c in JSON_COLUMNS} for row in rows]

@@ -1,0 +1,332 @@
+"""Runs a pipeline as a Spark Structured Streaming query over its Delta inputs, one micro-batch per run.
+
+The stream inputs are read through Change Data Feed (so each record carries its commit version, its
+offset), unioned, and handed to `foreachBatch`, which computes, stages, validates and commits the run
+(see `streamtable.runtime.batch` and `streamtable.runtime.staging`). The query's checkpoint under the live generation is
+the consumer group: it records how far each input was consumed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import reduce
+
+import pyarrow as pa
+from deltalake import write_deltalake
+from pyspark.sql import DataFrame, Row, functions as F
+
+from streamtable.core.errors import PipelineCodeError, StreamtableError
+from streamtable.core.pipeline import Pipeline
+from streamtable.core.registry import get_input
+from streamtable.core.schema import arrow_schema
+from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, HEARTBEAT, SOURCE
+from streamtable.core.timefmt import as_utc, format_time, system_clock
+from streamtable.runtime.batch import StagedBatch
+from streamtable.runtime.context import RunContext
+from streamtable.runtime.progress import BatchProgress, Stages, record
+from streamtable.runtime.staging import Staging
+from streamtable.runtime.summary import BatchSummary
+from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES, table_version
+from streamtable.storage.lake import Lake
+from streamtable.storage.offsets import commit_time
+
+log = logging.getLogger("streamtable")
+
+Clock = Callable[[], datetime]
+OnProgress = Callable[[BatchProgress], None]
+ONE_BATCH = str(2**31 - 1)  # a run reads everything available as one micro-batch
+HEARTBEAT_EVERY_S = 10.0  # `serve`: how often a wall-clock pipeline gets a batch when its inputs are idle
+
+
+@dataclass
+class RunReport:
+    pipeline: str
+    generation: int
+    batches: int = 0
+    records: int = 0
+    stream_time: datetime | None = None
+    changes: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "pipeline": self.pipeline,
+            "generation": self.generation,
+            "batches": self.batches,
+            "records": self.records,
+            "stream_time": format_time(self.stream_time) if self.stream_time else None,
+            "changes": self.changes,
+        }
+
+
+def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
+    """Create empty input changelogs that were never ingested into, so a pipeline can start before its data."""
+    for name in names:
+        path = lake.table_path(name)
+        if table_version(path) is None:
+            table = get_input(name)
+            write_deltalake(
+                path,
+                pa.Table.from_pylist([], schema=arrow_schema(table.stored_columns)),
+                mode="append",
+                configuration=INPUT_TABLE_PROPERTIES,
+            )
+
+
+def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame:
+    """A streaming read of an input changelog from a version, tagged with its table name."""
+    path = ctx.heartbeat_path if name == HEARTBEAT else ctx.lake.table_path(name)
+    return (
+        ctx.spark.readStream.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", starting_version)
+        .option("maxFilesPerTrigger", ONE_BATCH)
+        .load(path)
+        .drop("_change_type")
+        .withColumn(SOURCE, F.lit(name))
+    )
+
+
+def beat(ctx: RunContext, clock: Clock) -> None:
+    """Append a heartbeat for a pipeline that closes results by wall clock, so the next trigger has a batch.
+
+    Kafka Streams' wall-clock punctuator, written by the platform: it makes time pass for such a
+    pipeline when its inputs are idle, through the same exactly-once batch path as data. Heartbeats
+    carry no event time, so they never move stream time.
+    """
+    if ctx.pipeline.wall_clock:
+        write_deltalake(
+            ctx.heartbeat_path,
+            pa.table({"at": pa.array([clock()], pa.timestamp("us", tz="UTC")), "_line": pa.array([0], pa.int64())}),
+            mode="append",
+            configuration=INPUT_TABLE_PROPERTIES,
+        )
+
+
+class BatchHandler:
+    """The `foreachBatch` function: compute and stage the batch once, then commit it."""
+
+    def __init__(
+        self, ctx: RunContext, report: RunReport, clock: Clock, mode: str, on_progress: OnProgress | None = None
+    ):
+        self.ctx, self.report, self.clock, self.mode, self.on_progress = ctx, report, clock, mode, on_progress
+        self.lock = threading.Lock()  # held while a batch is in flight (graceful stop waits for it)
+        self.stopping = False
+        self.last_batch = -1  # the id of the last batch this handler committed
+        self.error: Exception | None = None  # the error that failed the query, to report it as it was raised
+
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
+        try:
+            self._handle(records, batch_id)
+        except Exception as e:
+            self.error = e
+            raise
+
+    def _handle(self, records: DataFrame, batch_id: int) -> None:
+        with self.lock:
+            if self.stopping:
+                raise Stopping(f"{self.ctx.pipeline.name}: stopping; batch {batch_id} is left to the next start")
+            started = datetime.now(UTC)  # real time, not the pipeline's (injectable) wall clock
+            stages = Stages()
+            staging = Staging(self.ctx, batch_id)
+            staging.discard_earlier()
+            if not staging.complete():
+                staging.discard()
+                self._compute(records, batch_id, stages)
+            changes, summary = staging.commit(stages)
+            self.last_batch = batch_id
+            self._report(batch_id, started, {c["table"]: c["rows"] for c in changes}, summary, stages)
+
+    def _report(
+        self, batch_id: int, started: datetime, output_rows: dict[str, int], summary: BatchSummary, stages: Stages
+    ) -> None:
+        """Add a committed batch to the run's report and to `stream_progress`."""
+        self.report.batches += 1
+        self.report.records += summary.input_rows
+        self.report.stream_time = summary.watermark
+        for table, rows in output_rows.items():
+            self.report.changes[table] = self.report.changes.get(table, 0) + rows
+        progress = BatchProgress(
+            self.ctx.pipeline.name,
+            self.ctx.generation,
+            batch_id,
+            self.mode,
+            started,
+            datetime.now(UTC),
+            summary.input_rows,
+            summary.watermark,
+            summary.oldest_input_at,
+            summary.input_versions,
+            output_rows,
+            stages.ms,
+        )
+        record(self.ctx.lake, progress, self.ctx.app_id)
+        if self.on_progress:
+            self.on_progress(progress)
+
+    def _compute(self, records: DataFrame, batch_id: int, stages: Stages) -> None:
+        records = records.persist()
+        try:
+            log.info("batch %d computing", batch_id)
+            with stages.time("read"):  # the first action on the records: reads and unions the inputs
+                stats = self._stats(records)
+            batch = StagedBatch(
+                self.ctx,
+                batch_id,
+                records,
+                self.clock(),
+                newest=max((as_utc(r["t"]) for r in stats if r["t"] is not None), default=None),
+                versions={r[SOURCE]: int(r["version"]) for r in stats},
+            )
+            with stages.time("compute"):
+                run_process(self.ctx.pipeline, batch)
+            batch.finish(
+                sum(r["n"] for r in stats),
+                min((self._committed_at(r) for r in stats), default=None),
+                stages,
+            )
+        finally:
+            records.unpersist()
+
+    @staticmethod
+    def _stats(records: DataFrame) -> list[Row]:
+        """Per input: the last version, record count, newest event time, first version, and oldest commit time."""
+        return (
+            records.where(F.col(SOURCE) != HEARTBEAT)
+            .groupBy(SOURCE)
+            .agg(
+                F.max(COMMIT_VERSION).alias("version"),
+                F.count("*").alias("n"),
+                F.max("event_time").alias("t"),
+                F.min(COMMIT_VERSION).alias("first"),
+                F.min(COMMITTED_AT).alias("committed"),
+            )
+            .collect()
+        )
+
+    def _committed_at(self, stats: Row) -> datetime:
+        """When a batch's first version of one input was committed, from the same log entry `status` reads."""
+        return commit_time(self.ctx.lake, stats[SOURCE], stats["first"]) or as_utc(stats["committed"])
+
+
+def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
+    """`pipeline.process(batch)`; an error raised in the pipeline's own file names that file and line."""
+    try:
+        pipeline.process(batch)
+    except StreamtableError:
+        raise
+    except Exception as e:
+        file = inspect.getsourcefile(pipeline.process)
+        line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == file), None)
+        if line is None:
+            raise
+        text = str(e).strip()
+        raise PipelineCodeError(f"{file}:{line}: {type(e).__name__}: {text.splitlines()[0] if text else ''}") from e
+
+
+class Stopping(Exception):
+    """Raised by a batch that starts after `serve` was asked to stop.
+
+    The batch commits nothing and runs again on the next start.
+    """
+
+
+def start_query(
+    ctx: RunContext,
+    report: RunReport,
+    clock: Clock,
+    starting: dict[str, int],
+    processing_time: str | None = None,
+    on_progress: OnProgress | None = None,
+):
+    """Start the pipeline's streaming query; AvailableNow unless a processing-time trigger is given."""
+    names = ctx.pipeline.streams + ((HEARTBEAT,) if ctx.pipeline.wall_clock else ())
+    streams = [input_stream(ctx, name, starting.get(name, 0)) for name in names]
+    records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), streams)
+    mode = "serve" if processing_time else "reprocess" if ctx.shadow else "run"
+    handler = BatchHandler(ctx, report, clock, mode, on_progress)
+    writer = (
+        records.writeStream.foreachBatch(handler)
+        .option("checkpointLocation", str(ctx.dir / "checkpoint"))
+        .queryName(f"{ctx.pipeline.name}_g{ctx.generation}")
+    )
+    writer = writer.trigger(processingTime=processing_time) if processing_time else writer.trigger(availableNow=True)
+    return writer.start(), handler
+
+
+def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int] | None = None) -> RunReport:
+    """Process everything the inputs hold now (Trigger.AvailableNow) and return what was done."""
+    ensure_inputs(ctx.lake, ctx.pipeline.inputs)
+    ctx.prepare()
+    beat(ctx, clock)
+    report = RunReport(ctx.pipeline.name, ctx.generation)
+    query, handler = start_query(ctx, report, clock, starting or {})
+    await_query(query, handler)
+    if report.stream_time is None:
+        report.stream_time = ctx.stream_time()
+    return report
+
+
+def serve(
+    ctx: RunContext,
+    interval: str,
+    stop_timeout_s: float,
+    clock: Clock = system_clock,
+    on_progress: OnProgress | None = None,
+) -> RunReport:
+    """Run one micro-batch per `interval` until SIGTERM/SIGINT; then finish the batch in flight and return.
+
+    A batch that has not finished `stop_timeout_s` after the signal is abandoned: the process exits
+    with code 3 and the batch runs again from the checkpoint on the next start.
+    """
+    ensure_inputs(ctx.lake, ctx.pipeline.inputs)
+    ctx.prepare()
+    beat(ctx, clock)
+    report = RunReport(ctx.pipeline.name, ctx.generation)
+    query, handler = start_query(ctx, report, clock, {}, processing_time=interval, on_progress=on_progress)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(HEARTBEAT_EVERY_S) and query.isActive:
+        beat(ctx, clock)
+    deadline = threading.Timer(stop_timeout_s, _abandon, (ctx.pipeline.name, stop_timeout_s))
+    deadline.daemon = True
+    deadline.start()
+    with handler.lock:  # waits for the batch in flight, if any, to commit
+        handler.stopping = True
+    while query.isActive and (query.lastProgress or {}).get("batchId", -1) < handler.last_batch:
+        time.sleep(0.1)  # ... and for Spark to record it in the checkpoint's commit log
+    query.stop()
+    await_query(query, handler)
+    deadline.cancel()
+    return report
+
+
+def _abandon(pipeline: str, waited_s: float) -> None:
+    log.error(
+        "%s: the batch in flight did not finish %.0f s after the stop signal; exiting without it", pipeline, waited_s
+    )
+    os._exit(3)
+
+
+def await_query(query, handler: BatchHandler) -> None:
+    """Wait for the query to end; re-raise the error a batch raised as itself, not wrapped by Spark.
+
+    A batch refused because `serve` is stopping is not an error.
+    """
+    try:
+        query.awaitTermination()
+    except Exception:
+        if isinstance(handler.error, Stopping):
+            return
+        if handler.error is not None:
+            raise handler.error from None
+        raise

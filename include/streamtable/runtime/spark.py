@@ -1,0 +1,59 @@
+"""The SparkSession every streamtable job uses: Delta's jars from the project, UI off, paths not a metastore."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from streamtable.core import settings
+from streamtable.core.errors import SetupError
+
+
+def delta_jars() -> list[str]:
+    """The jars every job gets (`settings.job_jars`); SetupError when Delta's are missing."""
+    jars = settings.job_jars()
+    if not settings.has_delta(jars):
+        raise SetupError(f"no Delta jars in {settings.jar_dir()}: run `make setup` first")
+    return jars
+
+
+def get_spark(app_name: str = "streamtable") -> SparkSession:
+    """Return the process's SparkSession, creating it with Delta configured.
+
+    The master comes from spark-submit when there is one, else from $STREAMTABLE_SPARK_MASTER
+    (default `local[2]`). Tables are always addressed by path, so no Derby metastore is created.
+    """
+    spark = SparkSession.getActiveSession() or _new_session(app_name)
+    ship_user_code()
+    return spark
+
+
+def _new_session(app_name: str) -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local jobs never listen beyond loopback
+    log_level = os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "fatal")
+    conf = {"spark.jars": ",".join(delta_jars()), **settings.session_conf(), **settings.launch_conf(log_level)}
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit: we choose the master
+        builder = builder.master(os.environ.get("STREAMTABLE_SPARK_MASTER", "local[2]")).config(
+            "spark.driver.memory", settings.driver_memory()
+        )
+    return builder.getOrCreate()
+
+
+def ship_user_code() -> None:
+    """Pickle the functions of the user's pipeline files by value, so they travel with the Spark job.
+
+    Executors (a cluster's, or the local Python workers) cannot import those files by name: the user's
+    folder is not on their machines, and each file is loaded under a name of its own.
+    """
+    from pyspark import cloudpickle
+
+    from streamtable.core.registry import current
+
+    for module in current().user_modules:
+        cloudpickle.register_pickle_by_value(module)

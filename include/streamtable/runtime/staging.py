@@ -1,0 +1,132 @@
+"""A batch's staged changes: Parquet files under the generation's `staging/<batch id>/`, gated, then committed.
+
+The manifest that marks a batch complete holds its changes and its `BatchSummary`; a batch committed again
+after a crash reads both from it (`streamtable.runtime.legacy` reads the manifests of batches an older release staged).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import pyarrow.dataset
+from pyspark.sql import DataFrame, functions as F
+
+from streamtable.core.errors import QualityGateError
+from streamtable.core.faults import crash_point
+from streamtable.runtime import gate
+from streamtable.runtime.context import RunContext
+from streamtable.runtime.progress import Stages
+from streamtable.runtime.summary import BatchSummary
+from streamtable.storage import delta_rs
+from streamtable.storage.lake import PROGRESS, write_json_atomic
+
+log = logging.getLogger("streamtable")
+
+
+class Staging:
+    """The staged changes of one batch, and their commit."""
+
+    def __init__(self, ctx: RunContext, batch_id: int):
+        self.ctx = ctx
+        self.batch_id = batch_id
+        self.dir = ctx.dir / "staging" / str(batch_id)
+        self.manifest = self.dir / "changes.json"
+        self.changes: list[dict] = []
+
+    def complete(self) -> bool:
+        return self.manifest.exists()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def stage(self, table: str, mode: str, rows: DataFrame) -> None:
+        if any(c["table"] == table for c in self.changes):
+            raise ValueError(f"{table} is changed twice in one batch")
+        path = str(self.dir / table)
+        rows.write.mode("overwrite").parquet(path)
+        count = pyarrow.dataset.dataset(path, format="parquet").count_rows()  # from the footers: no Spark job
+        self.changes.append({"table": table, "mode": mode, "path": path, "rows": count})
+        log.info("staged %s: %d rows", table, count)
+
+    def staged(self, change: dict) -> DataFrame:
+        return self.ctx.spark.read.parquet(change["path"])
+
+    def candidate(self, change: dict) -> DataFrame:
+        """What the output will hold once this change is committed (for tables) or the rows it adds (streams)."""
+        rows = self.staged(change)
+        if change["mode"] == "append":
+            return rows
+        keys = list(self.ctx.pipeline.output(change["table"]).keys)
+        kept = self.ctx.snapshot(change["table"]).join(rows.select(*keys), keys, "left_anti")
+        return kept.unionByName(rows.where(~F.col(delta_rs.DELETE)).drop(delta_rs.DELETE))
+
+    def validate(self, before: dict[str, int], after: dict[str, int]) -> None:
+        """The per-batch gate (`streamtable.runtime.gate`) with the metrics' totals before and after the batch.
+
+        On a failure nothing is published.
+        """
+        from streamtable.quality.validation import validate
+
+        failures: list[str] = []
+        for suite in self.ctx.pipeline.suites:
+            change = next((c for c in self.changes if c["table"] == suite.table), None)
+            if gate.is_incremental(suite):
+                report = gate.check_change(self.ctx, suite, change, before, after)
+            else:
+                frame = self.candidate(change) if change else self.ctx.read(suite.table)
+                report = validate(frame, self.ctx.pipeline.name, suite, self.ctx.lake.quality_dir, after, False)
+            failures.extend(report.failures if report else ())
+        if failures:
+            self.discard()
+            raise QualityGateError(
+                f"{self.ctx.pipeline.name}: quality gate failed, nothing published: " + "; ".join(failures)
+            )
+
+    def mark_complete(self, summary: BatchSummary) -> None:
+        write_json_atomic(self.manifest, {"changes": self.changes, "summary": summary.as_json()})
+        crash_point("staged")
+
+    def commit(self, stages: Stages) -> tuple[list[dict], BatchSummary]:
+        """Apply the staged changes (each idempotent for this batch), then the batch's progress row."""
+        ctx = self.ctx
+        changes, summary = self._read_manifest()
+        for change in changes:
+            if change["rows"] == 0:
+                continue
+            with stages.time(f"commit:{change['table']}"):
+                self._apply(change)
+            crash_point(f"committed:{change['table']}")
+        with stages.time("progress"):
+            delta_rs.append_once(ctx.path(PROGRESS), [summary.progress_row(self.batch_id)], ctx.app_id, self.batch_id)
+        crash_point(f"committed:{PROGRESS}")
+        return [c for c in changes if c["table"] != PROGRESS], summary
+
+    def _apply(self, change: dict) -> None:
+        """Commit one staged change to its table (delta-rs, no Spark job), idempotently for this batch."""
+        path = self.ctx.path(change["table"])
+        if change["mode"] == "append":
+            delta_rs.append_staged(path, change["path"], self.ctx.app_id, self.batch_id)
+        else:
+            keys = self.ctx.pipeline.output(change["table"]).keys
+            delta_rs.merge_staged(path, change["path"], keys, self.ctx.app_id, self.batch_id)
+
+    def _read_manifest(self) -> tuple[list[dict], BatchSummary]:
+        """The staged changes and their summary (an older release's manifest: `runtime.legacy`)."""
+        manifest = json.loads(self.manifest.read_text())
+        if isinstance(manifest, dict):
+            return manifest["changes"], BatchSummary.from_json(manifest["summary"])
+        from streamtable.runtime.legacy import read_list_manifest
+
+        return read_list_manifest(manifest)
+
+    def discard_earlier(self) -> None:
+        """Delete the staged files of earlier batches: Spark started this batch, so they are committed.
+
+        A batch's own files stay until then, so a crash after its commit but before Spark recorded it
+        commits the same files again (skipped by Delta) instead of computing the batch a second time.
+        """
+        for path in self.dir.parent.glob("*"):
+            if path.name.isdigit() and int(path.name) < self.batch_id:
+                shutil.rmtree(path, ignore_errors=True)

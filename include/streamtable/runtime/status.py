@@ -1,0 +1,149 @@
+"""How far along each pipeline is: its last batch, and how far behind its inputs it is (consumer lag).
+
+Spark-free (delta-rs only), so `streamtable status` answers in about a second and Airflow's
+supervisor can poll it. An input's lag is what its changelog holds beyond the newest version the
+pipeline's live generation has committed: Kafka's consumer lag, counted in records and in age.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from deltalake import DeltaTable
+
+from streamtable.core.registry import get_pipeline
+from streamtable.core.timefmt import format_time
+from streamtable.runtime.progress import committed, history
+from streamtable.storage.delta_rs import table_version
+from streamtable.storage.lake import Lake
+
+
+@dataclass(frozen=True)
+class InputLag:
+    """One stream input of a pipeline: what it holds beyond what the pipeline consumed."""
+
+    table: str
+    consumed_version: int | None  # the newest version whose records the live generation committed
+    latest_version: int | None
+    records_behind: int
+    oldest_unconsumed_at: datetime | None  # commit time of the oldest version not consumed yet
+
+    def as_dict(self) -> dict:
+        return {
+            "table": self.table,
+            "consumed_version": self.consumed_version,
+            "latest_version": self.latest_version,
+            "records_behind": self.records_behind,
+            "oldest_unconsumed_at": _time(self.oldest_unconsumed_at),
+        }
+
+
+@dataclass(frozen=True)
+class PipelineStatus:
+    """A pipeline's live generation, its last committed batch (a `stream_progress` row) and its inputs' lag."""
+
+    pipeline: str
+    generation: int
+    held_by: dict | None  # the command holding the pipeline's lock (`Lake.holder`), None when it is free
+    last_batch: dict | None
+    inputs: tuple[InputLag, ...]
+    checked_at: datetime
+
+    @property
+    def busy(self) -> bool:
+        """A run, serve, reprocess or reset holds the pipeline's lock."""
+        return self.held_by is not None
+
+    @property
+    def behind(self) -> bool:
+        """Some input holds records the pipeline has not consumed."""
+        return any(i.records_behind for i in self.inputs)
+
+    @property
+    def lag_seconds(self) -> float:
+        """Age of the oldest unconsumed input record's commit (0 when caught up)."""
+        oldest = [i.oldest_unconsumed_at for i in self.inputs if i.records_behind and i.oldest_unconsumed_at]
+        return max(0.0, (self.checked_at - min(oldest)).total_seconds()) if oldest else 0.0
+
+    def as_dict(self) -> dict:
+        last = (
+            {k: _time(v) if isinstance(v, datetime) else v for k, v in self.last_batch.items()}
+            if self.last_batch
+            else None
+        )
+        return {
+            "pipeline": self.pipeline,
+            "generation": self.generation,
+            "busy": self.busy,
+            "held_by": self.held_by,
+            "behind": self.behind,
+            "lag_seconds": round(self.lag_seconds, 3),
+            "records_behind": sum(i.records_behind for i in self.inputs),
+            "last_batch": last,
+            "inputs": [i.as_dict() for i in self.inputs],
+            "checked_at": _time(self.checked_at),
+        }
+
+
+def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> PipelineStatus:
+    """The status of one pipeline (raises UnknownPipelineError for a name that is not registered)."""
+    spec = get_pipeline(pipeline)
+    generation, batches, consumed = _live_progress(lake, pipeline)
+    inputs = tuple(_lag(lake, name, consumed.get(name)) for name in spec.streams)
+    return PipelineStatus(
+        pipeline,
+        generation,
+        lake.holder(pipeline),
+        batches[-1] if batches else None,
+        inputs,
+        now or datetime.now(UTC),
+    )
+
+
+def _live_progress(lake: Lake, pipeline: str) -> tuple[int, list[dict], dict[str, int]]:
+    """The live generation, its batches and its consumed versions: read again when a reprocess or a reset made
+    another generation live (and deleted this one's files) while they were read."""
+    while True:
+        generation = lake.generation(pipeline)
+        try:
+            return generation, history(lake, pipeline, generation), _consumed_versions(lake, pipeline, generation)
+        except FileNotFoundError:
+            if lake.generation(pipeline) == generation:
+                raise
+
+
+def _consumed_versions(lake: Lake, pipeline: str, generation: int) -> dict[str, int]:
+    """Per input, the newest version in the committed progress of the generation."""
+    consumed: dict[str, int] = {}
+    for row in committed(lake, pipeline, generation, ["input_versions"]):
+        for name, version in row["input_versions"] or ():
+            consumed[name] = max(version, consumed.get(name, version))
+    return consumed
+
+
+def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
+    path = lake.table_path(table)
+    latest = table_version(path)
+    first_unconsumed = 0 if consumed is None else consumed + 1
+    if latest is None or latest < first_unconsumed:
+        return InputLag(table, consumed, latest, 0, None)
+    commits = DeltaTable(path).history(limit=latest - first_unconsumed + 1)
+    unconsumed = [
+        c
+        for c in commits
+        if c["version"] >= first_unconsumed and (c.get("operationMetrics") or {}).get("num_added_rows")
+    ]
+    records = sum(c["operationMetrics"]["num_added_rows"] for c in unconsumed)
+    oldest = min((c["timestamp"] for c in unconsumed), default=None)
+    return InputLag(
+        table,
+        consumed,
+        latest,
+        records,
+        datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None,
+    )
+
+
+def _time(value: datetime | None) -> str | None:
+    return format_time(value) if value else None

@@ -1,0 +1,146 @@
+"""Delta writes without Spark (delta-rs), each exactly once for an app transaction (`txnAppId`, `txnVersion`).
+
+A batch's staged changes are committed from the driver this way: a Spark MERGE of a few rows runs about ten
+Spark jobs (1 to 2 s), delta-rs merges them in tens of milliseconds. The commit carries the transaction, and a
+replay of the same or an earlier version is skipped, so a batch committed again after a crash is written once.
+Readers, Spark included, see the same Delta tables (change data feed, checkpoints, statistics).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.dataset
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+log = logging.getLogger("streamtable.storage.delta_rs")
+
+DELETE = "_delete"  # staged upserts carry this column: true removes the row with those keys
+COMPACT_FILES = 50  # files that make a table compacted after a commit (Delta Spark's autoCompact.minNumFiles)
+COMMIT_RETRIES = 20  # appends racing other appends (`late_events`, `stream_progress`) retry their commit
+
+# Every input changelog's table properties (ingest creates them, a run may create an empty one first).
+INPUT_TABLE_PROPERTIES = {
+    "delta.enableChangeDataFeed": "true",
+    # Inputs are topics: a reprocess may seek back to any version, so keep their history.
+    "delta.logRetentionDuration": "interval 36500 days",
+}
+
+
+def open_table(path: str) -> DeltaTable | None:
+    """The Delta table at `path` at its latest version, or None when there is none."""
+    try:
+        return DeltaTable(path)
+    except Exception:  # deltalake raises TableNotFoundError; its class moved between releases
+        return None
+
+
+def table_version(path: str) -> int | None:
+    """The latest version of the Delta table at `path`, or None when there is none."""
+    table = open_table(path)
+    return None if table is None else table.version()
+
+
+def _done(table: DeltaTable, app_id: str, version: int) -> bool:
+    """Whether the table already took (app_id, version) or a later version of app_id."""
+    recorded = table.transaction_version(app_id)
+    return recorded is not None and recorded >= version
+
+
+def _once(app_id: str, version: int) -> CommitProperties:
+    return CommitProperties(app_transactions=[Transaction(app_id, version)], max_commit_retries=COMMIT_RETRIES)
+
+
+def table_schema(table: DeltaTable) -> pa.Schema:
+    return pa.schema(table.schema().to_arrow())
+
+
+def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: pa.Schema | None = None) -> bool:
+    """Append rows to the Delta table at `path` unless (app_id, version) is already in its log; return whether it wrote.
+
+    `schema` defaults to the table's; a table that does not exist yet is created with it.
+    """
+    table = open_table(path)
+    if table is not None and _done(table, app_id, version):
+        return False
+    if not schema:
+        if table is None:
+            raise ValueError(f"{path} is not a Delta table yet: append_once needs the schema to create it")
+        schema = table_schema(table)
+    write_deltalake(
+        table if table is not None else path,
+        pa.Table.from_pylist(rows, schema=schema),
+        mode="append",
+        schema_mode="merge",  # tables made by an earlier release gain its new columns (`stage_ms`)
+        commit_properties=_once(app_id, version),
+    )
+    if table is not None:  # a write to a DeltaTable moves it to the version it committed
+        compact_if_fragmented(table)
+    return True
+
+
+def staged_rows(path: str, schema: pa.Schema) -> pa.RecordBatchReader:
+    """The Parquet files Spark staged at `path`, batch by batch, as `schema` (Spark writes every column nullable)."""
+    dataset = pyarrow.dataset.dataset(path, format="parquet")
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for batch in dataset.to_batches(columns=schema.names):
+            yield batch.cast(schema)
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def append_staged(path: str, staged: str, app_id: str, version: int) -> None:
+    """Append the staged rows to the table at `path` exactly once for (app_id, version)."""
+    table = DeltaTable(path)
+    if _done(table, app_id, version):
+        return
+    write_deltalake(
+        table, staged_rows(staged, table_schema(table)), mode="append", commit_properties=_once(app_id, version)
+    )
+    compact_if_fragmented(table)
+
+
+def merge_staged(path: str, staged: str, keys: Sequence[str], app_id: str, version: int) -> None:
+    """MERGE the staged rows into `path` by `keys` once: rows replace same-key rows, rows with `_delete` remove them.
+
+    Keys match null-safely (a null key is a key), as Spark's `<=>`.
+    """
+    table = DeltaTable(path)
+    if _done(table, app_id, version):
+        return
+    schema = table_schema(table)
+    columns = {f'"{c}"': f's."{c}"' for c in schema.names}
+    (
+        table.merge(
+            staged_rows(staged, schema.append(pa.field(DELETE, pa.bool_(), nullable=False))),
+            " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in keys),
+            source_alias="s",
+            target_alias="t",
+            commit_properties=_once(app_id, version),
+        )
+        .when_matched_delete(f's."{DELETE}"')
+        .when_matched_update(columns)
+        .when_not_matched_insert(columns, predicate=f'NOT s."{DELETE}"')
+        .execute()
+    )
+    compact_if_fragmented(table)  # a merge moves the DeltaTable to the version it committed
+
+
+def compact_if_fragmented(table: DeltaTable) -> None:
+    """Compact the table's files once a commit leaves `COMPACT_FILES` or more (Delta Spark's auto compaction).
+
+    A compaction changes no data (`dataChange=false`), so readers, change feeds and txn checks see the same
+    table; one that loses a race with another writer is left to a later commit.
+    """
+    if len(table.file_uris()) < COMPACT_FILES:
+        return
+    try:
+        metrics = table.optimize.compact()
+    except CommitFailedError as error:
+        log.warning("compaction of %s skipped: %s", table.table_uri, error)
+        return
+    log.info("compacted %s: %d files into %d", table.table_uri, metrics["numFilesRemoved"], metrics["numFilesAdded"])

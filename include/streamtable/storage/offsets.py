@@ -1,0 +1,150 @@
+"""Spark-free checks of where a reprocess starts: an input's offsets (Delta versions and their commit times) read with
+delta-rs, and the arguments of `streamtable reprocess` / `reset` built from a request (an Airflow trigger form).
+
+Airflow tasks call these before they spark-submit anything, so a bad request fails in about a second with one
+line saying what is wrong; the command checks again when it runs (`lifecycle.check_version`, `version_at`).
+Nothing here imports pyspark or Airflow.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from streamtable.core.errors import BadInputError, OffsetOutOfRangeError
+from streamtable.core.pipeline import Pipeline
+from streamtable.core.registry import get_pipeline, pipelines
+from streamtable.core.timefmt import format_time, parse_time
+from streamtable.storage.lake import Lake
+
+
+def commits(lake: Lake, table: str) -> list[tuple[int, float]]:
+    """(version, commit time in epoch ms) of every commit of an input table, oldest first; [] if it has none."""
+    from deltalake import DeltaTable
+
+    from streamtable.storage.delta_rs import table_version
+
+    path = lake.table_path(table)
+    if table_version(path) is None:
+        return []
+    return sorted((c["version"], c["timestamp"]) for c in DeltaTable(path).history())
+
+
+def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
+    """When `version` of an input was committed, as its log entry records it (the time `status` and `history` show).
+
+    Delta Spark's `_commit_timestamp` is the log file's modification time instead, which can be a millisecond
+    earlier; None once log cleanup has removed the entry.
+    """
+    entry = Path(lake.table_path(table)) / "_delta_log" / f"{version:020d}.json"
+    try:
+        with entry.open() as lines:
+            info: dict[str, Any] = next(
+                (action["commitInfo"] for action in map(json.loads, lines) if "commitInfo" in action), {}
+            )
+    except FileNotFoundError:
+        return None
+    millis = info.get("timestamp")
+    return datetime.fromtimestamp(millis / 1000, UTC) if millis is not None else None
+
+
+def first_version_since(lake: Lake, table: str, moment: datetime) -> int | None:
+    """The first version of `table` committed at or after `moment`, or None.
+
+    This is what `reprocess --from-timestamp` seeks.
+    """
+    millis = moment.timestamp() * 1000
+    return next((version for version, committed in commits(lake, table) if committed >= millis), None)
+
+
+def _describe_latest(history: list[tuple[int, float]]) -> str:
+    version, committed = history[-1]
+    return f"the latest, version {version}, was committed at {format_time(parse_time(int(committed)))}"
+
+
+def reprocess_arguments(
+    lake: Lake, pipeline: object, from_version: object = None, from_timestamp: object = None, dry_run: object = False
+) -> tuple[list[str], str]:
+    """Check a reprocess request; return the arguments after `reprocess PIPELINE` and a one-line summary.
+
+    Exactly one of `from_version` (an integer from 0 to the primary input's latest version) and
+    `from_timestamp` (an ISO-8601 time at or before the primary input's latest commit) must be given.
+    Raises BadInputError or OffsetOutOfRangeError with the reason.
+    """
+    primary = _known_pipeline(pipeline).primary
+    if not isinstance(dry_run, bool):
+        raise BadInputError(f"dry_run must be true or false, got {dry_run!r}")
+    if from_timestamp == "":
+        from_timestamp = None  # an emptied form field
+    if from_version is not None and from_timestamp is not None:
+        raise BadInputError(
+            f"give from_version or from_timestamp, not both (got from_version={from_version!r} "
+            f"and from_timestamp={from_timestamp!r})"
+        )
+    if from_version is None and from_timestamp is None:
+        raise BadInputError(
+            f"give from_version (a Delta version of {primary}, {pipeline}'s primary input) "
+            "or from_timestamp (an ISO-8601 time); neither was given"
+        )
+    history = commits(lake, primary)
+    if not history:
+        raise OffsetOutOfRangeError(f"{primary}, {pipeline}'s primary input, has no data yet: nothing to reprocess")
+    latest = history[-1][0]
+    if from_version is not None:
+        if isinstance(from_version, bool) or not isinstance(from_version, int) or from_version < 0:
+            raise BadInputError(f"from_version must be an integer >= 0, got {from_version!r}")
+        if from_version > latest:
+            raise OffsetOutOfRangeError(
+                f"from_version {from_version} is beyond the latest version of {primary} (versions 0..{latest})"
+            )
+        start = ["--from-version", str(from_version)]
+        origin = f"version {from_version}"
+    else:
+        try:
+            moment = parse_time(from_timestamp)
+        except ValueError as e:
+            raise BadInputError(f"from_timestamp: {e}") from None
+        found = first_version_since(lake, primary, moment)
+        if found is None:
+            raise OffsetOutOfRangeError(
+                f"no version of {primary} was committed at or after {moment.isoformat()} ({_describe_latest(history)})"
+            )
+        start = ["--from-timestamp", moment.isoformat()]
+        origin = f"{moment.isoformat()} (version {found})"
+    summary = f"{'dry run: ' if dry_run else ''}reprocess {pipeline} from {origin} of {primary} (versions 0..{latest})"
+    return start + (["--dry-run"] if dry_run else []), summary
+
+
+def lookback_arguments(lake: Lake, pipeline: str, since: datetime) -> tuple[list[str], str] | None:
+    """The arguments of a reprocess from the first version of the primary input committed at or after `since`.
+
+    None when nothing was committed since then (there is nothing new to reprocess).
+    """
+    primary = get_pipeline(pipeline).primary
+    version = first_version_since(lake, primary, since)
+    if version is None:
+        return None
+    return (
+        ["--from-timestamp", since.isoformat()],
+        f"reprocess {pipeline} from {since.isoformat()}: version {version} of {primary} "
+        f"(the first committed since then)",
+    )
+
+
+def _known_pipeline(pipeline: object) -> Pipeline:
+    """The pipeline a request names, or BadInputError listing the pipelines."""
+    if isinstance(pipeline, str) and pipeline in pipelines():
+        return get_pipeline(pipeline)
+    raise BadInputError(f"unknown pipeline {pipeline!r}; pipelines are: {', '.join(sorted(pipelines()))}")
+
+
+def reset_arguments(pipeline: object, dry_run: object = True) -> tuple[list[str], str]:
+    """Check a reset request; return the arguments after `reset PIPELINE` and a one-line summary."""
+    _known_pipeline(pipeline)
+    if not isinstance(dry_run, bool):
+        raise BadInputError(f"dry_run must be true or false, got {dry_run!r}")
+    if dry_run:
+        return ["--dry-run"], f"dry run: list what a reset of {pipeline} would delete"
+    return [], f"reset {pipeline}: forget its progress and outputs; its next run starts from version 0"

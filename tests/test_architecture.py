@@ -1,0 +1,132 @@
+"""The package's folders are its layers: imports go down, never up, and no module imports itself in a circle.
+
+Read from the source with `ast` (every import: at the top, inside functions, under TYPE_CHECKING), so a lazy or
+type-only import counts like any other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from helpers import ROOT
+
+PACKAGE = ROOT / "include" / "streamtable"
+
+# Lowest first. A module may import modules of its own folder and of lower layers; folders of one rank are peers
+# that never import each other. The facade (`streamtable`, `streamtable.expect`) is imported only by pipelines.
+LAYERS = {
+    "core": 1,
+    "storage": 2,
+    "quality": 3,
+    "operators": 4,
+    "ingest": 5,
+    "runtime": 5,
+    "airflow": 6,
+    "cli": 6,
+    "deploy": 6,
+    "facade": 7,
+    "pipelines": 8,
+}
+FACADE = {"streamtable", "streamtable.expect"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> str:
+    if module in FACADE:
+        return "facade"
+    return module.split(".")[1]
+
+
+def internal_imports(path: Path) -> set[str]:
+    """The streamtable modules `path` imports (a `from X import name` counts as X.name when that is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import (the layers are checked on absolute names)"
+            base = node.module or ""
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return {m for m in found if m in MODULES}
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+GRAPH = {
+    name: {m for m in internal_imports(path) if m != name and not name.startswith(m + ".")}
+    for name, path in MODULES.items()
+}
+
+
+def test_every_module_is_in_a_layer():
+    assert {layer(m) for m in MODULES} - {"streamtable"} <= set(LAYERS)
+
+
+def test_imports_go_down_never_up_nor_sideways():
+    wrong = []
+    for source, targets in GRAPH.items():
+        for target in targets:
+            if target in FACADE and layer(source) != "pipelines":
+                wrong.append(f"{source} -> {target}: only pipelines import the facade")
+            elif layer(source) != layer(target) and LAYERS[layer(target)] >= LAYERS[layer(source)]:
+                wrong.append(f"{source} ({layer(source)}) -> {target} ({layer(target)})")
+    assert wrong == []
+
+
+def test_no_import_cycles():
+    """Tarjan's strongly connected components: every one must be a single module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in GRAPH[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in GRAPH:
+        if node not in index:
+            visit(node)
+    assert cycles == []
+
+
+def test_only_the_airflow_layer_imports_airflow():
+    """Code that runs inside Spark jobs never imports Airflow."""
+    importers = set()
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            if any(n == "airflow" or n.startswith("airflow.") for n in names):
+                importers.add(name)
+    assert {layer(m) for m in importers} <= {"airflow"}
+
+
+def test_public_api_is_the_facade_all():
+    """`streamtable.__all__` lists each public name once, and each resolves."""
+    import streamtable
+
+    assert len(streamtable.__all__) == len(set(streamtable.__all__))
+    for name in streamtable.__all__:
+        assert getattr(streamtable, name) is not None

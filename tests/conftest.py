@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from helpers import BIN, ROOT, airflow_env
-from streamtable.spark import get_spark
+from streamtable.runtime.spark import get_spark
 
 # The JVMs a test starts in processes of their own (a `streamtable` command, spark-submit, serve) live for one
 # batch or a few: C1-compiled code only makes them start about 1.4x faster (measured on a cold word_count run),
@@ -36,7 +36,7 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture
 def lake(tmp_path):
     """A fresh, empty lake."""
-    from streamtable.lake import Lake
+    from streamtable.storage.lake import Lake
 
     return Lake(tmp_path / "lake")
 

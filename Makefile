@@ -29,7 +29,7 @@ PYTEST_ARGS ?=
 # pytest-xdist: whole files on two workers, longest first (tests/conftest.py); WORKERS= runs them one by one.
 WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
-.PHONY: help setup demo test test-quick test-all lint cluster-start cluster-stop bench env clean distclean
+.PHONY: help setup demo test test-quick test-all lint cluster-start cluster-stop kafka kafka-stop bench env clean distclean
 
 help:
 	@echo "make setup     install everything into the project (.venv, jars/, airflow_home/); fast when done"
@@ -39,6 +39,7 @@ help:
 	@echo "make test-quick the tests that start no Spark process of their own (-m \"not slow\"): unit, DAGs, in-process Spark"
 	@echo "make lint      ruff check, ruff format --check, mypy (config: pyproject.toml); seconds (mypy's first run ~30 s)"
 	@echo "make cluster-start / cluster-stop   a Spark standalone master + worker (scripts/spark-cluster.sh)"
+	@echo "make kafka / kafka-stop   a local Kafka broker (scripts/kafka.sh): eval \"\$$(make -s kafka)\" sets STREAMTABLE_KAFKA"
 	@echo "make bench     the benchmarks (bench/run.py)"
 	@echo "make env       print the environment as shell exports: eval \"\$$(make -s env)\""
 	@echo "make clean     remove airflow_home/, build/ (the demo lake) and caches; ./lake is kept"
@@ -69,6 +70,13 @@ cluster-start: setup
 cluster-stop:
 	@bash scripts/spark-cluster.sh stop
 
+# No `setup` prerequisite: stdout must be the export line alone (the jars come from make setup).
+kafka:
+	@bash scripts/kafka.sh start
+
+kafka-stop:
+	@bash scripts/kafka.sh stop
+
 bench: setup
 	$(PY) bench/suite.py $(BENCH_ARGS)
 
@@ -82,4 +90,4 @@ clean:
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) jars/*.jar
+	rm -rf $(VENV) jars/*.jar jars/kafka/*.jar

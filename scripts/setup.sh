@@ -79,8 +79,10 @@ delta_version="$(sed -n '/<artifactId>delta-spark/{n;s/.*<version>\(.*\)<\/versi
 inputs_hash="$( (cat requirements.txt constraints.txt pyproject.toml jars/pom.xml scripts/setup.sh; ls include/streamtable/pipelines) \
   | sha256sum | cut -d' ' -f1) $AIRFLOW_HOME"
 jars_present() { compgen -G "jars/delta-spark_*-${delta_version}.jar" >/dev/null && compgen -G "jars/delta-storage-${delta_version}.jar" >/dev/null; }
+kafka_version="$(sed -n '/<artifactId>kafka_2.13/{n;s/.*<version>\(.*\)<\/version>.*/\1/p}' jars/kafka/pom.xml)"  # step 3c
+kafka_jars_present() { [[ -f "jars/kafka/kafka_2.13-${kafka_version}.jar" ]]; }
 if [[ "${SETUP_FORCE:-0}" != 1 && -f "$STAMP" && "$(cat "$STAMP")" == "$inputs_hash" \
-      && -x "$VENV/bin/streamtable" && -f "$AIRFLOW_HOME/airflow.db" ]] && jars_present; then
+      && -x "$VENV/bin/streamtable" && -f "$AIRFLOW_HOME/airflow.db" ]] && jars_present && kafka_jars_present; then
   say "up to date (java $java_version, $("$VENV/bin/python" -V), Delta $delta_version jars, AIRFLOW_HOME=$AIRFLOW_HOME); SETUP_FORCE=1 to redo"
   postgres
   exit 0
@@ -133,6 +135,20 @@ say "recording the classes a Spark driver loads (jars/spark-classes.jsa, python 
 archive_log="$(mktemp)"
 "$VENV/bin/python" -m streamtable.deploy.class_archive >"$archive_log" 2>&1 &
 archive_pid=$!
+
+# ---------------------------------------------------------------- 3c. Kafka jars
+# Apache Kafka's broker for `make kafka` (scripts/kafka.sh) and the tests: jars/kafka/ (mvn, from jars/kafka/pom.xml,
+# ~43 MB), when the kafka_2.13 jar of the pom's version is missing.
+if ! kafka_jars_present; then
+  command -v mvn >/dev/null 2>&1 || die "Maven (mvn) is needed once, to fetch Kafka's jars into jars/kafka/: install it (Debian: sudo apt-get install maven)"
+  say "fetching Kafka $kafka_version jars into jars/kafka/ with Maven"
+  rm -f jars/kafka/*.jar
+  mvn_log="$(mktemp)"
+  (cd jars/kafka && mvn -q -B dependency:copy-dependencies -DoutputDirectory=. -DincludeScope=runtime) >"$mvn_log" 2>&1 \
+    || { cat "$mvn_log" >&2; die "mvn could not fetch Kafka's jars (see jars/kafka/pom.xml)"; }
+  rm -f "$mvn_log"
+  kafka_jars_present || die "mvn ran but jars/kafka/ has no kafka_2.13-$kafka_version.jar"
+fi
 
 # ---------------------------------------------------------------- 4. Airflow home
 mkdir -p "$AIRFLOW_HOME"

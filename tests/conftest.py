@@ -33,6 +33,18 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """The shared local Kafka broker's bootstrap address (127.0.0.1:PORT), from `scripts/kafka.sh start`.
+
+    One broker for every test and xdist worker (tests/servers.py); stopped at the end if the tests started it.
+    """
+    from servers import shared_server
+
+    with shared_server("kafka") as env:
+        yield env["STREAMTABLE_KAFKA"]
+
+
 @pytest.fixture
 def lake(tmp_path):
     """A fresh, empty lake."""

@@ -29,6 +29,7 @@ from streamtable.airflow.stream import STREAM_PARAMS, stream_task
 from streamtable.airflow.tasks import LAKE, MACROS, pipeline_tasks, streamtable_task
 
 Namespace = MutableMapping[str, Any]
+Check = Callable[[str, dict], tuple[list[str], str]]  # (lake, params) -> (arguments, summary)
 
 LOOKBACK_VARIABLE = "streamtable_reprocess_lookback_hours"
 DEFAULT_LOOKBACK_HOURS = 24
@@ -171,10 +172,6 @@ def dag_defaults(*tags: str) -> dict[str, Any]:
     )
 
 
-def pipeline_param(names: list[str], description: str) -> Param:
-    return Param(names[0], type="string", enum=names, title="Pipeline", description=description)
-
-
 def _publish(namespace: Namespace, dags: list[DAG]) -> list[DAG]:
     for dag in dags:
         namespace[dag.dag_id] = dag
@@ -255,26 +252,6 @@ def stream_dags(namespace: Namespace) -> list[DAG]:
     return _publish(namespace, dags)
 
 
-def checked_request(check: Callable[..., tuple[list[str], str]], branch: Callable[[dict], str]) -> Callable[..., str]:
-    """A task body that checks a request (no Spark), logs its summary, pushes its arguments as the XCom `args`
-    and returns the task to branch to; a refused request fails the task with its one-line reason, unretried."""
-
-    def body(lake: str, params: dict, ti: Any) -> str:
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from streamtable.core.errors import StreamtableError
-
-        try:
-            args, summary = check(lake, params)
-        except StreamtableError as e:
-            raise AirflowFailException(f"refused: {e}") from None
-        print(f"lake {lake}: {summary}")
-        ti.xcom_push(key="args", value=args)
-        return branch(params)
-
-    return body
-
-
 def _reprocess_arguments(lake: str, params: dict) -> tuple[list[str], str]:
     from pathlib import Path
 
@@ -296,86 +273,93 @@ def _reset_arguments(lake: str, params: dict) -> tuple[list[str], str]:
     return reset_arguments(params["pipeline"], params.get("dry_run", True))
 
 
-def reprocess_dags(namespace: Namespace) -> list[DAG]:
-    """The `reprocess` DAG: a form (pipeline, from_version or from_timestamp, dry_run), a check, the reprocess."""
+def request_dag(
+    dag_id: str, doc: str, command: str, check: Check, about: str, params: dict[str, Param], **task_kwargs: Any
+) -> DAG:
+    """A DAG triggered with a form: `check_params` checks the request without Spark (a refused one fails with its
+    one-line reason, unretried), pushes the command's arguments and branches to the chosen pipeline's
+    `COMMAND_PIPELINE` task, a spark-submit of `streamtable COMMAND PIPELINE ARGS`."""
     names = pipeline_names()
     with DAG(
-        dag_id="reprocess",
-        doc_md=REPROCESS_DOC,
+        dag_id=dag_id,
+        doc_md=doc,
         schedule=None,
-        params={
-            "pipeline": pipeline_param(
-                names, "The pipeline whose outputs are rebuilt (`streamtable pipelines` lists them)."
-            ),
-            "from_version": Param(
-                None,
-                type=["null", "integer"],
-                minimum=0,
-                title="From version",
-                description="Start at this Delta version (offset) of the pipeline's primary input, 0 for the "
-                "beginning. Leave empty when giving from_timestamp.",
-            ),
-            "from_timestamp": Param(
-                None,
-                type=["null", "string"],
-                format="date-time",
-                title="From timestamp",
-                description="Start at the first version of the primary input committed at or after this time "
-                "(ISO-8601, e.g. 2026-03-01T00:00:00Z). Leave empty when giving from_version.",
-            ),
-            "dry_run": Param(
-                False,
-                type="boolean",
-                title="Dry run",
-                description="Compute and validate the new outputs and report them, but publish nothing.",
-            ),
-        },
+        params={"pipeline": Param(names[0], type="string", enum=names, title="Pipeline", description=about), **params},
         **dag_defaults("reprocess"),
     ) as dag:
-        body = checked_request(_reprocess_arguments, lambda params: f"reprocess_{params['pipeline']}")
 
         @task.branch(task_id="check_params")
         def check_params(lake: str, params=None, ti=None) -> str:
-            """Check the request (no Spark); push the command's arguments; choose the pipeline's reprocess task."""
-            return body(lake, params, ti)
+            """Check the request; push the command's arguments; choose the pipeline's task."""
+            from airflow.sdk.exceptions import AirflowFailException
 
-        check = check_params(LAKE)
+            from streamtable.core.errors import StreamtableError
+
+            try:
+                args, summary = check(lake, params)
+            except StreamtableError as e:
+                raise AirflowFailException(f"refused: {e}") from None
+            print(f"lake {lake}: {summary}")
+            ti.xcom_push(key="args", value=args)
+            return f"{command}_{params['pipeline']}"
+
+        check_task = check_params(LAKE)
         for name in names:
-            check >> streamtable_task(
-                f"reprocess_{name}", "reprocess", name, args_from="check_params", execution_timeout=timedelta(hours=6)
-            )
+            check_task >> streamtable_task(f"{command}_{name}", command, name, args_from="check_params", **task_kwargs)
+    return dag
+
+
+def reprocess_dags(namespace: Namespace) -> list[DAG]:
+    """The `reprocess` DAG: a form (pipeline, from_version or from_timestamp, dry_run), a check, the reprocess."""
+    params = {
+        "from_version": Param(
+            None,
+            type=["null", "integer"],
+            minimum=0,
+            title="From version",
+            description="Start at this Delta version (offset) of the pipeline's primary input, 0 for the "
+            "beginning. Leave empty when giving from_timestamp.",
+        ),
+        "from_timestamp": Param(
+            None,
+            type=["null", "string"],
+            format="date-time",
+            title="From timestamp",
+            description="Start at the first version of the primary input committed at or after this time "
+            "(ISO-8601, e.g. 2026-03-01T00:00:00Z). Leave empty when giving from_version.",
+        ),
+        "dry_run": Param(
+            False,
+            type="boolean",
+            title="Dry run",
+            description="Compute and validate the new outputs and report them, but publish nothing.",
+        ),
+    }
+    about = "The pipeline whose outputs are rebuilt (`streamtable pipelines` lists them)."
+    dag = request_dag(
+        "reprocess",
+        REPROCESS_DOC,
+        "reprocess",
+        _reprocess_arguments,
+        about,
+        params,
+        execution_timeout=timedelta(hours=6),
+    )
     return _publish(namespace, [dag])
 
 
 def reset_dags(namespace: Namespace) -> list[DAG]:
     """The `reset` DAG: a form (pipeline, dry_run), a check, the reset."""
-    names = pipeline_names()
-    with DAG(
-        dag_id="reset",
-        doc_md=RESET_DOC,
-        schedule=None,
-        params={
-            "pipeline": pipeline_param(names, "The pipeline whose progress and outputs are forgotten."),
-            "dry_run": Param(
-                True,
-                type="boolean",
-                title="Dry run",
-                description="Only list what the reset would delete (turn off to reset).",
-            ),
-        },
-        **dag_defaults("reprocess"),
-    ) as dag:
-        body = checked_request(_reset_arguments, lambda params: f"reset_{params['pipeline']}")
-
-        @task.branch(task_id="check_params")
-        def check_params(lake: str, params=None, ti=None) -> str:
-            """Check the request; push the command's arguments; choose the pipeline's reset task."""
-            return body(lake, params, ti)
-
-        check = check_params(LAKE)
-        for name in names:
-            check >> streamtable_task(f"reset_{name}", "reset", name, args_from="check_params")
-    return _publish(namespace, [dag])
+    params = {
+        "dry_run": Param(
+            True,
+            type="boolean",
+            title="Dry run",
+            description="Only list what the reset would delete (turn off to reset).",
+        ),
+    }
+    about = "The pipeline whose progress and outputs are forgotten."
+    return _publish(namespace, [request_dag("reset", RESET_DOC, "reset", _reset_arguments, about, params)])
 
 
 @task(task_id="since")

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT, cli
+from helpers import CLI, ROOT, cli
 from streamtable.core.registry import pipelines
 from streamtable.storage.lake import Lake
 
@@ -70,3 +70,11 @@ def test_short_commands_of_every_pipeline_back_to_back_all_exit_0(lake, tmp_path
     codes = {" ".join(argv): cli(lake, *argv, check=False).returncode for argv in commands}
     assert set(codes.values()) == {0}, {argv: code for argv, code in codes.items() if code != 0}
     assert len(codes) >= 5 * len(pipelines()) == 35
+
+
+def test_version_prints_the_package_version():
+    """`streamtable --version` prints `streamtable X.Y.Z`, the one version the package metadata also carries."""
+    import importlib.metadata
+
+    proc = subprocess.run([CLI, "--version"], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, f"streamtable {importlib.metadata.version('streamtable')}\n")

@@ -31,7 +31,7 @@ Each is imported on first use, so declaring a pipeline imports no Spark.
 
 import lazy_loader
 
-__version__ = "0.1.0"
+from streamtable.core.settings import __version__ as __version__
 
 # The public names are the imports of __init__.pyi (also what type checkers read); each is imported when first used.
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -13,6 +13,7 @@ import os
 import sys
 
 from streamtable.core.errors import BadInputError, QualityGateError, StreamtableError
+from streamtable.core.settings import __version__
 from streamtable.storage.lake import Lake, resolve_lake
 
 GATED_COMMANDS = ("run", "serve", "reprocess", "validate")  # the commands that run quality suites
@@ -159,6 +160,7 @@ def _docs(args: argparse.Namespace) -> str:
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="streamtable", description=__doc__.splitlines()[0])
+    top.add_argument("--version", action="version", version=f"streamtable {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--lake", help="the lake directory (default: $STREAMTABLE_LAKE, else ./lake)")
     common.add_argument("--debug", action="store_true", help="show tracebacks and Spark's logs")

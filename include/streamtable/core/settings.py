@@ -9,6 +9,7 @@ import glob
 import os
 from pathlib import Path
 
+__version__ = "0.1.0"  # the package's version, in this one place (pyproject.toml reads it)
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PROJECT_ROOT = PACKAGE_DIR.parents[1]
 LOG4J_CONF = PACKAGE_DIR / "log4j2.properties"

@@ -10,7 +10,7 @@ from types import FrameType
 from typing import Any
 
 from streamtable.core.errors import DeclarationError
-from streamtable.core.schema import Column, Type
+from streamtable.core.schema import NOT_KEYS, Column, Type
 
 S, L, TS, D = Type.STRING, Type.LONG, Type.TIMESTAMP, Type.DOUBLE
 
@@ -85,13 +85,18 @@ class Table:
         names = [c.name for c in self.columns]
         problems = [f"column {n!r} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
         problems += [f"key {k!r} is not a column" for k in self.keys if k not in names]
+        problems += [
+            f"key {c.name!r} is a {c.type.value}, which cannot be a key"
+            for c in self.columns
+            if c.name in self.keys and c.type.kind in NOT_KEYS
+        ]
         problems += [f"rule on {r.column!r}, which is not a column" for r in self.rules if r.column not in names]
         if self.kind not in ("input", "table", "stream"):
             problems.append(f"kind {self.kind!r} is not input, table or stream")
         if self.time_column is not None and self.time_column not in names:
             problems.append(f"time column {self.time_column!r} is not a column")
         elif self.kind == "input" and self.time_column is not None:
-            if next(c for c in self.columns if c.name == self.time_column).type is not TS:
+            if next(c for c in self.columns if c.name == self.time_column).type != TS:
                 problems.append(f"time column {self.time_column!r} is not a timestamp")
         if problems:
             raise DeclarationError(f"table {self.name!r}: " + "; ".join(problems))

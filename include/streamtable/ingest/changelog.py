@@ -46,10 +46,25 @@ def check_schema(existing: DeltaTable | None, table: Table) -> None:
 
 
 def _same_type(stored: pa.DataType, declared: pa.DataType) -> bool:
-    """Delta stores strings as string or string_view, and timestamps in UTC: those are the same type."""
-    if pa.types.is_string(declared) or pa.types.is_large_string(declared):
-        return pa.types.is_string(stored) or pa.types.is_large_string(stored) or pa.types.is_string_view(stored)
-    return stored.equals(declared)
+    """Delta stores strings as string or string_view (binary likewise, in nested types too), and timestamps in UTC:
+    those are the same type.
+    """
+    return _plain(stored).equals(_plain(declared))
+
+
+def _plain(type_: pa.DataType) -> pa.DataType:
+    """`type_` with its (nested) string, binary and list views or large forms as their plain forms."""
+    if pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_):
+        return pa.string()
+    if pa.types.is_binary(type_) or pa.types.is_large_binary(type_) or pa.types.is_binary_view(type_):
+        return pa.binary()
+    if pa.types.is_map(type_):
+        return pa.map_(_plain(type_.key_type), _plain(type_.item_type))
+    if pa.types.is_list(type_) or pa.types.is_large_list(type_) or pa.types.is_list_view(type_):
+        return pa.list_(_plain(type_.value_type))
+    if pa.types.is_struct(type_):
+        return pa.struct([pa.field(f.name, _plain(f.type)) for f in type_.fields])
+    return type_
 
 
 def append_batches(path: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch], app_id: str) -> int | None:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, functions as F
+from pyspark.sql.types import DataType, DecimalType, DoubleType, FractionalType, LongType
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,22 @@ def aggregate(
 
 
 def add_to_totals(current: DataFrame, deltas: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
-    """The new totals of the keys in `deltas`: each key's current `value` (0 if absent) plus the sum of its deltas."""
+    """The new totals of the keys in `deltas`: each key's current `value` (0 if absent) plus the sum of its deltas.
+
+    A total keeps its deltas' type family: a sum of INT or LONG is a LONG, of FLOAT or DOUBLE a DOUBLE, of
+    DECIMAL(p, s) a DECIMAL(38, s) (exact: the output column's declared type then holds it, or the batch fails).
+    """
     summed = deltas.groupBy(*keys).agg(F.sum(value).alias("_delta"))
     return summed.join(current.select(*keys, F.col(value).alias("_old")), list(keys), "left").select(
-        *keys, (F.coalesce("_old", F.lit(0)) + F.col("_delta")).cast("long").alias(value)
+        *keys,
+        (F.coalesce("_old", F.lit(0)) + F.col("_delta")).cast(_total_type(deltas.schema[value].dataType)).alias(value),
     )
+
+
+def _total_type(delta: DataType) -> DataType:
+    """The type of a total of `delta`s: the widest of its family (LONG, DOUBLE, or a DECIMAL of its scale)."""
+    if isinstance(delta, DecimalType):
+        return DecimalType(38, delta.scale)  # 38: the most digits a Spark decimal holds
+    if isinstance(delta, FractionalType):
+        return DoubleType()
+    return LongType()

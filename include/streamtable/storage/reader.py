@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,7 +18,7 @@ from deltalake import DeltaTable
 from streamtable.core.errors import BadInputError, UnknownTableError
 from streamtable.core.schema import Type, arrow_schema
 from streamtable.core.tables import LINE, Table
-from streamtable.core.timefmt import format_time, parse_time
+from streamtable.core.values import RecordError, parse_json, to_json, typed_value
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.lake import Lake, resolve_lake
 
@@ -47,7 +46,8 @@ def _read(lake: Lake, spec: Table) -> pa.Table:
 
 
 def _sorted(data: pa.Table, spec: Table) -> pa.Table:
-    keys = [c for c in spec.sort_columns if c in data.column_names]
+    sortable = {f.name for f in data.schema if not pa.types.is_nested(f.type)}  # Arrow sorts no list, map or struct
+    keys = [c for c in spec.sort_columns if c in sortable]
     return data.sort_by([(k, "ascending") for k in keys]) if keys and data.num_rows else data
 
 
@@ -55,7 +55,7 @@ def rows(lake: str | Path | Lake, table: str) -> list[dict]:
     """The table's rows as dicts, sorted by its key columns (a stream by its time column, then the others)."""
     lake = lake if isinstance(lake, Lake) else Lake(resolve_lake(str(lake)))
     spec = table_spec(table)
-    return _sorted(_read(lake, spec), spec).to_pylist()
+    return _sorted(_read(lake, spec), spec).to_pylist(maps_as_pydicts="lossy")
 
 
 def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
@@ -74,25 +74,28 @@ def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
         mask = term if mask is None else pc.and_(mask, term)
     if mask is not None:
         data = data.filter(mask)
-    return _sorted(data, spec).to_pylist()
+    return _sorted(data, spec).to_pylist(maps_as_pydicts="lossy")
 
 
 def _parse_key(type_: Type, text: str) -> object:
+    """A key given on the command line, read as its column's JSON text would be (`12.30`, `2026-01-31`, `true`)."""
+    value: object = text
+    if type_.kind == "timestamp" and text.lstrip("-").isdigit():
+        value = int(text)  # epoch milliseconds
+    elif type_.kind not in ("string", "timestamp", "date", "binary"):
+        try:
+            value = parse_json(text.lower() if type_.kind == "boolean" else text)
+        except (ValueError, RecursionError):
+            raise BadInputError(f"{text!r} is not a {type_.value}") from None
     try:
-        if type_ is Type.LONG:
-            return int(text)
-        if type_ is Type.TIMESTAMP:
-            return parse_time(text)
-        if type_ is Type.BOOLEAN:
-            return {"true": True, "false": False}[text.lower()]
-    except (ValueError, KeyError):
-        raise BadInputError(f"{text!r} is not a {type_.value}") from None
-    return text
+        return typed_value("key", type_, value)
+    except RecordError as e:
+        raise BadInputError(f"{text!r} is not a {type_.value} ({e})") from None
 
 
 def json_lines(records: list[dict]) -> Iterator[str]:
-    """Render rows as JSON lines, times as ISO-8601 with milliseconds and `Z`."""
+    """Render rows as JSON lines (each value as `streamtable.core.values.to_json` prints it: times as ISO-8601 with
+    milliseconds and `Z`, decimals as strings with their scale's digits, dates `YYYY-MM-DD`, binary as base64).
+    """
     for record in records:
-        yield json.dumps(
-            {k: format_time(v) if isinstance(v, datetime) else v for k, v in record.items()}, ensure_ascii=False
-        )
+        yield json.dumps({k: to_json(v) for k, v in record.items()}, ensure_ascii=False)

@@ -1,0 +1,270 @@
+"""Spark's types end to end: declared (`Type`), typed from JSON on ingest, kept by operators, printed by `show`.
+
+The record typing is pure Python (no Spark); one test runs a user pipeline over every type in process.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from streamtable import Column, Type
+from streamtable.core import registry
+from streamtable.core.errors import BadInputError, DeclarationError
+from streamtable.core.schema import arrow_schema, spark_ddl
+from streamtable.core.tables import changelog, table
+from streamtable.ingest.records import RecordError, parse_json, parse_record, typed_value
+from streamtable.storage.reader import json_lines
+
+DEC = Type.decimal(3, 1)
+
+
+def typed(type_: Type, text: str) -> object:
+    """The value of a column of `type_` read from the JSON `text`."""
+    return typed_value("c", type_, parse_json(text))
+
+
+def refused(type_: Type, text: str) -> str:
+    """The reason a record whose `c` is the JSON `text` is quarantined."""
+    spec = changelog("t", [Column("c", type_)], time_column=None)  # type: ignore[arg-type]
+    with pytest.raises(RecordError) as e:
+        parse_record(spec, '{"c": ' + text + "}")
+    return str(e.value)
+
+
+def test_double_and_float_take_any_json_number_and_refuse_what_is_not_a_finite_one():
+    assert typed(Type.DOUBLE, "1") == 1.0 and isinstance(typed(Type.DOUBLE, "1"), float)
+    assert typed(Type.DOUBLE, "1.5") == 1.5
+    assert typed(Type.DOUBLE, "-2.5e-3") == -0.0025
+    assert typed(Type.FLOAT, "1.25") == 1.25
+    assert "out of the range of a double" in refused(Type.DOUBLE, "1e400")
+    assert "out of the range of a double" in refused(Type.DOUBLE, "1" + "0" * 400)
+    assert "out of the range of a float" in refused(Type.FLOAT, "1e39")
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        assert refused(Type.DOUBLE, constant).startswith("malformed JSON")
+    for wrong in ('"1.5"', "true", "[1.5]"):
+        assert "should be a double" in refused(Type.DOUBLE, wrong)
+
+
+def test_long_and_int_take_json_integers_in_range_only():
+    assert typed(Type.LONG, "-9223372036854775808") == -(2**63)
+    assert typed(Type.INT, "2147483647") == 2**31 - 1
+    assert refused(Type.LONG, "1.0") == "c should be a long, got 1.0"
+    assert refused(Type.INT, "1e2") == "c should be a int, got 1E+2"
+    assert "does not fit a 64-bit integer" in refused(Type.LONG, "9223372036854775808")
+    assert "does not fit a 32-bit integer" in refused(Type.INT, "-2147483649")
+    assert "should be a int" in refused(Type.INT, "true")
+
+
+def test_decimal_is_exact_from_a_number_or_a_string_of_digits_never_through_a_float():
+    assert typed(DEC, "1.50") == Decimal("1.5") and typed(DEC, "1.50").as_tuple().exponent == -1
+    assert typed(DEC, '"12.3"') == Decimal("12.3")
+    assert typed(DEC, "-99.9") == Decimal("-99.9")
+    assert typed(DEC, "7") == Decimal("7.0")
+    assert typed(Type.decimal(5, 2), "1e2") == Decimal("100.00")
+    assert typed(Type.decimal(38, 18), "0.100000000000000000") == Decimal("0.1")  # a float would be 0.1000...0555
+    assert typed(Type.decimal(38, 0), "9" * 38) == Decimal("9" * 38)  # beyond a double's 53 bits
+    for inexact in ("1.55", "123.4", "99.99", '"1.55"', "1e400", "1e-400"):
+        assert "does not fit a decimal(3,1) exactly" in refused(DEC, inexact), inexact
+    for wrong in ('"1e2"', '"1,5"', '" 1.5"', '"+1.5"', '""', "true"):
+        assert "should be a decimal(3,1)" in refused(DEC, wrong), wrong
+
+
+def test_date_binary_boolean_and_timestamp():
+    assert typed(Type.DATE, '"2026-01-31"') == date(2026, 1, 31)
+    assert "not a date" in refused(Type.DATE, '"2026-02-30"')
+    for wrong in ('"20260131"', '"2026-01-31T00:00:00"', "20260131"):
+        assert "should be a date" in refused(Type.DATE, wrong), wrong
+    assert typed(Type.BINARY, '"AAH/"') == b"\x00\x01\xff"
+    assert typed(Type.BINARY, '""') == b""
+    assert "is not base64" in refused(Type.BINARY, '"AAH"')
+    assert "is not base64" in refused(Type.BINARY, '"AA H/"')
+    assert typed(Type.BOOLEAN, "false") is False
+    assert typed(Type.TIMESTAMP, "0").year == 1970
+
+
+def test_arrays_maps_and_structs_nest_to_any_depth_and_name_the_wrong_value():
+    point = Type.struct([Column("x", Type.DOUBLE), Column("label", Type.STRING, nullable=True)])
+    deep = Type.array(Type.map(Type.array(point)))
+    value = typed(deep, '[{"a": [{"x": 1, "extra": true}, {"x": 0.5, "label": "p"}]}, {}]')
+    assert value == [{"a": [{"x": 1.0, "label": None}, {"x": 0.5, "label": "p"}]}, {}]
+    assert typed(Type.array(Type.LONG), "[1, null, 3]") == [1, None, 3]  # elements and map values may be null
+    assert typed(Type.map(DEC), '{"k": 1.50}') == {"k": Decimal("1.5")}
+    assert refused(deep, '[{"a": [{"label": "p"}]}]') == "missing field c[0].a[0].x"
+    assert refused(deep, '[{"a": [{"x": null}]}]') == "c[0].a[0].x is null"
+    assert refused(deep, '[{"a": [{"x": "1"}]}]') == "c[0].a[0].x should be a double, got 1"
+    assert refused(Type.map(DEC), '{"k": 1.55}') == "c.k 1.55 does not fit a decimal(3,1) exactly"
+    assert "should be a array<long>" in refused(Type.array(Type.LONG), '{"a": 1}')
+    assert "should be a map<string, long>" in refused(Type.map(Type.LONG), "[1]")
+    # every typed value is one pyarrow takes for the declared type
+    row = {"c": value}
+    assert pa.Table.from_pylist([row], schema=arrow_schema((Column("c", deep),))).to_pylist(maps_as_pydicts="strict")
+
+
+def test_declarations_render_for_arrow_and_spark_and_keys_are_checked():
+    columns = (
+        Column("s", Type.STRING),
+        Column("n", Type.INT),
+        Column("d", Type.decimal(10, 2)),
+        Column("on", Type.DATE),
+        Column("m", Type.map(Type.array(Type.struct([Column("x", Type.FLOAT)])))),
+    )
+    assert spark_ddl(columns) == (
+        "`s` STRING, `n` INT, `d` DECIMAL(10,2), `on` DATE, `m` MAP<STRING, ARRAY<STRUCT<`x`: FLOAT>>>"
+    )
+    assert arrow_schema(columns).field("d").type == pa.decimal128(10, 2)
+    assert arrow_schema(columns).field("on").type == pa.date32()
+    assert Type.decimal(10, 2) == Type.decimal(10, 2) and Type.LONG == Type("long")
+    assert repr(Type.decimal(10, 2)) == "Type.decimal(10, 2)" and repr(Type.STRING) == "Type.STRING"
+    assert Type.decimal(10, 2).value == "decimal(10,2)"
+    for key_type in (Type.DOUBLE, Type.FLOAT, Type.BINARY, Type.array(Type.LONG), Type.map(Type.LONG), columns[4].type):
+        with pytest.raises(DeclarationError, match="cannot be a key"):
+            table("t", [Column("k", key_type), Column("v", Type.LONG)], keys=["k"])
+    for key_type in (Type.INT, Type.DATE, Type.decimal(10, 2), Type.BOOLEAN, Type.TIMESTAMP):
+        table("t", [Column("k", key_type), Column("v", Type.LONG)], keys=["k"])
+    for bad in ((0, 0), (39, 2), (5, 6), (5, -1)):
+        with pytest.raises(DeclarationError):
+            Type.decimal(*bad)
+    with pytest.raises(DeclarationError):
+        Type.struct([])
+    with pytest.raises(DeclarationError):
+        Column("c", "long")  # type: ignore[arg-type]
+
+
+def test_show_prints_decimals_as_strings_of_their_scale_dates_binary_and_doubles_as_numbers():
+    columns = (
+        Column("d", Type.decimal(5, 2)),
+        Column("z", Type.decimal(12, 10)),
+        Column("on", Type.DATE),
+        Column("b", Type.BINARY),
+        Column("x", Type.DOUBLE),
+        Column("m", Type.map(Type.decimal(3, 1))),
+    )
+    row = {
+        c.name: typed_value(c.name, c.type, v)
+        for c, v in zip(columns, [Decimal("1.5"), 0, "2026-01-31", "AAH/", Decimal("0.1"), {"k": 2}], strict=True)
+    }
+    stored = pa.Table.from_pylist([row], schema=arrow_schema(columns)).to_pylist(maps_as_pydicts="strict")
+    assert json.loads(next(json_lines(stored))) == {
+        "d": "1.50",
+        "z": "0.0000000000",
+        "on": "2026-01-31",
+        "b": "AAH/",
+        "x": 0.1,
+        "m": {"k": "2.0"},
+    }
+
+
+PIPELINE = """
+
+from streamtable import Column, Pipeline, Type, add_to_totals, changelog, stream, table
+
+POINT = Type.struct([Column("x", Type.DOUBLE), Column("label", Type.STRING, nullable=True)])
+ALL = [
+    Column("id", Type.STRING),
+    Column("day", Type.DATE),
+    Column("n", Type.INT),
+    Column("big", Type.LONG),
+    Column("price", Type.decimal(10, 2)),
+    Column("ratio", Type.DOUBLE),
+    Column("f", Type.FLOAT),
+    Column("ok", Type.BOOLEAN),
+    Column("blob", Type.BINARY),
+    Column("tags", Type.array(Type.STRING)),
+    Column("attrs", Type.map(Type.decimal(5, 1))),
+    Column("points", Type.array(POINT)),
+    Column("event_time", Type.TIMESTAMP),
+]
+ITEMS = changelog("items", ALL)
+
+
+def process(batch):
+    items = batch.new("items")
+    batch.append("items_seen", items.select(*[c.name for c in ALL]))
+    batch.upsert("price_by_day", add_to_totals(batch.current("price_by_day"), items, ["day"], "price"))
+    batch.upsert("ratio_by_id", add_to_totals(batch.current("ratio_by_id"), items, ["id"], "ratio"))
+    batch.upsert("n_by_price", add_to_totals(batch.current("n_by_price"), items, ["price"], "n"))
+
+
+PIPELINE = Pipeline(
+    name="types",
+    doc="every type through a pipeline",
+    streams=("items",),
+    outputs=(
+        stream("items_seen", ALL, time_column="event_time"),
+        table("price_by_day", [Column("day", Type.DATE), Column("price", Type.decimal(10, 2))], keys=["day"]),
+        table("ratio_by_id", [Column("id", Type.STRING), Column("ratio", Type.DOUBLE)], keys=["id"]),
+        table("n_by_price", [Column("price", Type.decimal(10, 2)), Column("n", Type.LONG)], keys=["price"]),
+    ),
+    process=process,
+)
+"""
+
+
+@pytest.fixture
+def types_pipeline(tmp_path: Path, monkeypatch):
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "types.py").write_text(PIPELINE)
+    monkeypatch.setenv(registry.ENV, str(folder))
+    registry.current.cache_clear()
+    yield
+    registry.current.cache_clear()
+
+
+def test_every_type_round_trips_through_ingest_a_pipeline_and_show(spark, types_pipeline, tmp_path):
+    from streamtable.ingest.files import ingest_lines
+    from streamtable.runtime.lifecycle import run
+    from streamtable.storage.lake import Lake
+    from streamtable.storage.reader import query, rows
+
+    lake = Lake(tmp_path / "lake")
+    first = {
+        "id": "a",
+        "day": "2026-01-31",
+        "n": 1,
+        "big": 2**62,
+        "price": 0.1,
+        "ratio": 0.1,
+        "f": 1.5,
+        "ok": True,
+        "blob": "AAH/",
+        "tags": ["x", "y"],
+        "attrs": {"w": 1.5},
+        "points": [{"x": 1, "label": "p", "extra": 1}, {"x": -0.5}],
+        "event_time": "2026-01-31T10:00:00Z",
+    }
+    second = first | {"n": 2, "price": "0.20", "ratio": 0.2, "tags": [], "attrs": {}, "points": []}
+    second["event_time"] = "2026-01-31T10:00:01Z"
+    bad = [first | {"price": 0.125}, first | {"ratio": 1e400}, first | {"day": "31/01/2026"}, first | {"n": 1.0}]
+    result = ingest_lines(lake, "items", [json.dumps(first), json.dumps(second), *map(json.dumps, bad)])
+    assert (result.appended, result.quarantined) == (2, 4)
+    run(lake, "types")
+
+    shown = [json.loads(line) for line in json_lines(rows(lake, "items_seen"))]
+    assert shown == [
+        first
+        | {"price": "0.10", "attrs": {"w": "1.5"}, "event_time": "2026-01-31T10:00:00.000Z"}
+        | {"points": [{"x": 1.0, "label": "p"}, {"x": -0.5, "label": None}]},
+        second | {"price": "0.20", "event_time": "2026-01-31T10:00:01.000Z"},
+    ]
+    # sums keep their type family: DECIMAL(10,2) exactly, DOUBLE as a double, INT as a LONG
+    assert [json.loads(line) for line in json_lines(query(lake, "price_by_day", "2026-01-31"))] == [
+        {"day": "2026-01-31", "price": "0.30"}
+    ]
+    assert [json.loads(line) for line in json_lines(query(lake, "ratio_by_id", "a"))] == [
+        {"id": "a", "ratio": 0.1 + 0.2}
+    ]
+    assert (
+        query(lake, "n_by_price", "0.1") == query(lake, "n_by_price", '"0.10"') == [{"price": Decimal("0.10"), "n": 1}]
+    )
+    assert [r["n"] for r in query(lake, "n_by_price", "0.20")] == [2]
+    with pytest.raises(BadInputError, match="is not a decimal"):
+        query(lake, "n_by_price", "0.125")
+    with pytest.raises(BadInputError, match="is not a date"):
+        query(lake, "price_by_day", "2026-1-31")

@@ -55,7 +55,7 @@ def rows(lake: str | Path | Lake, table: str) -> list[dict]:
     """The table's rows as dicts, sorted by its key columns (a stream by its time column, then the others)."""
     lake = lake if isinstance(lake, Lake) else Lake(resolve_lake(str(lake)))
     spec = table_spec(table)
-    return _sorted(_read(lake, spec), spec).to_pylist(maps_as_pydicts="lossy")
+    return _pylist(_sorted(_read(lake, spec), spec))
 
 
 def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
@@ -74,7 +74,18 @@ def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
         mask = term if mask is None else pc.and_(mask, term)
     if mask is not None:
         data = data.filter(mask)
-    return _sorted(data, spec).to_pylist(maps_as_pydicts="lossy")
+    return _pylist(_sorted(data, spec))
+
+
+def _pylist(data: pa.Table) -> list[dict]:
+    """The rows as Python values: maps as dicts, a FLOAT column's values as the shortest decimals that are the same
+    32-bit floats (1.1, not 1.100000023841858).
+    """
+    for i, field in enumerate(data.schema):
+        if pa.types.is_float32(field.type):
+            shortest = pc.cast(pc.cast(data[field.name], pa.string()), pa.float64())
+            data = data.set_column(i, pa.field(field.name, pa.float64()), shortest)
+    return data.to_pylist(maps_as_pydicts="lossy")
 
 
 def _parse_key(type_: Type, text: str) -> object:

@@ -23,12 +23,29 @@ def _lake(args: argparse.Namespace) -> Lake:
     return Lake(resolve_lake(args.lake))
 
 
-def cmd_ingest(args: argparse.Namespace) -> None:
+def cmd_ingest(args: argparse.Namespace) -> int:
     from streamtable.ingest.files import MAX_LINE_BYTES, ingest_file
 
     limit = MAX_LINE_BYTES if args.max_line_bytes is None else args.max_line_bytes
+    if args.file and os.path.isdir(args.file):
+        return cmd_ingest_folder(args, limit)
+    if args.follow and not getattr(args, "kafka", None):
+        raise BadInputError("--follow needs a folder (or --kafka TOPIC), not a file")
     result = ingest_file(_lake(args), args.table, args.file, args.id, limit)
     print(json.dumps(result.as_dict() | {"duplicate": result.duplicate}))
+    return 0
+
+
+def cmd_ingest_folder(args: argparse.Namespace, limit: int) -> int:
+    """`ingest TABLE DIR [--follow]`: exits 1 when a file was refused (each named on stderr)."""
+    from streamtable.ingest.folders import ingest_folder
+
+    if args.id is not None:
+        raise BadInputError("--id names one file's ingest: a folder's files each have their own (their hash)")
+    done = ingest_folder(
+        _lake(args), args.table, args.file, follow=args.follow, poll_interval=args.poll_interval, max_line_bytes=limit
+    )
+    return 1 if done.refused and not args.follow else 0
 
 
 def cmd_run(args: argparse.Namespace) -> None:
@@ -180,7 +197,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("ingest", cmd_ingest, "append JSON-lines records to an input changelog")
     p.add_argument("table")
-    p.add_argument("file", help="a JSON-lines file, or - for stdin")
+    p.add_argument("file", help="a JSON-lines file, - for stdin, or a folder of .jsonl/.json/.csv/.parquet files")
     p.add_argument(
         "--id", help="the ingest's id: an ingest whose id the table took appends nothing (default: FILE's SHA-256)"
     )
@@ -189,6 +206,14 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="a line longer than N bytes is quarantined (default: 1 MiB)",
+    )
+    p.add_argument("--follow", action="store_true", help="keep ingesting what arrives until SIGTERM")
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="with a folder and --follow: how often to look for new files (default: 1)",
     )
     command("run", cmd_run, "process everything the inputs hold now, then exit").add_argument("pipeline")
     p = command("serve", cmd_serve, "run continuously, one run per micro-batch, until SIGTERM")
@@ -247,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
 
         import_gx_in_background()
     try:
-        args.func(args)
+        code = args.func(args)  # None, or the exit code of a command that did part of its work (ingest DIR)
     except StreamtableError as e:
         if args.debug:
             raise
@@ -269,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    return 0
+    return code or 0
 
 
 STORAGE_FAILURES = ("No space left on device", "Read-only file system", "Disk quota exceeded")

@@ -1,0 +1,375 @@
+"""`streamtable ingest TABLE DIR [--follow]`: landing folders of JSON lines, CSV and Parquet, each file exactly once."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from contextlib import redirect_stderr, redirect_stdout
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from helpers import CLI, ingest
+from streamtable.cli import main as cli
+from streamtable.core import registry
+from streamtable.core.schema import Type
+from streamtable.ingest.folders import ingest_folder, widens
+from streamtable.storage.lake import Lake
+from streamtable.storage.reader import rows
+
+CLICKS = [
+    {"user": "alice", "clicks": 13, "event_time": "2026-03-01T10:01:00Z"},
+    {"user": "bob", "clicks": 7, "event_time": "2026-03-01T10:02:30.250Z"},
+    {"user": "carol", "clicks": 0, "event_time": "2026-03-01T11:00:00+02:00"},
+    {"user": "dave", "clicks": 2**40, "event_time": "2026-03-01T10:03:00Z"},
+    {"user": "erin", "clicks": 5, "event_time": "2026-03-01T10:04:00Z"},
+    {"user": "frank", "clicks": 1, "event_time": "2026-03-01T10:05:00Z"},
+]
+
+
+def run_main(*argv: str) -> tuple[int, str, str]:
+    """`streamtable ARGV...` in-process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = cli.main(list(argv))
+        finally:
+            logging.disable(logging.NOTSET)  # main silences logging for the process; not for the other tests
+    return code, out.getvalue(), err.getvalue()
+
+
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def write_csv(path: Path, header: list[str], records: list[list[str]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(records)
+
+
+INT32 = pa.int32()
+
+
+def clicks_parquet(path: Path, records: list[dict], clicks: pa.DataType = INT32) -> None:
+    """`user_clicks` records as Parquet with narrower types than declared: INT32 clicks, millisecond times."""
+    times = [datetime.fromisoformat(r["event_time"]).astimezone(UTC) for r in records]
+    table = pa.table(
+        {
+            "user": [r["user"] for r in records],
+            "clicks": pa.array([r["clicks"] for r in records], clicks),
+            "event_time": pa.array(times, pa.timestamp("ms", tz="UTC")),
+        }
+    )
+    pq.write_table(table, path)
+
+
+def reports(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def landing(tmp_path: Path) -> Path:
+    """A folder of clicks: two in JSON lines, two in CSV, two in Parquet (INT32 clicks, the last the 2**40 one's
+    neighbours), and a note that is not data."""
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    write_jsonl(folder / "1-first.jsonl", CLICKS[:2])
+    write_csv(
+        folder / "2-second.csv",
+        ["event_time", "user", "clicks", "ignored"],
+        [[r["event_time"], r["user"], str(r["clicks"]), "x"] for r in CLICKS[2:4]],
+    )
+    clicks_parquet(folder / "3-third.parquet", CLICKS[4:])
+    (folder / "README.txt").write_text("clicks land here\n")
+    return folder
+
+
+# --- One pass ----------------------------------------------------------------------------------------------------
+
+
+def test_a_folder_gives_the_rows_its_records_give_as_json_lines_and_a_second_run_takes_nothing(lake, tmp_path):
+    folder = landing(tmp_path)
+    code, out, err = run_main("ingest", "user_clicks", str(folder), "--lake", str(lake.root))
+    assert code == 0, err
+    assert [(r["source"], r["appended"], r["quarantined"], r["duplicate"]) for r in reports(out)] == [
+        ("1-first.jsonl", 2, 0, False),
+        ("2-second.csv", 2, 0, False),
+        ("3-third.parquet", 2, 0, False),
+    ]
+    assert [r["version"] for r in reports(out)] == [0, 1, 2]
+    assert err == "streamtable: skipped README.txt: not a .jsonl, .json, .csv or .parquet file\n"
+    as_json_lines = Lake(tmp_path / "json_lake")
+    ingest(as_json_lines, "user_clicks", CLICKS)
+    assert rows(lake, "user_clicks") == rows(as_json_lines, "user_clicks")
+
+    code, again, _ = run_main("ingest", "user_clicks", str(folder), "--lake", str(lake.root))
+    assert code == 0
+    assert reports(again) == [r | {"duplicate": True} for r in reports(out)]
+    write_jsonl(folder / "4-later.json", [{"user": "gina", "clicks": 3, "event_time": "2026-03-01T10:06:00Z"}])
+    code, later, _ = run_main("ingest", "user_clicks", str(folder), "--lake", str(lake.root))
+    assert [(r["source"], r["duplicate"]) for r in reports(later)] == [
+        ("1-first.jsonl", True),
+        ("2-second.csv", True),
+        ("3-third.parquet", True),
+        ("4-later.json", False),
+    ]
+    assert len(rows(lake, "user_clicks")) == len(CLICKS) + 1
+
+
+def test_a_file_taken_before_under_another_name_or_alone_is_a_duplicate(lake, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", CLICKS[:1])
+    assert run_main("ingest", "user_clicks", str(folder / "a.jsonl"), "--lake", str(lake.root))[0] == 0
+    (folder / "a.jsonl").rename(folder / "b.jsonl")
+    code, out, _ = run_main("ingest", "user_clicks", str(folder), "--lake", str(lake.root))
+    assert (code, [(r["source"], r["duplicate"]) for r in reports(out)]) == (0, [("b.jsonl", True)])
+    assert len(rows(lake, "user_clicks")) == 1
+
+
+@pytest.mark.parametrize(
+    "name, write, column",
+    [
+        ("b.csv", lambda p: write_csv(p, ["user", "event_time"], [["x", "2026-03-01T10:00:00Z"]]), "clicks"),
+        ("b.parquet", lambda p: clicks_parquet(p, CLICKS[:1], pa.float64()), "clicks"),
+        ("b.parquet", lambda p: clicks_parquet(p, CLICKS[:1], pa.uint64()), "clicks"),
+        ("b.parquet", lambda p: pq.write_table(pa.table({"user": ["x"], "clicks": [1]}), p), "event_time"),
+    ],
+    ids=["csv-missing-column", "parquet-double-for-long", "parquet-uint64-for-long", "parquet-missing-column"],
+)
+def test_a_file_that_cannot_fit_is_refused_naming_the_column_and_the_others_go_in(lake, tmp_path, name, write, column):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", CLICKS[:1])
+    write(folder / name)
+    write_jsonl(folder / "c.jsonl", CLICKS[1:2])
+    code, out, err = run_main("ingest", "user_clicks", str(folder), "--lake", str(lake.root))
+    assert code == 1
+    assert [r["source"] for r in reports(out)] == ["a.jsonl", "c.jsonl"]
+    [line] = err.splitlines()
+    assert line.startswith(f"streamtable: refused {name}: column {column} ") and "nothing of it was written" in line
+    assert [r["user"] for r in rows(lake, "user_clicks")] == ["alice", "bob"]
+
+
+def test_csv_cells_are_typed_as_json_would_be_and_quarantine_names_the_file_line(lake, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "clicks.csv").write_text(
+        "user,clicks,event_time\n"  # line 1
+        "a,1,2026-03-01T10:00:00Z\n"  # 2
+        'b,"1.5",2026-03-01T10:00:00Z\n'  # 3: a LONG cell of 1.5: quarantined, as JSON 1.5 is
+        "\n"  # 4: blank, not counted
+        '"c\nc",2,2026-03-01T10:00:00Z\n'  # 5-6: a quoted line break; the record is the line it starts on
+        "d,,2026-03-01T10:00:00Z\n"  # 7: an empty cell is null: clicks is required
+        "e,3,1772359200000\n"  # 8: epoch milliseconds
+        "42,-1,2026-03-01T10:00:00Z\n"  # 9: a STRING cell 42 is "42"; -1 breaks the rule clicks >= 0
+        "f,many,2026-03-01T10:00:00Z\n"  # 10
+    )
+    code, out, _ = run_main("ingest", "user_clicks", str(folder), "--lake", str(lake.root))
+    assert (code, reports(out)[0]["appended"], reports(out)[0]["quarantined"]) == (0, 3, 4)
+    assert [(r["user"], r["clicks"]) for r in rows(lake, "user_clicks")] == [("a", 1), ("c\nc", 2), ("e", 3)]
+    bad = sorted(rows(lake, "quarantine"), key=lambda q: q["line"])
+    assert [(q["source"], q["line"]) for q in bad] == [("clicks.csv", n) for n in (3, 7, 9, 10)]
+    assert json.loads(bad[0]["raw"]) == {"user": "b", "clicks": 1.5, "event_time": "2026-03-01T10:00:00Z"}
+    assert json.loads(bad[2]["raw"])["user"] == "42"
+    assert [q["reason"] for q in bad] == [
+        "clicks should be a long, got 1.5",
+        "clicks is null",
+        "clicks is -1, below 0",
+        "clicks should be a long, got many",
+    ]
+
+
+def test_parquet_quarantine_names_the_row_from_1_and_raw_is_the_record_as_json(lake, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    records = [dict(CLICKS[0]), dict(CLICKS[1], clicks=-5), dict(CLICKS[4], user=""), dict(CLICKS[5])]
+    clicks_parquet(folder / "p.parquet", records)
+    code, out, _ = run_main("ingest", "user_clicks", str(folder), "--lake", str(lake.root))
+    assert (code, reports(out)[0]["appended"], reports(out)[0]["quarantined"]) == (0, 2, 2)
+    bad = sorted(rows(lake, "quarantine"), key=lambda q: q["line"])
+    assert [(q["source"], q["line"]) for q in bad] == [("p.parquet", 2), ("p.parquet", 3)]
+    assert json.loads(bad[0]["raw"]) == {"user": "bob", "clicks": -5, "event_time": "2026-03-01T10:02:30.250000+00:00"}
+
+
+TYPED = """
+from streamtable import Column, Pipeline, Type, changelog, stream
+
+READINGS = [
+    Column("id", Type.STRING),
+    Column("day", Type.DATE),
+    Column("price", Type.decimal(10, 2)),
+    Column("ratio", Type.DOUBLE),
+    Column("n", Type.LONG),
+    Column("ok", Type.BOOLEAN),
+    Column("tags", Type.array(Type.STRING), nullable=True),
+    Column("event_time", Type.TIMESTAMP),
+]
+INPUT = changelog("readings", READINGS)
+PIPELINE = Pipeline(
+    name="readings_copy",
+    doc="a copy of readings",
+    streams=("readings",),
+    outputs=(stream("readings_seen", READINGS, time_column="event_time"),),
+    process=lambda batch: batch.append("readings_seen", batch.new("readings")),
+)
+"""
+
+
+@pytest.fixture
+def readings(tmp_path: Path, monkeypatch):
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "readings.py").write_text(TYPED)
+    monkeypatch.setenv(registry.ENV, str(folder))
+    registry.current.cache_clear()
+    yield
+    registry.current.cache_clear()
+
+
+def test_csv_and_widened_parquet_of_every_scalar_give_the_json_lines_rows(readings, lake, tmp_path):
+    records = [
+        {"id": "a", "day": "2026-01-31", "price": "1.50", "ratio": 0.5, "n": 3, "ok": True, "tags": ["x", "y"]},
+        {"id": "b", "day": "2026-02-01", "price": 12, "ratio": -2, "n": -1, "ok": False, "tags": None},
+    ]
+    for r, t in zip(records, ["2026-03-01T10:00:00Z", "2026-03-01T10:00:01.5Z"], strict=True):
+        r["event_time"] = t
+    folder = tmp_path / "in"
+    folder.mkdir()
+    header = ["id", "day", "price", "ratio", "n", "ok", "tags", "event_time"]
+    cell = {"tags": lambda v: "" if v is None else json.dumps(v), "ok": json.dumps}
+    write_csv(folder / "a.csv", header, [[cell.get(c, str)(r[c]) for c in header] for r in records])
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(["a", "b"], pa.large_string()),
+                "day": pa.array([date(2026, 1, 31), date(2026, 2, 1)], pa.date32()),
+                "price": pa.array([Decimal("1.5"), Decimal("12")], pa.decimal128(4, 1)),  # widens to DECIMAL(10,2)
+                "ratio": pa.array([0.5, -2.0], pa.float32()),  # FLOAT to DOUBLE
+                "n": pa.array([3, -1], pa.int16()),  # INT16 to LONG
+                "ok": [True, False],
+                "tags": pa.array([["x", "y"], None], pa.list_(pa.string())),
+                "event_time": pa.array(
+                    [datetime(2026, 3, 1, 10, 0), datetime(2026, 3, 1, 10, 0, 1, 500000)], pa.timestamp("ns")
+                ),
+            }
+        ),
+        folder / "b.parquet",
+    )
+    code, out, err = run_main("ingest", "readings", str(folder), "--lake", str(lake.root))
+    assert code == 0, err
+    assert [(r["appended"], r["quarantined"]) for r in reports(out)] == [(2, 0), (2, 0)]
+    as_json_lines = Lake(tmp_path / "json_lake")
+    ingest(as_json_lines, "readings", records + records)
+    assert rows(lake, "readings") == rows(as_json_lines, "readings")
+
+
+@pytest.mark.parametrize(
+    "found, declared, fits",
+    [
+        (pa.int32(), Type.LONG, True),
+        (pa.int64(), Type.INT, False),
+        (pa.uint32(), Type.LONG, True),
+        (pa.uint32(), Type.INT, False),
+        (pa.float32(), Type.DOUBLE, True),
+        (pa.float64(), Type.FLOAT, False),
+        (pa.int32(), Type.DOUBLE, True),
+        (pa.int64(), Type.DOUBLE, False),
+        (pa.decimal128(5, 2), Type.decimal(10, 2), True),
+        (pa.decimal128(5, 3), Type.decimal(10, 2), False),
+        (pa.int32(), Type.decimal(10, 0), True),
+        (pa.int32(), Type.decimal(10, 1), False),
+        (pa.string(), Type.LONG, False),
+        (pa.timestamp("s"), Type.TIMESTAMP, True),
+        (pa.date32(), Type.TIMESTAMP, False),
+        (pa.list_(pa.int8()), Type.array(Type.LONG), True),
+        (pa.map_(pa.string(), pa.float32()), Type.map(Type.DOUBLE), True),
+        (pa.dictionary(pa.int32(), pa.string()), Type.STRING, True),
+        (pa.null(), Type.DATE, True),
+    ],
+)
+def test_parquet_types_widen_only_losslessly(found, declared, fits):
+    assert widens(found, declared) is fits
+
+
+# --- Follow ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_follow_takes_new_files_leaves_a_growing_one_for_later_and_exits_0_on_sigterm(lake, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", CLICKS[:1])
+    argv = [CLI, "ingest", "user_clicks", str(folder), "--follow", "--poll-interval", "0.2", "--lake", str(lake.root)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline())["source"] == "a.jsonl"
+        write_csv(folder / "b.csv", ["user", "clicks", "event_time"], [["bob", "2", "2026-03-01T10:00:00Z"]])
+        assert json.loads(proc.stdout.readline())["source"] == "b.csv"
+        growing = folder / "c.jsonl"
+        with growing.open("w") as f:  # a line every 0.1 s for 2 s: its size changes between any two passes
+            for i in range(20):
+                f.write(json.dumps(CLICKS[1] | {"user": f"u{i}"}) + "\n")
+                f.flush()
+                time.sleep(0.1)
+        assert json.loads(proc.stdout.readline()) | {"version": None} == {
+            "table": "user_clicks",
+            "appended": 20,
+            "quarantined": 0,
+            "version": None,
+            "duplicate": False,
+            "source": "c.jsonl",
+        }
+    finally:
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=60)
+    assert (proc.returncode, rest, err) == (0, "", "")
+    assert len(rows(lake, "user_clicks")) == 22
+
+
+# --- Exactly once under kills ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["ingest:parsed", "ingest:appended", "ingest:quarantined", "ingest:registered"])
+def test_a_folder_ingest_killed_at_any_point_and_rerun_takes_every_file_once(lake, tmp_path, point):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", CLICKS[:2])
+    (folder / "b.csv").write_text("user,clicks,event_time\ncarol,0,2026-03-01T10:00:00Z\nbad,-1,2026-03-01T10:00:00Z\n")
+    clicks_parquet(folder / "c.parquet", CLICKS[3:] + [dict(CLICKS[0], clicks=-2)], pa.int64())
+    # a.jsonl is in already, so the kill lands in b.csv's ingest (a CSV goes through the JSON-lines machinery)
+    (tmp_path / "first").mkdir()
+    (tmp_path / "first" / "a.jsonl").write_bytes((folder / "a.jsonl").read_bytes())
+    ingest_folder(lake, "user_clicks", tmp_path / "first", report=lambda _: None)
+
+    def streamtable_ingest(env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        argv = [CLI, "ingest", "user_clicks", str(folder), "--lake", str(lake.root)]
+        return subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=120)
+
+    killed = streamtable_ingest({"STREAMTABLE_KILL_AT": point})
+    assert killed.returncode == -signal.SIGKILL, f"not killed at {point}: {killed.stderr}"
+    assert [json.loads(line)["source"] for line in killed.stdout.splitlines()] == ["a.jsonl"]
+    retry = streamtable_ingest()
+    assert retry.returncode == 0, retry.stderr
+    assert [(r["source"], r["appended"], r["quarantined"]) for r in reports(retry.stdout)] == [
+        ("a.jsonl", 2, 0),
+        ("b.csv", 1, 1),
+        ("c.parquet", 3, 1),
+    ]
+    users = sorted(r["user"] for r in rows(lake, "user_clicks"))
+    assert users == sorted(r["user"] for r in CLICKS)  # none lost, none twice
+    assert sorted((q["source"], q["line"]) for q in rows(lake, "quarantine")) == [("b.csv", 3), ("c.parquet", 4)]

@@ -81,8 +81,16 @@ inputs_hash="$( (cat requirements.txt constraints.txt pyproject.toml jars/pom.xm
 jars_present() { compgen -G "jars/delta-spark_*-${delta_version}.jar" >/dev/null && compgen -G "jars/delta-storage-${delta_version}.jar" >/dev/null; }
 kafka_version="$(sed -n '/<artifactId>kafka_2.13/{n;s/.*<version>\(.*\)<\/version>.*/\1/p}' jars/kafka/pom.xml)"  # step 3c
 kafka_jars_present() { [[ -f "jars/kafka/kafka_2.13-${kafka_version}.jar" ]]; }
+# step 3d: the object store's server (built once per machine into a cache) and Spark's s3a jars
+VERSITYGW_VERSION=v1.8.0
+VERSITYGW_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/streamtable/bin/versitygw-$VERSITYGW_VERSION"
+hadoop_aws_version="$(sed -n '/<artifactId>hadoop-aws/{n;s/.*<version>\(.*\)<\/version>.*/\1/p}' jars/s3a/pom.xml)"
+object_store_present() {
+  [[ "${STREAMTABLE_SETUP_OBJECT_STORE:-1}" == 0 ]] && return 0
+  [[ -x build/bin/versitygw && -f "jars/s3a/hadoop-aws-${hadoop_aws_version}.jar" ]] && compgen -G "jars/s3a/bundle-*.jar" >/dev/null
+}
 if [[ "${SETUP_FORCE:-0}" != 1 && -f "$STAMP" && "$(cat "$STAMP")" == "$inputs_hash" \
-      && -x "$VENV/bin/streamtable" && -f "$AIRFLOW_HOME/airflow.db" ]] && jars_present && kafka_jars_present; then
+      && -x "$VENV/bin/streamtable" && -f "$AIRFLOW_HOME/airflow.db" ]] && jars_present && kafka_jars_present && object_store_present; then
   say "up to date (java $java_version, $("$VENV/bin/python" -V), Delta $delta_version jars, AIRFLOW_HOME=$AIRFLOW_HOME); SETUP_FORCE=1 to redo"
   postgres
   exit 0
@@ -148,6 +156,47 @@ if ! kafka_jars_present; then
     || { cat "$mvn_log" >&2; die "mvn could not fetch Kafka's jars (see jars/kafka/pom.xml)"; }
   rm -f "$mvn_log"
   kafka_jars_present || die "mvn ran but jars/kafka/ has no kafka_2.13-$kafka_version.jar"
+fi
+
+# ---------------------------------------------------------------- 3d. object store: server and s3a jars
+# `make object-store` (scripts/object-store.sh) and the tests: versitygw, an S3-compatible server with conditional
+# writes, built with Go once per machine into $VERSITYGW_CACHE (fresh clones reuse it; ~1m45s on 2 cores, 80 MB)
+# and linked to build/bin/versitygw; Spark's s3a connector in jars/s3a/ (from jars/s3a/pom.xml, hard links into
+# ~/.m2: the AWS SDK bundle is 640 MB). STREAMTABLE_SETUP_OBJECT_STORE=0 skips both.
+if [[ "${STREAMTABLE_SETUP_OBJECT_STORE:-1}" != 0 ]] && ! object_store_present; then
+  if [[ ! -x "$VERSITYGW_CACHE" ]]; then
+    go="$(command -v go || echo /usr/local/go/bin/go)"
+    [[ -x "$go" ]] || die "Go (>= 1.25) is needed once per machine, to build the local S3 server (versitygw) into $(dirname "$VERSITYGW_CACHE"): install it, or STREAMTABLE_SETUP_OBJECT_STORE=0 to skip"
+    say "building versitygw $VERSITYGW_VERSION with Go into $(dirname "$VERSITYGW_CACHE") (once per machine, about 2 min)"
+    mkdir -p "$(dirname "$VERSITYGW_CACHE")"
+    go_log="$(mktemp)"
+    (  # one build at a time on this machine (setups of several clones); the binary appears whole or not at all
+      flock 9
+      [[ -x "$VERSITYGW_CACHE" ]] && exit 0
+      gobin="$(mktemp -d "$(dirname "$VERSITYGW_CACHE")/.build.XXXXXX")"
+      trap 'rm -rf "$gobin"' EXIT
+      GOBIN="$gobin" "$go" install -trimpath -ldflags "-X=main.Version=$VERSITYGW_VERSION" \
+        "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" && mv "$gobin/versitygw" "$VERSITYGW_CACHE"
+    ) 9>"$(dirname "$VERSITYGW_CACHE")/.build.lock" >"$go_log" 2>&1 \
+      || { tail -30 "$go_log" >&2; die "go install github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION failed (above)"; }
+    rm -f "$go_log"
+  fi
+  mkdir -p build/bin
+  ln -sfn "$VERSITYGW_CACHE" build/bin/versitygw
+  if ! [[ -f "jars/s3a/hadoop-aws-${hadoop_aws_version}.jar" ]] || ! compgen -G "jars/s3a/bundle-*.jar" >/dev/null; then
+    command -v mvn >/dev/null 2>&1 || die "Maven (mvn) is needed once, to fetch the s3a jars into jars/s3a/: install it (Debian: sudo apt-get install maven)"
+    say "fetching hadoop-aws $hadoop_aws_version and the AWS SDK bundle into jars/s3a/ with Maven (640 MB once into ~/.m2)"
+    rm -f jars/s3a/*.jar jars/s3a/classpath.txt
+    mvn_log="$(mktemp)"
+    (cd jars/s3a && mvn -q -B dependency:build-classpath -DincludeScope=runtime -Dmdep.outputFile=classpath.txt) >"$mvn_log" 2>&1 \
+      || { cat "$mvn_log" >&2; die "mvn could not fetch the s3a jars (see jars/s3a/pom.xml)"; }
+    rm -f "$mvn_log"
+    tr ':' '\n' <jars/s3a/classpath.txt | while read -r jar || [[ -n "$jar" ]]; do  # (no newline after the last)
+      ln -f "$jar" jars/s3a/ 2>/dev/null || cp "$jar" jars/s3a/  # a hard link when ~/.m2 is on the same file system
+    done
+    rm -f jars/s3a/classpath.txt
+  fi
+  object_store_present || die "step 3d ran but build/bin/versitygw or jars/s3a/ (hadoop-aws-$hadoop_aws_version, bundle) is missing"
 fi
 
 # ---------------------------------------------------------------- 4. Airflow home

@@ -29,7 +29,7 @@ PYTEST_ARGS ?=
 # pytest-xdist: whole files on two workers, longest first (tests/conftest.py); WORKERS= runs them one by one.
 WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
-.PHONY: help setup demo test test-quick test-all lint cluster-start cluster-stop kafka kafka-stop bench env clean distclean
+.PHONY: help setup demo test test-quick test-all lint cluster-start cluster-stop kafka kafka-stop object-store object-store-stop bench env clean distclean
 
 help:
 	@echo "make setup     install everything into the project (.venv, jars/, airflow_home/); fast when done"
@@ -40,6 +40,8 @@ help:
 	@echo "make lint      ruff check, ruff format --check, mypy (config: pyproject.toml); seconds (mypy's first run ~30 s)"
 	@echo "make cluster-start / cluster-stop   a Spark standalone master + worker (scripts/spark-cluster.sh)"
 	@echo "make kafka / kafka-stop   a local Kafka broker (scripts/kafka.sh): eval \"\$$(make -s kafka)\" sets STREAMTABLE_KAFKA"
+	@echo "make object-store / object-store-stop   a local S3 server (scripts/object-store.sh), bucket streamtable:"
+	@echo "               eval \"\$$(make -s object-store)\" sets AWS_ENDPOINT_URL and the credentials for s3://streamtable/..."
 	@echo "make bench     the benchmarks (bench/run.py)"
 	@echo "make env       print the environment as shell exports: eval \"\$$(make -s env)\""
 	@echo "make clean     remove airflow_home/, build/ (the demo lake) and caches; ./lake is kept"
@@ -77,6 +79,13 @@ kafka:
 kafka-stop:
 	@bash scripts/kafka.sh stop
 
+# No `setup` prerequisite either: stdout is the export lines alone (set-up builds the server and links it).
+object-store:
+	@bash scripts/object-store.sh start
+
+object-store-stop:
+	@bash scripts/object-store.sh stop
+
 bench: setup
 	$(PY) bench/suite.py $(BENCH_ARGS)
 
@@ -90,4 +99,4 @@ clean:
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) jars/*.jar jars/kafka/*.jar
+	rm -rf $(VENV) jars/*.jar jars/kafka/*.jar jars/s3a/*.jar

@@ -45,6 +45,16 @@ def kafka_bootstrap() -> Iterator[str]:
         yield env["STREAMTABLE_KAFKA"]
 
 
+@pytest.fixture(scope="session")
+def object_store_env() -> Iterator[dict[str, str]]:
+    """The variables `scripts/object-store.sh start` exports (AWS_ENDPOINT_URL, credentials, AWS_REGION, ...), for
+    s3://streamtable/... on the shared local S3 server (tests/servers.py); usable as delta-rs storage options."""
+    from servers import shared_server
+
+    with shared_server("object-store") as env:
+        yield env
+
+
 @pytest.fixture
 def lake(tmp_path):
     """A fresh, empty lake."""

@@ -14,6 +14,8 @@ export AIRFLOW_CONN_SPARK_DEFAULT ?= {"conn_type": "spark", "host": "local[2]", 
 export PYSPARK_PYTHON ?= $(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON ?= $(VENV)/bin/python
 export STREAMTABLE_LAKE ?= $(ROOT)/lake
+# The jars of every Spark job: this checkout's jars/ (make setup fills it; an installed package: `streamtable jars fetch`).
+export STREAMTABLE_JARS ?= $(ROOT)/jars
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export GX_ANALYTICS_ENABLED ?= false
 export PATH := $(VENV)/bin:$(PATH)
@@ -29,10 +31,11 @@ PYTEST_ARGS ?=
 # pytest-xdist: whole files on two workers, longest first (tests/conftest.py); WORKERS= runs them one by one.
 WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
-.PHONY: help setup demo test test-quick test-all lint cluster-start cluster-stop kafka kafka-stop object-store object-store-stop bench env clean distclean
+.PHONY: help setup wheel demo test test-quick test-all lint cluster-start cluster-stop kafka kafka-stop object-store object-store-stop bench env clean distclean
 
 help:
 	@echo "make setup     install everything into the project (.venv, jars/, airflow_home/); fast when done"
+	@echo "make wheel     build the wheel and sdist into dist/ (uv build): what a team installs"
 	@echo "make demo      run the clicks_per_region example through Airflow on a fresh demo lake"
 	@echo "make test      every test, on two workers (what CI runs); the integration test needs PostgreSQL (skipped"
 	@echo "               without it unless STREAMTABLE_REQUIRE_INTEGRATION=1); WORKERS= runs them one by one"
@@ -49,6 +52,11 @@ help:
 
 setup:
 	@bash scripts/setup.sh
+
+wheel: setup
+	rm -rf dist
+	$(PY) -m uv build -q --out-dir dist
+	@ls dist
 
 demo: setup
 	@DEMO_LAKE="$(DEMO_LAKE)" bash scripts/demo.sh
@@ -90,12 +98,12 @@ bench: setup
 	$(PY) bench/suite.py $(BENCH_ARGS)
 
 ENV_VARS := AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW_CONN_SPARK_DEFAULT \
-	PYSPARK_PYTHON PYSPARK_DRIVER_PYTHON STREAMTABLE_LAKE SPARK_LOCAL_IP GX_ANALYTICS_ENABLED JAVA_HOME PATH
+	PYSPARK_PYTHON PYSPARK_DRIVER_PYTHON STREAMTABLE_LAKE STREAMTABLE_JARS SPARK_LOCAL_IP GX_ANALYTICS_ENABLED JAVA_HOME PATH
 env:
 	@$(foreach v,$(ENV_VARS),printf "export %s=%q\n" $(v) "$$$(v)";)
 
 clean:
-	rm -rf airflow_home build spark-warehouse metastore_db derby.log .pytest_cache $(VENV)/.streamtable-setup
+	rm -rf airflow_home build dist spark-warehouse metastore_db derby.log .pytest_cache $(VENV)/.streamtable-setup
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

@@ -3,7 +3,7 @@
 #
 #   1. checks Java >= 17 and python3.11 (says what is missing; installs nothing system-wide itself,
 #      except Maven when it is root and Maven is missing);
-#   2. .venv with requirements.txt under the constraints.txt lock, plus the editable package;
+#   2. .venv with requirements.txt (the editable package with every extra) under the constraints.txt lock;
 #   3. Delta's jars in jars/ (mvn, from jars/pom.xml) when they are missing, and the class archive Spark's
 #      drivers start from (jars/spark-classes.jsa, include/streamtable/deploy/class_archive.py);
 #   4. an Airflow home in airflow_home/ (SQLite, `airflow db migrate`) with the spark_default connection
@@ -24,6 +24,7 @@ cd "$ROOT"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/airflow_home}"
 export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$ROOT/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES="${AIRFLOW__CORE__LOAD_EXAMPLES:-False}"
+export STREAMTABLE_JARS="${STREAMTABLE_JARS:-$ROOT/jars}"  # where the class archive goes (core/settings.py)
 PYTHON="${STREAMTABLE_PYTHON:-python3.11}"
 VENV="$ROOT/.venv"
 STAMP="$VENV/.streamtable-setup"
@@ -110,7 +111,6 @@ say "installing requirements.txt under the constraints.txt lock with uv (a few m
 # uv installs the same lock as pip would, in parallel and from its cache: 50 s instead of pip's 108 s here.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
 "$VENV/bin/python" -m uv pip install -q --compile-bytecode --python "$VENV/bin/python" -r requirements.txt -c constraints.txt
-"$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" --no-deps -e .
 "$VENV/bin/python" -m pip check >/dev/null || say "warning: 'pip check' reports conflicts (see .venv/bin/pip check)"
 
 # ---------------------------------------------------------------- 3. Delta jars

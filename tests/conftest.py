@@ -19,6 +19,8 @@ from streamtable.runtime.spark import get_spark
 # runs every in-process test, keeps the default JIT.
 SHORT_LIVED_JVM_OPTS = "-XX:TieredStopAtLevel=1"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", SHORT_LIVED_JVM_OPTS)
+# The jars `make setup` fetched into this checkout (the Makefile exports it; pytest run by hand gets it here too).
+os.environ.setdefault("STREAMTABLE_JARS", str(ROOT / "jars"))
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers import BIN, DAGS, ROOT, airflow_env, last_json, run_python
+from streamtable.core import settings
 from streamtable.storage.lake import Lake
 
 EXAMPLE = ROOT / "examples" / "clicks_per_region"
@@ -110,7 +111,7 @@ print("RESULT " + json.dumps({{
     assert run["downstream"] == ["quality_gate"] and gate["downstream"] == []
     for task, command in ((run, "run"), (gate, "validate")):
         assert task["type"] == "SparkSubmitOperator"
-        assert task["application"] == str(ROOT / "jobs" / "streamtable_job.py")
+        assert task["application"] == str(settings.JOB_SCRIPT) and Path(task["application"]).is_file()
         assert task["conn_id"] == "spark_default"
         assert task["args"][:3] == [command, "clicks_per_region", "--lake"]
         assert "{{" in task["args"][3], "the lake is chosen when the task runs (a template), not at parse time"

@@ -57,11 +57,11 @@ def test_compose_has_the_stack(compose):
         mounts = {v.split(":")[1] for v in services[name]["volumes"]}
         assert {
             "/opt/streamtable/dags",
-            "/opt/streamtable/jobs",
             "/opt/streamtable/include",
             "/opt/streamtable/lake",
         } <= mounts
         assert env["STREAMTABLE_LAKE"] == "/opt/streamtable/lake"
+        assert env["STREAMTABLE_JARS"] == "/opt/streamtable/jars"  # where the image's Delta jars are
     assert "/opt/streamtable/lake" in {v.split(":")[1] for v in services["spark-worker"]["volumes"]}
     for name in ("spark-master", "spark-worker"):
         image = _interpolate(services[name]["image"])

@@ -249,7 +249,7 @@ def test_readme_is_short_and_starts_with_the_two_commands():
         assert f"(docs/{page.name}" in text, f"the README links to every docs page: not to {page.name}"
     table = text[text.index("## Where things are") : text.index("## Documentation")]
     layers = sorted(p.name for p in (ROOT / "include" / "streamtable").iterdir() if (p / "__init__.py").is_file())
-    for folder in ["dags/", "jobs/", "tests/", "bench/", "examples/", "scripts/", "docs/"] + [f"{n}/" for n in layers]:
+    for folder in ["dags/", "tests/", "bench/", "examples/", "scripts/", "docs/"] + [f"{n}/" for n in layers]:
         assert f"{folder}`" in table, f"the README's table of where things are names {folder}"
     # The example's table, as the README shows it, is the one `make demo` checks.
     [shown] = [b for b in blocks(README) if "output" in b.info]

@@ -42,7 +42,7 @@ One DAG per registered pipeline, built-in or the user's (the folders of the Vari
 scheduled as the pipeline declares (`Pipeline.schedule`, every 5 minutes unless it says otherwise).
 Its documentation is the pipeline's own, followed by this text.
 
-Tasks, each a `spark-submit` of `jobs/streamtable_job.py` with the project's Delta jars on the
+Tasks, each a `spark-submit` of streamtable's job script with the Delta jars (`$STREAMTABLE_JARS`) on the
 `spark_default` connection's master, in the pool `streamtable_PIPELINE`:
 
 1. **emit_ticks** (only for a pipeline that declares `Ticks`): `streamtable emit-ticks --at RUN_AFTER
@@ -56,7 +56,7 @@ Tasks, each a `spark-submit` of `jobs/streamtable_job.py` with the project's Del
    each good batch.
 
 LAKE is the Variable `streamtable_lake` if set, else the env `STREAMTABLE_LAKE` of the task, else
-`<project>/lake`. Feed the inputs with `streamtable ingest INPUT FILE`; read the outputs with
+`~/streamtable/lake`. Feed the inputs with `streamtable ingest INPUT FILE`; read the outputs with
 `streamtable show TABLE` or `streamtable query TABLE KEY...`.
 """
 
@@ -67,7 +67,7 @@ One DAG per pipeline (`stream_word_count`, `stream_clicks_per_region`, ...), bui
 No schedule: **Trigger** it once and its single task runs until it is stopped.
 
 Task **serve** (`streamtable.airflow.stream.StreamServeOperator`): a spark-submit of
-`jobs/streamtable_job.py serve PIPELINE --lake LAKE --interval INTERVAL` on the `spark_default`
+streamtable's job script `serve PIPELINE --lake LAKE --interval INTERVAL` on the `spark_default`
 connection (a Spark standalone master in production, `scripts/spark-cluster.sh` locally), in the pool
 `streamtable_PIPELINE`: while it serves, the pipeline's micro-batch DAG, reprocess and reset wait.
 
@@ -104,7 +104,7 @@ Tasks:
    a time at or before its latest commit. A bad request fails here with one line saying what is wrong.
 2. **reprocess_PIPELINE** (only the chosen pipeline's runs, the others are skipped): a spark-submit of
    `streamtable reprocess PIPELINE --from-version N` (or `--from-timestamp TS`, `--dry-run`) on
-   `jobs/streamtable_job.py`. It builds a new generation (fresh checkpoint, empty state) into shadow
+   streamtable's job script. It builds a new generation (fresh checkpoint, empty state) into shadow
    tables, runs the Great Expectations suites on every batch, and only if they pass swaps each output
    in, one atomic Delta commit per table; the next micro-batch run goes on from where the reprocess
    stopped. Its JSON report (rows before/after per table, suites, published) is in the task log and
@@ -112,7 +112,7 @@ Tasks:
 
 The task runs in the pool `streamtable_PIPELINE` (one slot), like the pipeline's micro-batch DAG, so
 Airflow never runs both at once; outside Airflow the pipeline's lock in the lake makes a `run` wait.
-LAKE is the Variable `streamtable_lake` if set, else the env `STREAMTABLE_LAKE`, else `<project>/lake`.
+LAKE is the Variable `streamtable_lake` if set, else the env `STREAMTABLE_LAKE`, else `~/streamtable/lake`.
 From the command line: `streamtable reprocess PIPELINE --from-version N [--dry-run]`.
 """
 

@@ -6,7 +6,7 @@ and by the integration test. No Spark, no Airflow: stdlib and psutil only.
 Process layout of one job (client mode, local or standalone master):
 
     Airflow task process --Popen(start_new_session)--> spark-submit JVM (pid = process group id)
-                                                          \\--> python jobs/streamtable_job.py serve P ... (the driver)
+                                                          \\--> python .../cli/streamtable_job.py serve P (the driver)
 
 The job has its own process group, so it is signalled only on purpose: Airflow 3's supervisor
 signals the task's whole process group when a task is stopped, and a SIGTERM reaching the JVM would
@@ -89,8 +89,8 @@ def _get(item: Any, key: str) -> Any:
 
 
 def is_driver(proc: psutil.Process) -> bool:
-    """A Python process whose script is jobs/streamtable_job.py (PySpark's driver: spark-submit's JVM runs
-    `python jobs/streamtable_job.py ARGS...`; a process merely passing the path along is not one)."""
+    """A Python process whose script is streamtable/cli/streamtable_job.py (PySpark's driver: spark-submit's JVM runs
+    `python .../streamtable_job.py ARGS...`; a process merely passing the path along is not one)."""
     try:
         cmdline = proc.cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):

@@ -4,11 +4,12 @@ Only files in dags/ import this module. It imports Airflow's Task SDK and the Sp
 streamtable only `lake`: never pyspark, nor the pipelines. What a DAG file needs of the registry (names,
 docs, schedules, outputs) it reads with `registered()`, from a child process, so a broken or heavy pipeline
 file of the user's never breaks or slows the DAG processor. Every task is a `SparkSubmitOperator` that runs
-`jobs/streamtable_job.py COMMAND PIPELINE --lake LAKE` with the project's Delta jars, on the master of the
+the package's job script (`settings.JOB_SCRIPT`: `streamtable COMMAND PIPELINE --lake LAKE`) with the Delta jars of
+`settings.jar_dir()` (`$STREAMTABLE_JARS`, filled by `streamtable jars fetch`), on the master of the
 `spark_default` connection (`local[2]` for `make setup`, `spark://spark-master:7077` in docker-compose.yaml).
 
 The lake is chosen when a task runs, not when the DAG is parsed: the Airflow Variable `streamtable_lake`
-if it is set, else the task's env `STREAMTABLE_LAKE`, else `<project>/lake` (the `LAKE` template below).
+if it is set, else the task's env `STREAMTABLE_LAKE`, else `~/streamtable/lake` (the `LAKE` template below).
 Asset URIs, which Airflow needs at parse time, use the env (never the Variable: reading Variables while
 parsing hits the metadata DB on every parse). The user's pipeline folders are the Variable
 `streamtable_pipelines` if it is set, else the env `STREAMTABLE_PIPELINES` of the DAG processor; they are
@@ -45,17 +46,18 @@ from streamtable.airflow.pools import pipeline_pool
 from streamtable.core import settings
 from streamtable.storage.lake import Lake
 
-JOB = settings.PROJECT_ROOT / "jobs" / "streamtable_job.py"
+JOB = settings.JOB_SCRIPT
 LAKE_VARIABLE = "streamtable_lake"
 CONN_ID = "spark_default"
 
-# Rendered when the task runs (Jinja): the Variable, else the env of the task, else <project>/lake.
+# Rendered when the task runs (Jinja): the Variable, else the env of the task, else ~/streamtable/lake.
 LAKE = "{{ var.value.get('" + LAKE_VARIABLE + "', streamtable_env_lake()) }}"
 
 
 def env_lake() -> str:
-    """The lake a task uses when the `streamtable_lake` Variable is not set: $STREAMTABLE_LAKE, else <project>/lake."""
-    return str(Path(os.environ.get("STREAMTABLE_LAKE") or settings.PROJECT_ROOT / "lake").resolve())
+    """The lake a task uses when the `streamtable_lake` Variable is not set: $STREAMTABLE_LAKE, else
+    ~/streamtable/lake (never a path relative to a process's working directory: Airflow's processes differ)."""
+    return str(Path(os.environ.get("STREAMTABLE_LAKE") or Path.home() / "streamtable" / "lake").resolve())
 
 
 # Pass as `user_defined_macros=MACROS` to every streamtable DAG (the `LAKE` template calls it).
@@ -66,7 +68,7 @@ def job_jars() -> str | None:
     """The jars every job gets (`settings.job_jars`) as spark-submit's comma-separated `--jars`.
 
     None when there are none yet: the DAG still parses, and the task fails with the job's own
-    "no Delta jars ... run `make setup`" message.
+    "no Delta jars ..." message.
     """
     return ",".join(settings.job_jars()) or None
 

@@ -26,6 +26,10 @@ def _lake(args: argparse.Namespace) -> Lake:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from streamtable.ingest.files import MAX_LINE_BYTES, ingest_file
 
+    if args.kafka is not None:
+        return cmd_ingest_kafka(args)
+    if args.file is None:
+        raise BadInputError("ingest needs a FILE, a DIR or --kafka TOPIC")
     limit = MAX_LINE_BYTES if args.max_line_bytes is None else args.max_line_bytes
     if args.file and os.path.isdir(args.file):
         return cmd_ingest_folder(args, limit)
@@ -33,6 +37,22 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise BadInputError("--follow needs a folder (or --kafka TOPIC), not a file")
     result = ingest_file(_lake(args), args.table, args.file, args.id, limit)
     print(json.dumps(result.as_dict() | {"duplicate": result.duplicate}))
+    return 0
+
+
+def cmd_ingest_kafka(args: argparse.Namespace) -> int:
+    """`ingest TABLE --kafka TOPIC [--follow]`: one JSON line at the end (bounded) or after each commit (--follow)."""
+    from streamtable.ingest.kafka import copy_topic
+
+    if args.file is not None or args.id is not None or args.max_line_bytes is not None:
+        raise BadInputError("--kafka TOPIC copies a topic: FILE, --id and --max-line-bytes are for files")
+
+    def show(result) -> None:
+        print(json.dumps(result.as_dict()), flush=True)
+
+    result = copy_topic(_lake(args), args.table, args.kafka, args.bootstrap_servers, args.follow, on_commit=show)
+    if not args.follow:
+        show(result)
     return 0
 
 
@@ -169,6 +189,17 @@ def cmd_new(args: argparse.Namespace) -> None:
     print(json.dumps({"pipeline": args.pipeline, "files": [str(p) for p in write_skeleton(args.pipeline, args.dir)]}))
 
 
+def cmd_jars_fetch(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from streamtable.cli.jars import default_repository, fetch
+    from streamtable.core.settings import jar_dir
+
+    dest = Path(args.dest) if args.dest else jar_dir()
+    groups = ("delta", *dict.fromkeys(args.with_))
+    print(json.dumps(fetch(args.repository or default_repository(), dest, groups, force=args.force)))
+
+
 def _docs(args: argparse.Namespace) -> str:
     from streamtable.quality.validation import docs_index
 
@@ -197,7 +228,9 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("ingest", cmd_ingest, "append JSON-lines records to an input changelog")
     p.add_argument("table")
-    p.add_argument("file", help="a JSON-lines file, - for stdin, or a folder of .jsonl/.json/.csv/.parquet files")
+    p.add_argument(
+        "file", nargs="?", help="a JSON-lines file, - for stdin, or a folder of .jsonl/.json/.csv/.parquet files"
+    )
     p.add_argument(
         "--id", help="the ingest's id: an ingest whose id the table took appends nothing (default: FILE's SHA-256)"
     )
@@ -208,6 +241,10 @@ def parser() -> argparse.ArgumentParser:
         help="a line longer than N bytes is quarantined (default: 1 MiB)",
     )
     p.add_argument("--follow", action="store_true", help="keep ingesting what arrives until SIGTERM")
+    p.add_argument("--kafka", metavar="TOPIC", help="copy the Kafka topic's records (instead of FILE), each once")
+    p.add_argument(
+        "--bootstrap-servers", metavar="HOST:PORT", help="with --kafka: the broker (default: $STREAMTABLE_KAFKA)"
+    )
     p.add_argument(
         "--poll-interval",
         type=float,
@@ -252,6 +289,14 @@ def parser() -> argparse.ArgumentParser:
     command("emit-ticks", cmd_emit_ticks, "append a tick per user ever seen in user_presence").add_argument(
         "--at", help="the ticks' time, ISO-8601 (default: now)"
     )
+    jars = command("jars", cmd_jars_fetch, "the jars Spark jobs need").add_subparsers(
+        dest="jars_command", required=True
+    )
+    p = jars.add_parser("fetch", help="download the pinned jars once from a Maven repository (default: Maven Central)")
+    p.add_argument("--repository", metavar="URL", help="a Maven repository (env: STREAMTABLE_MAVEN_REPOSITORY)")
+    p.add_argument("--dest", metavar="DIR", help="where to put them (default: $STREAMTABLE_JARS, else ~/.cache/...)")
+    p.add_argument("--with", dest="with_", action="append", default=[], choices=["s3a"], help="also these jars")
+    p.add_argument("--force", action="store_true", help="download them again even if present")
     return top
 
 

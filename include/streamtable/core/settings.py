@@ -10,15 +10,43 @@ import os
 from pathlib import Path
 
 __version__ = "0.1.0"  # the package's version, in this one place (pyproject.toml reads it)
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-PROJECT_ROOT = PACKAGE_DIR.parents[1]
-LOG4J_CONF = PACKAGE_DIR / "log4j2.properties"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the installed package (site-packages, or include/ in a checkout)
+LOG4J_CONF = PACKAGE_DIR / "log4j2.properties"  # package data, inside the wheel
+# The Spark application every spark-submit task runs (package data: spark-submit needs a file path). It runs a
+# `streamtable` command on the driver; the Airflow layer only points at it, never imports it.
+JOB_SCRIPT = PACKAGE_DIR / "cli" / "streamtable_job.py"
 DRIVER_MEMORY = "4g"
+
+# The jars of a job, as Maven artifacts (group, artifact, version): `streamtable jars fetch` downloads exactly these.
+# Delta's Python package (delta-spark in pyproject.toml) and its jars are one version, built for Spark 4.1.
+DELTA_VERSION = "4.4.0"
+JARS: dict[str, list[tuple[str, str, str]]] = {
+    # every job gets these (jar_dir()/*.jar)
+    "delta": [
+        ("io.delta", "delta-spark_4.1_2.13", DELTA_VERSION),
+        ("io.delta", "delta-storage", DELTA_VERSION),
+        ("io.delta", "delta-kernel-api", DELTA_VERSION),
+        ("io.delta", "delta-kernel-defaults", DELTA_VERSION),
+        ("io.delta", "delta-kernel-unitycatalog", DELTA_VERSION),
+    ],
+    # s3a:// lakes (jar_dir()/s3a/, added by the jobs that need them): Hadoop's S3 connector and the AWS SDK
+    "s3a": [
+        ("org.apache.hadoop", "hadoop-aws", "3.4.2"),
+        ("software.amazon.awssdk", "bundle", "2.29.52"),
+        ("software.amazon.s3.analyticsaccelerator", "analyticsaccelerator-s3", "1.2.1"),
+        ("org.wildfly.openssl", "wildfly-openssl", "2.1.4.Final"),
+    ],
+}
 
 
 def jar_dir() -> Path:
-    """The folder of the jars every job gets (`$STREAMTABLE_JARS`, default the project's jars/, filled by set-up)."""
-    return Path(os.environ.get("STREAMTABLE_JARS") or PROJECT_ROOT / "jars")
+    """The folder of the jars every job gets: `$STREAMTABLE_JARS`, else `~/.cache/streamtable/jars` (filled by
+    `streamtable jars fetch`; this repository's `make setup` points `$STREAMTABLE_JARS` at its jars/)."""
+    configured = os.environ.get("STREAMTABLE_JARS")
+    if configured:
+        return Path(configured)
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "streamtable" / "jars"
 
 
 def job_jars() -> list[str]:

@@ -16,9 +16,24 @@ import sys
 import tempfile
 from pathlib import Path
 
-from streamtable.core.settings import PROJECT_ROOT, class_archive
+from streamtable.core.settings import class_archive
 
 WARM_UP_PIPELINES = ("word_count", "clicks_per_region")
+# A few records of each warm-up pipeline's inputs (the classes loaded matter, not the data), so an installed
+# package records its archive without this repository's examples/.
+WARM_UP_RECORDS: dict[str, list[dict[str, object]]] = {
+    "user_regions": [
+        {"user": "alice", "region": "asia", "event_time": "2026-01-01T10:00:00.000Z"},
+        {"user": "bob", "region": "americas", "event_time": "2026-01-01T10:00:00.000Z"},
+        {"user": "alice", "region": "europe", "event_time": "2026-01-01T10:02:00.000Z"},
+    ],
+    "user_clicks": [
+        {"user": "alice", "clicks": 13, "event_time": "2026-01-01T10:01:00.000Z"},
+        {"user": "bob", "clicks": 4, "event_time": "2026-01-01T10:01:05.000Z"},
+        {"user": "alice", "clicks": 40, "event_time": "2026-01-01T10:03:00.000Z"},
+    ],
+    "text_lines": [{"line": "a stream is a table's changelog", "event_time": "2026-01-01T10:00:00Z"}],
+}
 
 
 def record_class_archive(archive: Path) -> None:
@@ -40,17 +55,14 @@ def record_class_archive(archive: Path) -> None:
 
 
 def warm_up(lake_root: Path) -> None:
-    """Ingest the clicks_per_region example and a few lines, and run the warm-up pipelines in this process."""
+    """Ingest a few records of each warm-up pipeline's inputs, and run the warm-up pipelines in this process."""
     from streamtable.ingest.files import ingest_lines
     from streamtable.runtime.lifecycle import run
     from streamtable.storage.lake import Lake
 
     lake = Lake(lake_root)
-    example = PROJECT_ROOT / "examples" / "clicks_per_region"
-    for table in ("user_regions", "user_clicks"):
-        ingest_lines(lake, table, (example / f"{table}.jsonl").read_text().splitlines())
-    line = {"line": "a stream is a table's changelog", "event_time": "2026-01-01T10:00:00Z"}
-    ingest_lines(lake, "text_lines", [json.dumps(line)])
+    for table, records in WARM_UP_RECORDS.items():
+        ingest_lines(lake, table, [json.dumps(r) for r in records])
     for pipeline in WARM_UP_PIPELINES:
         run(lake, pipeline)
     _stop_driver()

@@ -15,7 +15,9 @@ def delta_jars() -> list[str]:
     """The jars every job gets (`settings.job_jars`); SetupError when Delta's are missing."""
     jars = settings.job_jars()
     if not settings.has_delta(jars):
-        raise SetupError(f"no Delta jars in {settings.jar_dir()}: run `make setup` first")
+        raise SetupError(
+            f"no Delta jars in {settings.jar_dir()}: run `streamtable jars fetch` (in this repository: `make setup`)"
+        )
     return jars
 
 

@@ -1,12 +1,18 @@
 """Appends to an input changelog with delta-rs, each exactly once: a Delta app transaction (`txnAppId`,
 `txnVersion`) rides in the commit, so a retry finds what a killed writer already committed.
+
+Also the one writer of `quarantine` rows for every source (files, folders, Kafka): `quarantine_columns`,
+`add_quarantined`, and `write_quarantine` under `quarantine_locked`.
 """
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,7 +20,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, WriterPropertie
 
 from streamtable.core.errors import BadInputError
 from streamtable.core.schema import arrow_schema
-from streamtable.core.tables import Table
+from streamtable.core.tables import QUARANTINE, Table
 from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES, open_table, table_version
 from streamtable.storage.lake import Lake
 
@@ -127,3 +133,59 @@ def append_rows(lake: Lake, table: Table, rows: list[dict] | pa.Table) -> int | 
         return table_version(path)
     write_deltalake(path, data, mode="append", configuration=INPUT_TABLE_PROPERTIES)
     return DeltaTable(path).version()
+
+
+QUARANTINE_SCHEMA = arrow_schema(QUARANTINE.columns)
+
+
+def quarantine_columns() -> dict[str, list]:
+    """Empty columns of quarantine rows, for `add_quarantined` to fill and `pa.RecordBatch.from_pydict` to read."""
+    return {column.name: [] for column in QUARANTINE.columns}
+
+
+def add_quarantined(
+    columns: dict[str, list], table: str, raw: str, reason: str, ingested_at: datetime, source: str, line: int
+) -> None:
+    """Add one quarantine row to `columns`: a record of input `table` from `source` (a file's name, `-`,
+    `kafka:TOPIC/PARTITION`) at `line` (its line, row, or Kafka offset), `raw` its text, `reason` why."""
+    for name, value in zip(
+        ("table", "raw", "reason", "ingested_at", "source", "line"),
+        (table, raw, reason, ingested_at, source, line),
+        strict=True,
+    ):
+        columns[name].append(value)
+
+
+@contextmanager
+def exclusive(lock: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on the file `lock` (released by the kernel if the process dies)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+@contextmanager
+def quarantine_locked(lake: Lake) -> Iterator[None]:
+    """Ingests into every table write `quarantine`: they take turns (on one host) on its lock."""
+    with exclusive(lake.ingest_dir(QUARANTINE.name) / "lock"):
+        yield
+
+
+def write_quarantine(
+    target: str | DeltaTable, rows: pa.RecordBatchReader | pa.Table, transactions: list[Transaction]
+) -> None:
+    """Append quarantine rows in one commit carrying `transactions` (hold `quarantine_locked`).
+
+    `target` is the quarantine table's path, or a snapshot of it: a commit made since that snapshot with one of
+    the same transactions makes this one fail (CommitFailedError) instead of writing the rows twice.
+    """
+    write_deltalake(
+        target,
+        rows,
+        mode="append",
+        schema_mode="merge",  # quarantine tables made before `source` and `line` gain them
+        target_file_size=TARGET_FILE_SIZE,
+        writer_properties=WRITER_PROPERTIES,
+        commit_properties=CommitProperties(app_transactions=transactions),
+    )

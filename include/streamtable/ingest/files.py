@@ -31,7 +31,6 @@ file system are out of scope.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import itertools
 import json
@@ -46,7 +45,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pyarrow as pa
-from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake import Transaction
 
 from streamtable.core.errors import BadInputError
 from streamtable.core.faults import crash_point
@@ -54,12 +53,16 @@ from streamtable.core.registry import get_input
 from streamtable.core.schema import Column, arrow_schema
 from streamtable.core.tables import LINE, QUARANTINE, Table
 from streamtable.ingest.changelog import (
-    TARGET_FILE_SIZE,
-    WRITER_PROPERTIES,
+    QUARANTINE_SCHEMA,
+    add_quarantined,
     append_batches,
     check_schema,
+    exclusive,
+    quarantine_columns,
+    quarantine_locked,
     transaction_commit,
     transaction_version,
+    write_quarantine,
 )
 from streamtable.ingest.records import RecordError, parse_record
 from streamtable.storage.delta_rs import open_table
@@ -142,12 +145,12 @@ class LineSorter:
         self.spool = spool
         self.appended = self.quarantined = 0
         self._now = datetime.now(UTC)
-        self._bad: dict[str, list] = _empty_columns(QUARANTINE.columns)
+        self._bad: dict[str, list] = quarantine_columns()
         self._bad_bytes = 0
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         good, size = _empty_columns(self.table.stored_columns), 0
-        with pa.ipc.new_stream(self.spool, arrow_schema(QUARANTINE.columns)) as spooled:
+        with pa.ipc.new_stream(self.spool, QUARANTINE_SCHEMA) as spooled:
             for number, data, over in read_lines(self.stream, self.max_line_bytes):
                 row = self._row(number, data, over)
                 if row is None:
@@ -183,12 +186,7 @@ class LineSorter:
         return row
 
     def _quarantine(self, number: int, raw: str, reason: str) -> None:
-        for name, value in zip(
-            ("table", "raw", "reason", "ingested_at", "source", "line"),
-            (self.table.name, raw, reason, self._now, self.source, number),
-            strict=True,
-        ):
-            self._bad[name].append(value)
+        add_quarantined(self._bad, self.table.name, raw, reason, self._now, self.source, number)
         self._bad_bytes += len(raw)
         self.quarantined += 1
 
@@ -198,8 +196,8 @@ class LineSorter:
 
     def _flush_bad(self, spooled: pa.ipc.RecordBatchStreamWriter) -> None:
         if self._bad["raw"]:
-            spooled.write_batch(pa.RecordBatch.from_pydict(self._bad, schema=arrow_schema(QUARANTINE.columns)))
-        self._bad, self._bad_bytes = _empty_columns(QUARANTINE.columns), 0
+            spooled.write_batch(pa.RecordBatch.from_pydict(self._bad, schema=QUARANTINE_SCHEMA))
+        self._bad, self._bad_bytes = quarantine_columns(), 0
 
 
 def _empty_columns(columns: Iterable[Column]) -> dict[str, list]:
@@ -294,16 +292,8 @@ def _commit_once(
             spooled = pa.ipc.open_stream(spool)
             # batches handed over one by one: delta-rs reading the IPC stream itself took 8x the time and more memory
             rows = pa.RecordBatchReader.from_batches(spooled.schema, iter(spooled))
-            with _exclusive(lake.ingest_dir(QUARANTINE.name) / "lock"):  # ingests into all tables write here
-                write_deltalake(
-                    quarantine_path,
-                    rows,
-                    mode="append",
-                    schema_mode="merge",  # quarantine tables made before `source` and `line` gain them
-                    target_file_size=TARGET_FILE_SIZE,
-                    writer_properties=WRITER_PROPERTIES,
-                    commit_properties=CommitProperties(app_transactions=[Transaction(quarantine_app_id, 0)]),
-                )
+            with quarantine_locked(lake):
+                write_quarantine(quarantine_path, rows, [Transaction(quarantine_app_id, 0)])
         crash_point("ingest:quarantined")
     duplicate = appended_at is not None or quarantined_before
     return IngestResult(table.name, lines.appended, lines.quarantined, version, duplicate)
@@ -337,17 +327,8 @@ class IdRegistry:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the table's ingest lock: ingests into one table take turns (on one host)."""
-        with _exclusive(self.folder / "lock"):
+        with exclusive(self.folder / "lock"):
             yield
-
-
-@contextmanager
-def _exclusive(lock: Path) -> Iterator[None]:
-    """Hold an exclusive `flock` on the file `lock` (released by the kernel if the process dies)."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def _spool_dir(lake: Lake, table: str) -> Path:

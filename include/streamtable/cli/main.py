@@ -189,6 +189,17 @@ def cmd_new(args: argparse.Namespace) -> None:
     print(json.dumps({"pipeline": args.pipeline, "files": [str(p) for p in write_skeleton(args.pipeline, args.dir)]}))
 
 
+def cmd_jars_fetch(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from streamtable.cli.jars import default_repository, fetch
+    from streamtable.core.settings import jar_dir
+
+    dest = Path(args.dest) if args.dest else jar_dir()
+    groups = ("delta", *dict.fromkeys(args.with_))
+    print(json.dumps(fetch(args.repository or default_repository(), dest, groups, force=args.force)))
+
+
 def _docs(args: argparse.Namespace) -> str:
     from streamtable.quality.validation import docs_index
 
@@ -278,6 +289,14 @@ def parser() -> argparse.ArgumentParser:
     command("emit-ticks", cmd_emit_ticks, "append a tick per user ever seen in user_presence").add_argument(
         "--at", help="the ticks' time, ISO-8601 (default: now)"
     )
+    jars = command("jars", cmd_jars_fetch, "the jars Spark jobs need").add_subparsers(
+        dest="jars_command", required=True
+    )
+    p = jars.add_parser("fetch", help="download the pinned jars once from a Maven repository (default: Maven Central)")
+    p.add_argument("--repository", metavar="URL", help="a Maven repository (env: STREAMTABLE_MAVEN_REPOSITORY)")
+    p.add_argument("--dest", metavar="DIR", help="where to put them (default: $STREAMTABLE_JARS, else ~/.cache/...)")
+    p.add_argument("--with", dest="with_", action="append", default=[], choices=["s3a"], help="also these jars")
+    p.add_argument("--force", action="store_true", help="download them again even if present")
     return top
 
 

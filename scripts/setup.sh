@@ -6,8 +6,8 @@
 #   2. .venv with requirements.txt (the editable package with every extra) under the constraints.txt lock;
 #   3. Delta's jars in jars/ (mvn, from jars/pom.xml) when they are missing, and the class archive Spark's
 #      drivers start from (jars/spark-classes.jsa, include/streamtable/deploy/class_archive.py);
-#   4. an Airflow home in airflow_home/ (SQLite, `airflow db migrate`) with the spark_default connection
-#      and one pool per pipeline (`streamtable_<pipeline>`, one slot: its runs and reprocesses take turns);
+#   4. an Airflow home in airflow_home/ (SQLite, `airflow db migrate`) with the spark_default connection (no
+#      pools: a pipeline's runs, reprocesses and resets take turns on its lock in the lake);
 #   5. optional, never fails setup: PostgreSQL for the integration test's Airflow (scripts/postgres.sh
 #      start: installed with apt-get when root, started, role/db `airflow`). Without root or apt it only
 #      says that the integration test needs PostgreSQL. STREAMTABLE_SETUP_POSTGRES=0 skips it.
@@ -210,10 +210,6 @@ say "initialising Airflow's metadata DB in $AIRFLOW_HOME (SQLite)"
 "$VENV/bin/airflow" connections add spark_default --conn-type spark --conn-host 'local[2]' \
   --conn-description 'streamtable: spark-submit on this machine (local[2])' >/dev/null \
   || die "could not create the spark_default connection"
-# One pool per pipeline (streamtable.airflow.tasks puts every Spark task of a pipeline in it).
-"$VENV/bin/python" -m streamtable.airflow.pools >"$AIRFLOW_HOME/streamtable-pools.json" \
-  && "$VENV/bin/airflow" pools import "$AIRFLOW_HOME/streamtable-pools.json" >/dev/null \
-  || die "could not create the pipelines' Airflow pools ($AIRFLOW_HOME/streamtable-pools.json)"
 
 if ! wait "$archive_pid"; then
   tail -5 "$archive_log" >&2

@@ -87,7 +87,7 @@ def test_clicks_per_region_dag_shape(airflow_home, tmp_path):
     proc = run_python(
         f"""
 import json, runpy
-dag = runpy.run_path({str(DAGS / "pipelines.py")!r})["clicks_per_region"]
+dag = runpy.run_path({str(DAGS / "streamtable_dags.py")!r})["clicks_per_region"]
 tasks = {{}}
 for t in dag.tasks:
     tasks[t.task_id] = {{

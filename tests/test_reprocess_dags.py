@@ -1,4 +1,4 @@
-"""Reprocessing and backfills driven from Airflow: the `reprocess`, `reprocess_daily_*` and `reset` DAGs, the pools,
+"""Reprocessing and backfills driven from Airflow: the `reprocess`, `reprocess_daily_*` and `reset` DAGs, no pools,
 backfill-style runs of a pipeline DAG, and the pipeline lock between a reprocess and a run in two processes.
 
 DAG runs are `dag.test()` in subprocesses against the session's temporary AIRFLOW_HOME (`airflow_home` in
@@ -14,7 +14,6 @@ import os
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -175,7 +174,7 @@ def test_check_of_a_reprocess_request(lake):
 
 @pytest.mark.slow
 def test_dags_shape_pools_and_params(airflow_home):
-    """Every streamtable Spark task runs in its pipeline's one-slot pool; the forms' schemas; pools import."""
+    """No task needs a pool set-up must make; one run at a time per scheduled DAG; the forms' schemas."""
     proc = run_python(
         f"""
 import json
@@ -184,7 +183,7 @@ bag = DagBag(dag_folder={str(DAGS)!r})
 out = {{"errors": {{str(k): str(v) for k, v in bag.import_errors.items()}}, "dags": {{}}}}
 for dag_id, dag in bag.dags.items():
     out["dags"][dag_id] = {{
-        "schedule": str(dag.schedule), "paused": dag.is_paused_upon_creation,
+        "schedule": str(dag.schedule), "paused": dag.is_paused_upon_creation, "max_active_runs": dag.max_active_runs,
         "params": {{k: dag.params.get_param(k).dump() for k in dag.params}},
         "tasks": {{t.task_id: {{"type": type(t).__name__, "pool": t.pool,
                               "args": getattr(t, "application_args", None),
@@ -205,7 +204,7 @@ print("RESULT " + json.dumps(out, default=str))
         for task_id, t in dag["tasks"].items():
             if t["type"] in ("SparkSubmitOperator", "StreamtableSubmitOperator"):
                 command, pipeline = t["args"][:2]
-                assert t["pool"] == f"streamtable_{pipeline}", (dag_id, task_id)
+                assert pipeline in names and t["pool"] == "default_pool", (dag_id, task_id, t["pool"])
                 # bounded runs do not depend on the run's interval: a backfilled interval is just another run
                 assert not any("ds" in a or "logical_date" in a or "data_interval" in a for a in t["args"]), t["args"]
 
@@ -230,45 +229,25 @@ print("RESULT " + json.dumps(out, default=str))
 
     for n in names:
         daily = dags[f"reprocess_daily_{n}"]
-        assert daily["schedule"] == "@daily" and daily["paused"] is True
+        assert daily["schedule"] == "@daily" and daily["paused"] is True and daily["max_active_runs"] == 1
+        assert dags[n]["max_active_runs"] == 1 and dags[f"stream_{n}"]["max_active_runs"] == 1
         assert daily["tasks"]["reprocess"]["args"][:2] == ["reprocess", n]
         assert daily["tasks"]["reprocess"]["upstream"] == ["since"]
 
-    # the pools `make setup` imports: one slot per pipeline, and `airflow pools import` takes the file
-    env = airflow_env(airflow_home)
-    made = subprocess.run(
-        [str(BIN / "python"), "-m", "streamtable.airflow.pools"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert made.returncode == 0, made.stderr
-    pools = json.loads(made.stdout)
-    assert {name: p["slots"] for name, p in pools.items()} == {f"streamtable_{n}": 1 for n in names}
-    path = Path(airflow_home) / "pools.json"
-    path.write_text(made.stdout)
-    imported = subprocess.run(
-        [str(BIN / "airflow"), "pools", "import", str(path)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert imported.returncode == 0, imported.stdout + imported.stderr
+    # every pool a task names exists in a fresh metadata DB (a missing pool would leave its task unscheduled without
+    # a word): none is made by set-up, so only Airflow's own default_pool; the lake's lock serialises a pipeline
     listed = subprocess.run(
         [str(BIN / "airflow"), "pools", "list", "-o", "json"],
-        env=env,
+        env=airflow_env(airflow_home),
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert {p["pool"]: int(p["slots"]) for p in json.loads(listed.stdout) if p["pool"].startswith("streamtable_")} == {
-        f"streamtable_{n}": 1 for n in names
-    }
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    existing = {p["pool"] for p in json.loads(listed.stdout)}
+    used = {t["pool"] for dag in dags.values() for t in dag["tasks"].values()}
+    assert used == {"default_pool"} and used <= existing, (used, existing)
 
 
 @pytest.mark.timeout(1800)
@@ -300,14 +279,14 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
             "text_lines, word_count's primary input, has no data yet",
         ),
     ]
-    runs = [{"file": "reprocess.py", "dag_id": "reprocess", "conf": conf} for conf, _, _ in bad]
-    runs.append({"file": "reset.py", "dag_id": "reset", "conf": {"pipeline": "../lake"}})
+    runs = [{"file": "streamtable_dags.py", "dag_id": "reprocess", "conf": conf} for conf, _, _ in bad]
+    runs.append({"file": "streamtable_dags.py", "dag_id": "reset", "conf": {"pipeline": "../lake"}})
     # the daily reprocess: nothing committed in the look-back (the run skips), then a look-back that starts
     # between version 0 and version 1 (the reprocess is marked success instead of spark-submitted)
     committed = commit_millis(lake, "user_clicks")
     after_all = datetime.fromtimestamp(latest_commit / 1000, tz=UTC) + timedelta(hours=1, seconds=1)
     between = datetime.fromtimestamp((committed[0] + committed[1]) / 2000, tz=UTC)
-    daily = {"file": "reprocess_daily.py", "dag_id": f"reprocess_daily_{P}"}
+    daily = {"file": "streamtable_dags.py", "dag_id": f"reprocess_daily_{P}"}
     runs.append(daily | {"conf": {"lookback_hours": 1}, "run_after": after_all.isoformat()})
     runs.append(
         daily
@@ -355,7 +334,7 @@ def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_
     started = time.monotonic()
     [result], output = dag_tests(
         airflow_env(airflow_home, lake.root),
-        [{"file": "reprocess.py", "dag_id": "reprocess", "conf": {"pipeline": P, "from_timestamp": moment}}],
+        [{"file": "streamtable_dags.py", "dag_id": "reprocess", "conf": {"pipeline": P, "from_timestamp": moment}}],
     )
     print(f"reprocess DAG run: {time.monotonic() - started:.0f} s")
     assert result["state"] == "success", output[-5000:]
@@ -401,7 +380,7 @@ def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark,
 
     [result], output = dag_tests(
         airflow_env(airflow_home, lake.root),
-        [{"file": "reprocess.py", "dag_id": "reprocess", "conf": {"pipeline": P, "from_version": 0}}],
+        [{"file": "streamtable_dags.py", "dag_id": "reprocess", "conf": {"pipeline": P, "from_version": 0}}],
     )
     assert result["state"] == "failed"
     assert result["tasks"]["check_params"] == "success" and result["tasks"][f"reprocess_{P}"] == "failed"
@@ -467,7 +446,7 @@ def test_backfill_style_runs_of_a_pipeline_dag_are_bounded_runs_that_count_nothi
     """
     fill(lake, 1)
     env = airflow_env(airflow_home, lake.root)
-    past = {"file": "clicks_per_region.py", "dag_id": P, "mark_success": "^quality_gate$"}
+    past = {"file": "streamtable_dags.py", "dag_id": P, "mark_success": "^quality_gate$"}
     [first], output = dag_tests(env, [past | {"logical_date": "2026-02-01T00:05:00+00:00"}])
     assert first["state"] == "success" and first["tasks"] == {"run": "success", "quality_gate": "success"}, output[
         -3000:
@@ -489,7 +468,7 @@ def test_reset_dag_lists_then_forgets_and_the_next_run_starts_from_version_0(spa
     run(lake, P)
     before, generation = totals(lake), lake.generation(P)
     env = airflow_env(airflow_home, lake.root)
-    reset = {"file": "reset.py", "dag_id": "reset"}
+    reset = {"file": "streamtable_dags.py", "dag_id": "reset"}
     (listed, done), output = dag_tests(
         env, [reset | {"conf": {"pipeline": P}}, reset | {"conf": {"pipeline": P, "dry_run": False}}]
     )

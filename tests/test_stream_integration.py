@@ -418,11 +418,8 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
         master = stack.start_cluster()
         assert master == f"spark://127.0.0.1:{stack.spark_port}"
 
-        step("airflow db migrate (PostgreSQL), pools")
+        step("airflow db migrate (PostgreSQL)")
         stack.run(str(BIN / "airflow"), "db", "migrate")
-        pools = stack.run(str(BIN / "python"), "-m", "streamtable.airflow.pools").stdout
-        (stack.base / "pools.json").write_text(pools)
-        stack.run(str(BIN / "airflow"), "pools", "import", str(stack.base / "pools.json"))
 
         step("api-server, scheduler, dag-processor")
         stack.start("api-server", "api-server", "--host", "127.0.0.1", "--port", str(stack.api_port))

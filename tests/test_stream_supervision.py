@@ -359,7 +359,7 @@ def test_operator_returns_the_report_when_the_job_ends_by_itself(fake):
 
 
 def test_one_stream_dag_per_pipeline(tmp_path):
-    """stream_PIPELINE: triggered only, one run at a time, one supervised `serve` in the pipeline's pool."""
+    """stream_PIPELINE: triggered only, one run at a time, one supervised `serve` (no pool: the lake's lock)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))}
     env.update(
         {
@@ -371,7 +371,7 @@ def test_one_stream_dag_per_pipeline(tmp_path):
     code = f"""
 import json, runpy
 from streamtable.airflow.catalog import pipeline_names
-found = runpy.run_path({str(ROOT / "dags" / "stream.py")!r})
+found = runpy.run_path({str(ROOT / "dags" / "streamtable_dags.py")!r})
 dags = {{k: v for k, v in found.items() if k.startswith("stream_") and hasattr(v, "dag_id")}}
 out = {{"pipelines": pipeline_names(), "dags": {{}}}}
 for dag_id, dag in dags.items():
@@ -406,7 +406,7 @@ print("RESULT " + json.dumps(out))
         "--stop-timeout",
         "{{ [params.stop_grace_s - 5, 1] | max }}",
     ]
-    assert dag["pool"] == "streamtable_word_count" and dag["conn_id"] == "spark_default"
+    assert dag["pool"] == "default_pool" and dag["conn_id"] == "spark_default"
     assert dag["retries"] == 3 and dag["retry_delay_s"] == 15 and dag["execution_timeout"] is None
     assert (dag["stall"], dag["startup"], dag["grace"]) == (
         "{{ params.stall_timeout_s }}",

@@ -287,19 +287,16 @@ def test_airflow_makes_every_dag_of_a_user_pipeline_and_reports_a_broken_file(ai
     env = airflow_env(airflow_home) | {registry.ENV: f"{folder}{os.pathsep}{broken}"}
     proc = run_python(
         f"""
-import json, subprocess, sys
+import json
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder={str(DAGS)!r})
 orders = bag.get_dag("orders")
-pools = json.loads(subprocess.run([sys.executable, "-m", "streamtable.airflow.pools"],
-                                  capture_output=True, text=True, check=True).stdout)
 print("RESULT " + json.dumps({{
     "errors": {{str(k): str(v) for k, v in bag.import_errors.items()}},
     "dags": sorted(bag.dag_ids),
     "orders": {{"schedule": str(orders.schedule), "doc": orders.doc_md, "tasks": sorted(orders.task_ids),
                "pool": orders.get_task("run").pool}},
     "forms": {{d: bag.get_dag(d).params.get_param("pipeline").schema.get("enum") for d in ("reprocess", "reset")}},
-    "pools": sorted(pools),
 }}))
 """,
         env,
@@ -312,9 +309,8 @@ print("RESULT " + json.dumps({{
         assert dag_id in result["dags"]
     assert result["orders"]["schedule"] == "*/10 * * * *"
     assert result["orders"]["doc"].startswith("orders: revenue per customer")
-    assert result["orders"]["tasks"] == ["quality_gate", "run"] and result["orders"]["pool"] == "streamtable_orders"
+    assert result["orders"]["tasks"] == ["quality_gate", "run"] and result["orders"]["pool"] == "default_pool"
     assert all("orders" in enum for enum in result["forms"].values())
-    assert "streamtable_orders" in result["pools"]
 
 
 def test_the_airflow_variable_names_the_pipeline_folders_over_the_env_and_the_spark_jobs_get_them(airflow_home, folder):
@@ -326,7 +322,7 @@ def test_the_airflow_variable_names_the_pipeline_folders_over_the_env_and_the_sp
         f"""
 import json
 from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(dag_folder={str(DAGS / "pipelines.py")!r})
+bag = DagBag(dag_folder={str(DAGS / "streamtable_dags.py")!r})
 run = bag.get_dag("orders").get_task("run")
 print("RESULT " + json.dumps({{"errors": list(bag.import_errors), "env": run.env_vars}}))
 """,

@@ -1,6 +1,6 @@
 """The DAG factory: every DAG streamtable makes, from the registry, in one call of a DAG file.
 
-    from streamtable.airflow.dags import pipeline_dags
+    from streamtable.airflow import pipeline_dags
 
     pipeline_dags(globals())
 
@@ -8,8 +8,8 @@ makes, for every registered pipeline (built-in, and the user's folders: the Vari
 the env `STREAMTABLE_PIPELINES`), its micro-batch DAG `PIPELINE`, its `stream_PIPELINE` and its
 `reprocess_daily_PIPELINE`, plus the `reprocess` and `reset` DAGs of all of them; `report_load_errors()` (in a
 file of its own) lists broken pipeline files under Airflow's import errors. Each family also has a function of its
-own (`micro_batch_dags`, ...), which this repository's `dags/` files call one each. Parsing costs one registry
-child process and no pyspark.
+own (`micro_batch_dags`, ...). This repository's `dags/` is two files: `streamtable_dags.py` (the lines above) and
+`pipeline_errors.py`. Parsing costs one registry child process and no pyspark.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ scheduled as the pipeline declares (`Pipeline.schedule`, every 5 minutes unless 
 Its documentation is the pipeline's own, followed by this text.
 
 Tasks, each a `spark-submit` of streamtable's job script with the Delta jars (`$STREAMTABLE_JARS`) on the
-`spark_default` connection's master, in the pool `streamtable_PIPELINE`:
+`spark_default` connection's master (Airflow runs one of its runs at a time; the pipeline's lock in the lake
+makes its micro-batch, reprocess and reset take turns):
 
 1. **emit_ticks** (only for a pipeline that declares `Ticks`): `streamtable emit-ticks --at RUN_AFTER
    --lake LAKE` appends one tick per key ever seen, at the run's scheduled time (`dag_run.run_after`).
@@ -63,13 +64,14 @@ LAKE is the Variable `streamtable_lake` if set, else the env `STREAMTABLE_LAKE` 
 STREAM_DOC = """
 ### stream_PIPELINE: the pipeline runs continuously, supervised by Airflow
 
-One DAG per pipeline (`stream_word_count`, `stream_clicks_per_region`, ...), built by `dags/stream.py`.
+One DAG per pipeline (`stream_word_count`, `stream_clicks_per_region`, ...), made by `pipeline_dags`.
 No schedule: **Trigger** it once and its single task runs until it is stopped.
 
 Task **serve** (`streamtable.airflow.stream.StreamServeOperator`): a spark-submit of
 streamtable's job script `serve PIPELINE --lake LAKE --interval INTERVAL` on the `spark_default`
-connection (a Spark standalone master in production, `scripts/spark-cluster.sh` locally), in the pool
-`streamtable_PIPELINE`: while it serves, the pipeline's micro-batch DAG, reprocess and reset wait.
+connection (a Spark standalone master in production, `scripts/spark-cluster.sh` locally). It holds the
+pipeline's lock in the lake while it serves: a micro-batch run, reprocess or reset of the pipeline waits for it
+(pause the pipeline's micro-batch DAG while it streams).
 
 - **Stall detection.** Every few seconds the task reads the pipeline's progress from the lake
   (`streamtable.runtime.status`, no Spark). When input is waiting and no batch has finished for
@@ -110,8 +112,8 @@ Tasks:
    stopped. Its JSON report (rows before/after per table, suites, published) is in the task log and
    its XCom. A failing suite fails the task and the DAG run and leaves the live tables untouched.
 
-The task runs in the pool `streamtable_PIPELINE` (one slot), like the pipeline's micro-batch DAG, so
-Airflow never runs both at once; outside Airflow the pipeline's lock in the lake makes a `run` wait.
+The reprocess and the pipeline's micro-batch runs take turns on the pipeline's lock in the lake (one waits
+for the other, in Airflow or from the command line).
 LAKE is the Variable `streamtable_lake` if set, else the env `STREAMTABLE_LAKE`, else `~/streamtable/lake`.
 From the command line: `streamtable reprocess PIPELINE --from-version N [--dry-run]`.
 """
@@ -137,8 +139,8 @@ Tasks:
 
 1. **since**: finds (with delta-rs, no Spark) the first version of the primary input committed at or after
    T; when nothing was committed since T there is nothing to rebuild and the run is skipped.
-2. **reprocess**: the spark-submit, in the pool `streamtable_PIPELINE` (so it never overlaps the
-   pipeline's micro-batch DAG); suites gate every batch, each output swaps in one atomic commit, a
+2. **reprocess**: the spark-submit (it takes the pipeline's lock in the lake, so it never overlaps the
+   pipeline's micro-batch runs); suites gate every batch, each output swaps in one atomic commit, a
    failing suite fails the run and leaves the live tables as they were. Its JSON report is its XCom.
 """
 
@@ -153,8 +155,8 @@ micro-batch run consumes its inputs from version 0. Input changelogs are never t
 Tasks:
 
 1. **check_params**: checks the request (no Spark) and chooses the pipeline's task.
-2. **reset_PIPELINE**: a spark-submit of `streamtable reset PIPELINE [--dry-run]`, in the pool
-   `streamtable_PIPELINE` (so it never overlaps the pipeline's micro-batch or a reprocess). Its JSON
+2. **reset_PIPELINE**: a spark-submit of `streamtable reset PIPELINE [--dry-run]`, under the pipeline's lock
+   in the lake (so it never overlaps the pipeline's micro-batch or a reprocess). Its JSON
    report (the outputs, the `late_events` rows and the progress directories it deletes) is its XCom.
 
 From the command line: `streamtable reset PIPELINE --dry-run`, then `streamtable reset PIPELINE`.

@@ -16,16 +16,15 @@ parsing hits the metadata DB on every parse). The user's pipeline folders are th
 read when the DAG is parsed (the DAGs are made from them, so the Variable is read once per parse of a DAG
 file) and passed to every task's Spark job, which so loads the pipelines its DAG was made from.
 
-Every task of a pipeline runs in the Airflow pool `streamtable_<pipeline>` (one slot, made by `make setup`;
-`python -m streamtable.airflow.pools > pools.json && airflow pools import pools.json` elsewhere), so
-Airflow never runs a pipeline's micro-batch, reprocess or reset at the same time; the pipeline's lock in the
-lake (`Lake.lock`) makes them wait for each other outside Airflow too.
+No task needs an Airflow pool (a missing pool would leave it unscheduled without a word): a pipeline's
+micro-batch, reprocess, reset and serve take turns on the pipeline's lock in the lake (`Lake.lock`), in Airflow
+and outside it, and every DAG runs one run at a time (`max_active_runs=1`).
 
 Continuous mode is in `streamtable.airflow.stream` (the supervised `serve` task of the `stream_PIPELINE`
-DAGs), the pools command in `streamtable.airflow.pools`.
+DAGs).
 
-`dags/pipelines.py` makes every pipeline's micro-batch DAG with `pipeline_tasks(name)` (`run` >>
-`quality_gate`) inside a `DAG(...)` block with `user_defined_macros=MACROS`.
+`streamtable.airflow.dags.micro_batch_dags` makes every pipeline's micro-batch DAG with `pipeline_tasks(name)`
+(`run` >> `quality_gate`) inside a `DAG(...)` block with `user_defined_macros=MACROS`.
 """
 
 from __future__ import annotations
@@ -42,7 +41,6 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset
 
 from streamtable.airflow.catalog import pipelines_env, registered_pipelines
-from streamtable.airflow.pools import pipeline_pool
 from streamtable.core import settings
 from streamtable.storage.lake import Lake
 
@@ -189,7 +187,7 @@ def streamtable_task(
     operator: Callable[..., SparkSubmitOperator] | None = None,
     **kwargs: Any,
 ) -> SparkSubmitOperator:
-    """A task that runs `streamtable COMMAND PIPELINE --lake LAKE` inside spark-submit, in the pipeline's pool.
+    """A task that runs `streamtable COMMAND PIPELINE --lake LAKE` inside spark-submit.
 
     With `args_from` (the task whose XCom `args` are appended to the command line) it is a
     StreamtableSubmitOperator, whose XCom is the command's JSON report; `operator` chooses another
@@ -209,7 +207,6 @@ def streamtable_task(
         name=f"streamtable-{pipeline}-{command}",
         env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, **pipelines_env()},
         execution_timeout=timedelta(minutes=30),
-        pool=pipeline_pool(pipeline),
     )
     options.update(kwargs)
     if operator is not None:

@@ -100,6 +100,7 @@ WORKDIRS: dict[Path, Path] = {}  # page -> the directory of the lake its blocks 
 # Blocks run by a test of their own in this file: (page, section heading) -> the test.
 RUN_BY_TESTS_HERE = {
     ("docs/pipelines.md", "Interactive queries"): "test_interactive_query_snippet_runs_and_prints_the_store",
+    ("docs/sources.md", "Kafka topics"): "test_the_kafka_example_copies_a_topic_and_prints_the_page_s_line",
 }
 
 
@@ -493,3 +494,30 @@ def test_interactive_query_snippet_runs_and_prints_the_store(tmp_path, monkeypat
     assert "from streamtable import query" in code and len(code.strip().splitlines()) <= 4
     exec(compile(code, "docs/pipelines.md", "exec"), {})
     assert capsys.readouterr().out.splitlines() == ["apples -1", "pears 3"]
+
+
+def test_the_kafka_example_copies_a_topic_and_prints_the_page_s_line(kafka_bootstrap, tmp_path, monkeypatch, capsys):
+    # docs/sources.md's Kafka example against the shared broker (`make -s kafka`, which the fixture ran), on a
+    # topic of its own: the page's topic `user_regions` renamed, as the broker keeps topics between sessions.
+    section = [b for b in blocks(DOCS / "sources.md") if b.section == "Kafka topics"]
+    python, console, output = (next(b for b in section if b.lang == lang) for lang in ("python", "console", "text"))
+    topic = f"user_regions-{os.getpid()}-{time.monotonic_ns()}"
+    monkeypatch.setenv("STREAMTABLE_KAFKA", kafka_bootstrap)
+    monkeypatch.chdir(ROOT)
+    assert python.code.count('"user_regions"') == 2
+    exec(compile(python.code.replace('"user_regions"', repr(topic)), python.where, "exec"), {})
+    lines = shell_lines(console.code)
+    assert key(lines[0]) == key('eval "$(make -s kafka)"')
+    printed = []
+    for line in lines[1:]:
+        tokens = shlex.split(line)
+        tokens[tokens.index("--kafka") + 1] = topic
+        assert tokens[0] == "streamtable"
+        try:
+            assert cli.main([*tokens[1:], "--lake", str(tmp_path / "lake")]) == 0
+        finally:
+            logging.disable(logging.NOTSET)
+        printed.append(capsys.readouterr().out)
+    assert printed[-1].rstrip("\n") == output.code.rstrip("\n")
+    regions = [r["region"] for r in rows(Lake(tmp_path / "lake"), "user_regions") if r["user"] == "bob"]
+    assert regions == ["americas", None], "the tombstone deleted bob's region"

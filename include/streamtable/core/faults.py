@@ -4,6 +4,8 @@ Points: `staged` (batch computed and marked complete, nothing committed) and `co
 (that table committed, the rest of the batch not); ingest's `ingest:parsed` (every line read, the data files
 written, nothing committed), `ingest:appended` (the good rows committed, not the quarantine),
 `ingest:quarantined` (both committed, the id not registered) and `ingest:registered` (done, nothing printed).
+A Kafka copy's (`ingest/kafka.py`): `kafka:consumed` (records read, nothing committed), `kafka:quarantined` (the
+bad records committed, the good ones and the offsets not) and `kafka:committed` (both committed, nothing printed).
 Unset, a crash point costs one dict lookup.
 """
 

@@ -228,7 +228,6 @@ class _Copier:
         self.low = {p: self._watermarks(p)[0] for p in self.partitions}
         self.end = {} if follow else {p: self._watermarks(p)[1] for p in self.partitions}
         self._resume()
-        self.totals.version = None if self.snapshot is None else self.snapshot.version()
         refreshed, lost = time.monotonic(), 0
         while True:
             if follow and time.monotonic() - refreshed > METADATA_REFRESH_S:
@@ -269,6 +268,7 @@ class _Copier:
         self.snapshot = open_table(self.path)
         self.committed = {p: self._committed(p) for p in self.partitions}
         self.next = dict(self.committed)
+        self.totals.version = None if self.snapshot is None else self.snapshot.version()
         # always a new assignment: the consumer may be past these offsets (what a lost round consumed)
         self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in self.next.items()])
 
@@ -311,7 +311,7 @@ class _Copier:
                 break
             if not follow and self._all_done():
                 break
-            messages = self.consumer.consume(num_messages=1000, timeout=0.2)
+            messages = self.consumer.consume(num_messages=min(1000, self.round_rows - gathered.rows), timeout=0.2)
             if messages:
                 last_news = time.monotonic()
             elif not follow and time.monotonic() - last_news > STALL_S:

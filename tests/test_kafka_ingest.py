@@ -1,0 +1,268 @@
+"""`streamtable ingest TABLE --kafka TOPIC [--follow]`: a topic's records copied into an input changelog exactly once.
+
+Against the shared local broker (`kafka_bootstrap`); each test uses topics of its own. The records are the same
+whichever way they came: a copy of a topic equals the same records ingested as a JSON-lines file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from helpers import ROOT
+from streamtable.cli import main as cli
+from streamtable.ingest.files import ingest_file
+from streamtable.storage.lake import Lake
+from streamtable.storage.reader import json_lines, rows
+
+STREAMTABLE = str(ROOT / ".venv" / "bin" / "streamtable")
+T0 = 1767261600000  # 2026-01-01T10:00:00Z in epoch milliseconds
+
+
+def new_topic() -> str:
+    return f"streamtable-kafka-test-{uuid.uuid4().hex[:12]}"
+
+
+def send(bootstrap: str, topic: str, messages: list[dict]) -> None:
+    """Produce messages: each a dict of `value` (a dict as JSON, a str as is, None a tombstone), and optionally
+    `key`, `partition` (default 0) and `timestamp` (epoch ms; default the producer's clock)."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    errors: list = []
+    for m in messages:
+        value = m["value"]
+        producer.produce(
+            topic,
+            value=json.dumps(value) if isinstance(value, dict) else value,
+            key=m.get("key"),
+            partition=m.get("partition", 0),
+            timestamp=m.get("timestamp", 0),
+            on_delivery=lambda err, _msg: err and errors.append(err),
+        )
+    assert producer.flush(30) == 0, "records still undelivered after 30 s"
+    assert not errors, errors
+
+
+def ingest_kafka(lake: Lake, bootstrap: str | None, table: str, topic: str, capsys) -> tuple[int, list[dict], str]:
+    """`streamtable ingest TABLE --kafka TOPIC` in this process: (exit code, JSON lines printed, stderr)."""
+    argv = ["ingest", table, "--kafka", topic, "--lake", str(lake.root)]
+    try:
+        code = cli.main(argv + (["--bootstrap-servers", bootstrap] if bootstrap else []))
+    finally:
+        logging.disable(logging.NOTSET)  # main() disables logging without --debug
+    out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines()], err
+
+
+def show(lake: Lake, table: str) -> list[dict]:
+    """What `streamtable show TABLE` prints."""
+    return [json.loads(line) for line in json_lines(rows(lake, table))]
+
+
+def clicks(i: int, **fields) -> dict:
+    return {"user": f"u{i}", "clicks": i, "event_time": T0 + i * 1000} | fields
+
+
+def test_a_bounded_copy_equals_the_same_records_ingested_from_a_file(kafka_bootstrap, lake, tmp_path, capsys):
+    topic = new_topic()
+    lines = (ROOT / "examples" / "clicks_per_region" / "user_clicks.jsonl").read_text().splitlines()
+    lines += ['{"user": "zed", "clicks": -1, "event_time": "2026-01-01T10:05:00Z"}', "not json", '{"user": ""}']
+    messages = [{"value": line, "partition": i % 3} for i, line in enumerate(lines)]
+    messages.append({"value": None, "key": "zed", "partition": 1})  # a tombstone: user_clicks has no keys
+    send(kafka_bootstrap, topic, messages)
+
+    code, printed, err = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)
+    per_partition = Counter(m["partition"] for m in messages)
+    assert (code, err) == (0, "")
+    assert printed == [
+        {
+            "table": "user_clicks",
+            "appended": len(lines) - 3,
+            "quarantined": 4,
+            "version": 0,
+            "offsets": {str(p): per_partition[p] for p in range(3)},
+        }
+    ]
+    file = tmp_path / "clicks.jsonl"
+    file.write_text("\n".join(lines) + "\n")
+    from_file = Lake(tmp_path / "file-lake")
+    ingest_file(from_file, "user_clicks", str(file))
+    assert show(lake, "user_clicks") == show(from_file, "user_clicks")
+
+    # quarantine: `source` kafka:TOPIC/PARTITION, `line` the offset; the same reasons as the file's lines
+    bad = {(r["source"], r["line"]): r for r in rows(lake, "quarantine")}
+    offsets = {
+        i: (m["partition"], sum(1 for n in messages[:i] if n["partition"] == m["partition"]))
+        for i, m in enumerate(messages)
+    }
+    expected = {(f"kafka:{topic}/{offsets[i][0]}", offsets[i][1]) for i in range(len(lines) - 3, len(messages))}
+    assert set(bad) == expected
+    file_reasons = sorted(r["reason"] for r in rows(from_file, "quarantine"))
+    assert sorted(r["reason"] for r in bad.values() if r["raw"] != "null") == file_reasons
+    tombstone = bad[(f"kafka:{topic}/1", offsets[len(messages) - 1][1])]
+    assert "tombstone" in tombstone["reason"] and "no keys" in tombstone["reason"]
+
+    # run again: nothing new; then two new records: one more commit
+    assert ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)[1][0] | {"offsets": None} == {
+        "table": "user_clicks",
+        "appended": 0,
+        "quarantined": 0,
+        "version": 0,
+        "offsets": None,
+    }
+    send(kafka_bootstrap, topic, [{"value": clicks(100), "partition": 2}, {"value": clicks(101), "partition": 2}])
+    again = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)[1][0]
+    assert (again["appended"], again["version"], again["offsets"]["2"]) == (2, 1, per_partition[2] + 2)
+    assert len(rows(lake, "user_clicks")) == len(lines) - 3 + 2
+    assert len(rows(lake, "quarantine")) == 4
+
+
+def test_a_record_without_the_time_column_takes_the_kafka_timestamp(kafka_bootstrap, lake, capsys):
+    topic = new_topic()
+    send(
+        kafka_bootstrap,
+        topic,
+        [
+            {"value": {"user": "ann", "clicks": 1}, "timestamp": T0 + 5},
+            {"value": {"user": "bob", "clicks": 2, "event_time": "2026-02-01T00:00:00Z"}, "timestamp": T0},
+            {"value": {"user": "cid", "clicks": 3, "event_time": None}, "timestamp": T0},  # null: its own, refused
+        ],
+    )
+    assert ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)[0] == 0
+    assert show(lake, "user_clicks") == [
+        {"user": "ann", "clicks": 1, "event_time": "2026-01-01T10:00:00.005Z"},
+        {"user": "bob", "clicks": 2, "event_time": "2026-02-01T00:00:00.000Z"},
+    ]
+    assert [r["reason"] for r in rows(lake, "quarantine")] == ["event_time is null"]
+
+
+def test_a_tombstone_deletes_its_key_on_a_keyed_input(kafka_bootstrap, lake, tmp_path, capsys):
+    topic = new_topic()
+    send(
+        kafka_bootstrap,
+        topic,
+        [
+            {"value": {"user": "ann", "region": "north", "event_time": T0}, "key": "ann"},
+            {"value": None, "key": "ann", "timestamp": T0 + 60_000},  # deletes ann's region
+            {"value": None, "timestamp": T0},  # no key: nothing to delete
+        ],
+    )
+    code, printed, _ = ingest_kafka(lake, kafka_bootstrap, "user_regions", topic, capsys)
+    assert code == 0 and (printed[0]["appended"], printed[0]["quarantined"]) == (2, 1)
+    # as a file says it: a null region deletes the user's region
+    file = tmp_path / "regions.jsonl"
+    file.write_text(
+        '{"user": "ann", "region": "north", "event_time": "2026-01-01T10:00:00Z"}\n'
+        '{"user": "ann", "region": null, "event_time": "2026-01-01T10:01:00Z"}\n'
+    )
+    from_file = Lake(tmp_path / "file-lake")
+    ingest_file(from_file, "user_regions", str(file))
+    assert show(lake, "user_regions") == show(from_file, "user_regions")
+    assert [(r["reason"], r["line"]) for r in rows(lake, "quarantine")] == [
+        ("a tombstone (null value) without a key", 2)
+    ]
+
+
+def test_a_topic_that_does_not_exist_is_one_line_and_is_not_created(kafka_bootstrap, lake, capsys, monkeypatch):
+    topic = new_topic()
+    code, printed, err = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)
+    assert (code, printed) == (1, [])
+    assert err.count("\n") == 1 and topic in err and "does not exist" in err
+    assert topic not in AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+    assert not os.path.exists(lake.table_path("user_clicks"))
+
+    monkeypatch.delenv("STREAMTABLE_KAFKA", raising=False)  # no broker named anywhere
+    code, _, err = ingest_kafka(lake, None, "user_clicks", topic, capsys)
+    assert code == 1 and err.count("\n") == 1 and "--bootstrap-servers" in err and "STREAMTABLE_KAFKA" in err
+
+
+# Processes: crashes, copiers at once, --follow.
+
+
+def numbered(count: int, bad_every: int = 10) -> list[dict]:
+    """`count` records over 3 partitions, user u<i>; every `bad_every`-th (from the first) has negative clicks."""
+    return [{"value": clicks(i, clicks=-1 if i % bad_every == 0 else i), "partition": i % 3} for i in range(count)]
+
+
+def cli_process(lake: Lake, topic: str, bootstrap: str, *extra: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [STREAMTABLE, "ingest", "user_clicks", "--kafka", topic, "--bootstrap-servers", bootstrap, *extra],
+        env=os.environ | {"STREAMTABLE_LAKE": str(lake.root)} | env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def assert_each_once(lake: Lake, topic: str, count: int, bad_every: int = 10) -> None:
+    users = Counter(r["user"] for r in rows(lake, "user_clicks"))
+    assert users == Counter(f"u{i}" for i in range(count) if i % bad_every), "every good record exactly once"
+    bad = Counter((r["source"], r["line"]) for r in rows(lake, "quarantine"))
+    assert bad == Counter((f"kafka:{topic}/{i % 3}", i // 3) for i in range(0, count, bad_every)), (
+        "every bad record quarantined exactly once"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["kafka:consumed", "kafka:quarantined", "kafka:committed"])
+def test_a_copy_killed_at_a_crash_point_then_run_again_loses_and_doubles_nothing(kafka_bootstrap, lake, point):
+    topic, count = new_topic(), 90
+    send(kafka_bootstrap, topic, numbered(count))
+    # 20 records a commit: the first commit (bad records among them) is the one killed
+    killed = cli_process(lake, topic, kafka_bootstrap, STREAMTABLE_KILL_AT=point, STREAMTABLE_KAFKA_COMMIT_ROWS="20")
+    assert killed.wait(60) == -signal.SIGKILL, killed.communicate()
+    rerun = cli_process(lake, topic, kafka_bootstrap, STREAMTABLE_KAFKA_COMMIT_ROWS="20")
+    out, err = rerun.communicate(timeout=60)
+    assert rerun.returncode == 0, err
+    assert json.loads(out)["offsets"] == {"0": 30, "1": 30, "2": 30}
+    assert_each_once(lake, topic, count)
+
+
+@pytest.mark.slow
+def test_two_copiers_started_at_once_copy_each_offset_exactly_once(kafka_bootstrap, lake):
+    topic, count = new_topic(), 600
+    send(kafka_bootstrap, topic, numbered(count))
+    copiers = [cli_process(lake, topic, kafka_bootstrap, STREAMTABLE_KAFKA_COMMIT_ROWS="25") for _ in range(2)]
+    results = [c.communicate(timeout=80) for c in copiers]
+    assert [c.returncode for c in copiers] == [0, 0], [err for _, err in results]
+    printed = [json.loads(out) for out, _ in results]
+    assert sum(p["appended"] for p in printed) == count - count // 10  # each record counted by the copier that won it
+    assert_each_once(lake, topic, count)
+
+
+@pytest.mark.slow
+def test_follow_copies_what_arrives_until_sigterm(kafka_bootstrap, lake):
+    topic = new_topic()
+    send(kafka_bootstrap, topic, numbered(12))  # creates the topic
+    follower = cli_process(lake, topic, kafka_bootstrap, "--follow")
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in follower.stdout], daemon=True).start()
+
+    def copied(appended: int) -> int:
+        deadline = time.monotonic() + 30
+        while appended and time.monotonic() < deadline:
+            try:
+                appended -= json.loads(lines.get(timeout=1))["appended"]
+            except queue.Empty:
+                continue
+        return appended
+
+    try:
+        assert copied(12 - 2) == 0
+        send(kafka_bootstrap, topic, [{"value": clicks(i), "partition": i % 3} for i in range(12, 20)])
+        assert copied(8) == 0, "records produced while it follows are copied"
+    finally:
+        follower.send_signal(signal.SIGTERM)
+    assert follower.wait(30) == 0, follower.stderr.read()
+    assert len(rows(lake, "user_clicks")) == 18 and len(rows(lake, "quarantine")) == 2

@@ -333,6 +333,40 @@ print("RESULT " + json.dumps({{"errors": list(bag.import_errors), "env": run.env
 
 
 @pytest.mark.slow
+def test_the_variable_set_with_the_airflow_cli_makes_the_folders_dags(fresh_airflow_home, folder):
+    """`airflow variables set streamtable_pipelines DIR`, `airflow dags reserialize`: `airflow dags list` shows DIR's
+    DAGs. The Variable is in the metadata DB, which a process without the dag-processor's supervisor (reserialize,
+    list, test) does not see through the Task SDK; no env names the folder here."""
+    env = airflow_env(fresh_airflow_home)
+    env.pop(registry.ENV, None)
+
+    def airflow(*args: str) -> str:
+        proc = subprocess.run(
+            [str(BIN / "airflow"), *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, f"airflow {' '.join(args)}: {proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        return proc.stdout
+
+    airflow("variables", "set", "streamtable_pipelines", str(folder))
+    airflow("dags", "reserialize")
+    listed = {line.split()[0] for line in airflow("dags", "list", "-o", "plain").splitlines() if line.strip()}
+    assert {"orders", "stream_orders", "reprocess_daily_orders", "clicks_per_region"} <= listed, sorted(listed)
+    # and a parse in a process of its own (what `airflow dags test` does) hands the folder to the Spark jobs
+    proc = run_python(
+        f"""
+import json
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder={str(DAGS / "streamtable_dags.py")!r})
+run = bag.get_dag("orders").get_task("run")
+print("RESULT " + json.dumps({{"errors": list(bag.import_errors), "env": run.env_vars}}))
+""",
+        env,
+    )
+    result = last_json(proc)
+    assert result["errors"] == [] and result["env"]["STREAMTABLE_PIPELINES"] == str(folder)
+
+
+@pytest.mark.slow
 def test_the_guide_pipeline_runs_under_airflow_dag_test(airflow_home, use_folder, tmp_path):
     """`airflow dags test orders`: run and quality_gate, two spark-submits, then the tables equal the model."""
     lake = Lake(tmp_path / "lake")

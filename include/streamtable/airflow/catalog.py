@@ -8,6 +8,7 @@ the Variable `streamtable_pipelines` if it is set, else the env `STREAMTABLE_PIP
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -18,12 +19,38 @@ from airflow.sdk.exceptions import AirflowException
 
 PIPELINES_VARIABLE = "streamtable_pipelines"
 PIPELINES_ENV = "STREAMTABLE_PIPELINES"  # registry.ENV, which this module does not import
+log = logging.getLogger(__name__)
 
 
 @cache
 def pipeline_folders() -> str:
     """The user's pipeline folders (`:` between them): the Variable `streamtable_pipelines`, else the env's."""
-    return Variable.get(PIPELINES_VARIABLE, default=None) or os.environ.get(PIPELINES_ENV, "")
+    return parse_time_variable(PIPELINES_VARIABLE) or os.environ.get(PIPELINES_ENV, "")
+
+
+def parse_time_variable(key: str) -> str | None:
+    """An Airflow Variable read while a DAG file is parsed, wherever it is parsed; None when it is not set.
+
+    The Task SDK's `Variable.get` asks the API server through the supervisor in the dag-processor's and a task's
+    parse, but a process without a supervisor (`airflow dags reserialize`, `dags list`, `dags test`, a `DagBag`
+    of one's own) gets only the `AIRFLOW_VAR_*` env and secrets backends (Airflow 3's fallback secrets chain,
+    `ensure_secrets_backend_loaded`): a Variable set with `airflow variables set` lives in the metadata DB
+    and was not seen, so those commands made no DAG of its folders. There the DB is read directly.
+    """
+    value = Variable.get(key, default=None)
+    if value is not None:
+        return value
+    from airflow.sdk.execution_time import task_runner
+
+    if getattr(task_runner, "SUPERVISOR_COMMS", None) is not None:
+        return None  # the API server answered (the DB's Variables included): it is not set
+    from airflow.secrets.metastore import MetastoreBackend
+
+    try:
+        return MetastoreBackend().get_variable(key)
+    except Exception as e:  # no reachable metadata DB in this process: say so, the env decides
+        log.warning("cannot read the Airflow Variable %s from the metadata DB (%s): using the env", key, e)
+        return None
 
 
 def pipelines_env() -> dict[str, str]:

@@ -78,8 +78,24 @@ RUN_ELSEWHERE = {
     "docker compose up -d --build": (
         "nothing: no Docker engine in CI; tests/test_deploy.py validates docker-compose.yaml"
     ),
-    "python -m streamtable.airflow.pools > pools.json && airflow pools import pools.json": (
-        "make setup (scripts/setup.sh, in CI) and tests/test_stream_integration.py run both commands"
+    "make wheel": "tests/test_install.py builds the wheel as `make wheel` does (uv build)",
+    "pip install dist/streamtable-0.1.0-py3-none-any.whl[airflow] -c constraints.txt": (
+        "tests/test_install.py (uv pip install of the wheel built there, [airflow], -c constraints.txt)"
+    ),
+    "streamtable jars fetch --repository https://repo1.maven.org/maven2": (
+        "tests/test_install.py and tests/test_jars.py (from a file:// Maven repository: no network in tests)"
+    ),
+    "airflow variables set streamtable_pipelines /srv/team/pipelines": (
+        "tests/test_user_pipelines.py::test_the_variable_set_with_the_airflow_cli_makes_the_folders_dags"
+    ),
+    "airflow dags reserialize": (
+        "tests/test_user_pipelines.py::test_the_variable_set_with_the_airflow_cli_makes_the_folders_dags"
+    ),
+    "airflow dags list": (
+        "tests/test_user_pipelines.py::test_the_variable_set_with_the_airflow_cli_makes_the_folders_dags"
+    ),
+    "airflow connections add spark_default --conn-type spark --conn-host spark://spark-master --conn-port 7077": (
+        "nothing: needs a Spark standalone master (scripts/setup.sh adds the local[2] connection the same way)"
     ),
     "scripts/spark-cluster.sh start": "tests/test_stream_integration.py",
     "make bench": "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)",

@@ -1,0 +1,186 @@
+"""streamtable as a team installs it: the wheel into a fresh venv outside this checkout, with the `[airflow]` extra
+under the lock, jars from `streamtable jars fetch`, a dags folder holding only the two lines of docs/install.md and a
+pipelines folder of the team's own; the pipeline's micro-batch DAG runs with `dag.test()` in that venv, with exact
+results, and nothing in that environment points into this checkout.
+
+The venv is made by uv from its cache (`--offline`: `make setup` filled it with the same lock), so the install costs
+seconds; the DAG run costs one spark-submit (the quality gate, which changes no table, is marked success: the `run`
+task already gates its batch with the pipeline's suites, and tests/test_dags.py submits a gate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+from streamtable.core import settings
+
+UV = [sys.executable, "-m", "uv"]
+PIPELINE = '''"""team_totals: the total `amount` per `key` of the records in `team_events`."""
+
+from streamtable import Column, Pipeline, Type, add_to_totals, at_least, changelog, expect, non_empty, table
+
+EVENTS = changelog(
+    "team_events",
+    [Column("key", Type.STRING), Column("amount", Type.LONG), Column("event_time", Type.TIMESTAMP)],
+    rules=[non_empty("key"), at_least("amount", 0)],
+)
+TOTALS = table("team_totals", [Column("key", Type.STRING), Column("amount", Type.LONG)], keys=["key"])
+
+
+def process(batch) -> None:
+    events = batch.new("team_events").select("key", "amount")
+    batch.upsert("team_totals", add_to_totals(batch.current("team_totals"), events, ["key"], "amount"))
+
+
+PIPELINE = Pipeline(
+    name="team_totals",
+    doc=__doc__,
+    streams=("team_events",),
+    outputs=(TOTALS,),
+    process=process,
+    suites=(expect.Suite("team_totals", (expect.not_null("key"), expect.unique("key"))),),
+)
+'''
+EVENTS = [
+    {"key": "a", "amount": 2, "event_time": "2026-01-01T00:00:00Z"},
+    {"key": "b", "amount": 5, "event_time": "2026-01-01T00:00:01Z"},
+    {"key": "a", "amount": 3, "event_time": "2026-01-01T00:00:02Z"},
+    {"key": "", "amount": 1, "event_time": "2026-01-01T00:00:03Z"},  # quarantined: an empty key
+]
+DAG_TEST = """
+import json
+from airflow.dag_processing.dagbag import DagBag
+from airflow.models.taskinstance import TaskInstance
+from airflow.utils.session import create_session
+from sqlalchemy import select
+
+import streamtable
+from streamtable.core import settings
+
+bag = DagBag(dag_folder="DAGS")
+dag = bag.get_dag("team_totals")
+run = dag.test(mark_success_pattern="^quality_gate$")
+with create_session() as session:
+    where = (TaskInstance.dag_id == "team_totals", TaskInstance.run_id == run.run_id)
+    states = {ti.task_id: str(ti.state) for ti in session.scalars(select(TaskInstance).where(*where))}
+task = dag.get_task("run")
+print("RESULT " + json.dumps({
+    "errors": {str(k): str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dag_ids),
+    "state": str(run.state), "tasks": states, "application": task.application, "jars": task.jars,
+    "binary": task._spark_binary, "package": streamtable.__file__, "log4j": str(settings.LOG4J_CONF),
+}))
+"""
+
+
+def maven_repository(root: Path) -> Path:
+    """A file:// Maven repository of Delta's pinned jars, made of this checkout's jars/ (what set-up fetched)."""
+    for group, artifact, version in settings.JARS["delta"]:
+        folder = root.joinpath(*group.split("."), artifact, version)
+        folder.mkdir(parents=True)
+        jar = ROOT / "jars" / f"{artifact}-{version}.jar"
+        (folder / jar.name).symlink_to(jar)
+        (folder / f"{jar.name}.sha1").write_text(hashlib.sha1(jar.read_bytes()).hexdigest())
+    return root
+
+
+def run(command: list[str], env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 600) -> str:
+    proc = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, (
+        f"{' '.join(command)}: exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    )
+    return proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_wheel_installed_into_a_fresh_venv_runs_a_teams_pipeline_dag(tmp_path):
+    started = time.monotonic()
+    base = tmp_path / "team"  # nothing of the team's environment is inside the checkout
+    assert not base.resolve().is_relative_to(ROOT)
+    run([*UV, "build", "-q", "--wheel", "--out-dir", str(base / "dist")], cwd=ROOT)
+    [wheel] = (base / "dist").glob("streamtable-*.whl")
+    venv = base / "venv"
+    run([*UV, "venv", "-q", str(venv), "--python", sys._base_executable])  # type: ignore[attr-defined]
+    python, bin_ = venv / "bin" / "python", venv / "bin"
+    install = [
+        *UV,
+        "pip",
+        "install",
+        "-q",
+        "--python",
+        str(python),
+        f"{wheel}[airflow]",
+        "-c",
+        str(ROOT / "constraints.txt"),
+    ]
+    run([*install, "--offline"])
+    installed = time.monotonic()
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "STREAMTABLE_", "PYSPARK", "PYTHON"))}
+    env.update(
+        {
+            "PATH": f"{bin_}{os.pathsep}/usr/local/bin{os.pathsep}/usr/bin{os.pathsep}/bin",
+            "AIRFLOW_HOME": str(base / "airflow_home"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(base / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "STREAMTABLE_JARS": str(base / "jars"),
+            "STREAMTABLE_PIPELINES": str(base / "pipelines"),
+            "STREAMTABLE_LAKE": str(base / "lake"),
+            "GX_ANALYTICS_ENABLED": "false",
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_SUBMIT_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", ""),
+        }
+    )
+    repo = maven_repository(base / "maven")
+    fetched = json.loads(run([str(bin_ / "streamtable"), "jars", "fetch", "--repository", repo.as_uri()], env, base))
+    assert fetched["dest"] == str(base / "jars") and len(fetched["fetched"]) == len(settings.JARS["delta"])
+
+    (base / "dags").mkdir()
+    (base / "dags" / "streamtable_dags.py").write_text(
+        "from streamtable.airflow import pipeline_dags\n\npipeline_dags(globals())\n"
+    )
+    (base / "pipelines").mkdir()
+    (base / "pipelines" / "team_totals.py").write_text(PIPELINE)
+    events = base / "events.jsonl"
+    events.write_text("".join(json.dumps(e) + "\n" for e in EVENTS))
+    ingested = json.loads(run([str(bin_ / "streamtable"), "ingest", "team_events", str(events)], env, base))
+    assert (ingested["appended"], ingested["quarantined"]) == (3, 1)
+
+    run([str(bin_ / "airflow"), "db", "migrate"], env, base)
+    result = json.loads(
+        [
+            line
+            for line in run(
+                [str(python), "-c", DAG_TEST.replace("DAGS", str(base / "dags"))], env, base, 900
+            ).splitlines()
+            if line.startswith("RESULT ")
+        ][-1][len("RESULT ") :]
+    )
+    assert result["errors"] == {}
+    assert {"team_totals", "stream_team_totals", "reprocess_daily_team_totals", "clicks_per_region"} <= set(
+        result["dags"]
+    )
+    assert result["state"] == "success" and result["tasks"] == {"run": "success", "quality_gate": "success"}, result
+    shown = run([str(bin_ / "streamtable"), "show", "team_totals"], env, base)
+    assert [json.loads(line) for line in shown.splitlines()] == [{"key": "a", "amount": 5}, {"key": "b", "amount": 5}]
+
+    # nothing of that environment points into the checkout
+    site = Path(result["package"]).parents[1]
+    assert site.is_relative_to(venv) and not (site / "streamtable" / "__init__.py").is_symlink()
+    for path in (result["application"], result["log4j"], result["binary"], *result["jars"].split(",")):
+        assert Path(path).is_file() and Path(path).is_relative_to(base), path
+    assert Path(result["application"]).name == "streamtable_job.py"
+    for pth in site.glob("*.pth"):
+        assert str(ROOT) not in pth.read_text(), f"{pth} points into the checkout"
+    assert not list(site.glob("__editable__*")), "an editable install"
+    print(f"install {installed - started:.0f} s, all {time.monotonic() - started:.0f} s")

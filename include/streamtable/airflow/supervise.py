@@ -161,6 +161,9 @@ def ask_to_stop(pgid: int) -> str:
     return f"SIGTERM to spark-submit's process group {pgid} (no driver process)"
 
 
+KILL_WAIT_S = 30.0  # how long stop_job waits for a SIGKILLed group to vanish
+
+
 def stop_job(pgid: int, grace_s: float, log: Callable[[str], Any] = print, poll_s: float = 0.5) -> bool:
     """Stop the job whose spark-submit leads process group `pgid`: SIGTERM the driver, SIGKILL the group
     after `grace_s` seconds if anything of it is left. True if it stopped within the grace period."""
@@ -175,6 +178,11 @@ def stop_job(pgid: int, grace_s: float, log: Callable[[str], Any] = print, poll_
         time.sleep(poll_s)
     log(f"the job still runs {grace_s:g} s after SIGTERM: SIGKILL to its process group {pgid}")
     _signal_group(pgid, signal.SIGKILL)
+    # SIGKILL is delivered asynchronously (a JVM's many threads take a moment to die on a busy machine): return
+    # once the group is gone, so the caller's "stopped" holds.
+    gone_by = time.monotonic() + KILL_WAIT_S
+    while group_alive(pgid) and time.monotonic() < gone_by:
+        time.sleep(min(poll_s, 0.1))
     return False
 
 

@@ -135,6 +135,11 @@ else
   jars_present || die "mvn ran but jars/ has no delta-spark/delta-storage $delta_version jar"
 fi
 
+# The venv's own jar folder (core/settings.py's default when $STREAMTABLE_JARS is unset) is the checkout's jars/,
+# so .venv/bin/streamtable finds them without `make env`, as an installed package finds what `jars fetch` put there.
+mkdir -p "$VENV/share/streamtable"
+ln -sfn "$ROOT/jars" "$VENV/share/streamtable/jars"
+
 # ---------------------------------------------------------------- 3b. the drivers' class archive
 # Every driver JVM maps the classes of Spark and Delta from jars/spark-classes.jsa (include/streamtable/deploy/class_archive.py):
 # a cold `streamtable run` starts about 7 s sooner. Recorded in the background while step 4 runs; without it

@@ -294,7 +294,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p = jars.add_parser("fetch", help="download the pinned jars once from a Maven repository (default: Maven Central)")
     p.add_argument("--repository", metavar="URL", help="a Maven repository (env: STREAMTABLE_MAVEN_REPOSITORY)")
-    p.add_argument("--dest", metavar="DIR", help="where to put them (default: $STREAMTABLE_JARS, else ~/.cache/...)")
+    p.add_argument(
+        "--dest",
+        metavar="DIR",
+        help="where to put them (default: $STREAMTABLE_JARS, else the environment's share/streamtable/jars)",
+    )
     p.add_argument("--with", dest="with_", action="append", default=[], choices=["s3a"], help="also these jars")
     p.add_argument("--force", action="store_true", help="download them again even if present")
     return top

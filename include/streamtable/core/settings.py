@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 from pathlib import Path
 
 __version__ = "0.1.0"  # the package's version, in this one place (pyproject.toml reads it)
@@ -40,13 +41,11 @@ JARS: dict[str, list[tuple[str, str, str]]] = {
 
 
 def jar_dir() -> Path:
-    """The folder of the jars every job gets: `$STREAMTABLE_JARS`, else `~/.cache/streamtable/jars` (filled by
-    `streamtable jars fetch`; this repository's `make setup` points `$STREAMTABLE_JARS` at its jars/)."""
+    """The folder of the jars every job gets: `$STREAMTABLE_JARS`, else `share/streamtable/jars` of the Python
+    environment streamtable is installed in (filled by `streamtable jars fetch`), so each environment (Airflow's, a
+    Spark image's) carries its own; this repository's `make setup` links the checkout's jars/ there."""
     configured = os.environ.get("STREAMTABLE_JARS")
-    if configured:
-        return Path(configured)
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "streamtable" / "jars"
+    return Path(configured) if configured else Path(sys.prefix) / "share" / "streamtable" / "jars"
 
 
 def job_jars() -> list[str]:

@@ -22,6 +22,7 @@ from .core.tables import (
     Table as Table,
     at_least as at_least,
     changelog as changelog,
+    delta_table as delta_table,
     join_store as join_store,
     non_empty as non_empty,
     one_of as one_of,

@@ -182,6 +182,9 @@ def _check(registry: Registry) -> None:
     for pipeline in list(registry.pipelines.values()):
         where = registry.origins[("pipeline", pipeline.name)]
         problems = [f"reads the unknown input {n!r}" for n in pipeline.inputs if n not in registry.inputs]
+        ticks = registry.inputs.get(pipeline.ticks.into) if pipeline.ticks else None
+        if ticks is not None and ticks.external:
+            problems.append(f"appends ticks to {ticks.name!r}, a Delta table of another job (never written)")
         for table in pipeline.outputs + pipeline.state:
             if table.kind == "table" and not table.keys:
                 problems.append(f"declares the table {table.name!r} without keys")

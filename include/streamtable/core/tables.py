@@ -79,6 +79,7 @@ class Table:
     time_column: str | None = None
     rules: tuple[Rule, ...] = ()
     keep_raw: bool = False  # input only: also store the whole JSON object of each record in `raw`
+    path: str | None = None  # input only: an existing Delta table of another job, read in place (`delta_table`)
     declared_at: str | None = field(default=None, compare=False, repr=False)  # "file:line" of the declaration
 
     def __post_init__(self) -> None:
@@ -98,9 +99,21 @@ class Table:
         elif self.kind == "input" and self.time_column is not None:
             if next(c for c in self.columns if c.name == self.time_column).type != TS:
                 problems.append(f"time column {self.time_column!r} is not a timestamp")
+        if self.path is not None:
+            if self.kind != "input":
+                problems.append("only an input may be an existing Delta table (path=...)")
+            if not self.path:
+                problems.append("the path of a Delta table is empty")
+            if self.keep_raw:
+                problems.append("a Delta table of another job has no raw records (keep_raw)")
         if problems:
             raise DeclarationError(f"table {self.name!r}: " + "; ".join(problems))
         object.__setattr__(self, "declared_at", self.declared_at or declaration_site())
+
+    @property
+    def external(self) -> bool:
+        """An existing Delta table of another job (`delta_table`): read in place, never written."""
+        return self.path is not None
 
     @property
     def sort_columns(self) -> tuple[str, ...]:
@@ -142,6 +155,37 @@ def changelog(
     """
     return Table(
         name, tuple(columns), "input", keys=tuple(keys), time_column=time_column, rules=tuple(rules), keep_raw=keep_raw
+    )
+
+
+def delta_table(
+    name: str,
+    path: str,
+    columns: Sequence[Column],
+    keys: Sequence[str] = (),
+    rules: Sequence[Rule] = (),
+    time_column: str = "event_time",
+) -> Table:
+    """An input that is an existing Delta table of another job, at `path`: read in place, never written.
+
+    Usable in `Pipeline(streams=...)` or `tables=...` like a `changelog`. Its Delta versions are its offsets
+    (`reprocess --from-version` names them). Its schema is the table's: each declared column must be in it, of
+    the declared type or one that widens to it losslessly (INT to LONG, FLOAT to DOUBLE); other columns are not
+    read. A record that breaks `rules` (or lacks a required column) is skipped and recorded in `quarantine`
+    once (`source`: the path, `line`: the version). With `keys`, the table is read through its Change Data
+    Feed: an update is a new record of its key and a delete a deletion (its other columns null, at the
+    delete's commit time). A stream input must be append-only; updates or deletes need `keys` and the Change
+    Data Feed (`delta.enableChangeDataFeed`).
+
+        orders = delta_table(
+            "orders",
+            path="/data/orders",
+            columns=[Column("order_id", S), Column("amount", L), Column("event_time", Type.TIMESTAMP)],
+            rules=[at_least("amount", 0)],
+        )
+    """
+    return Table(
+        name, tuple(columns), "input", keys=tuple(keys), time_column=time_column, rules=tuple(rules), path=str(path)
     )
 
 

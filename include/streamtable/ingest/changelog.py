@@ -32,8 +32,14 @@ def check_schema(existing: DeltaTable | None, table: Table) -> None:
     """Refuse to write when the input's declared columns no longer fit its table in the lake (`existing`).
 
     A column added as nullable is fine (older rows read it as null); a changed type, or a new column
-    that may not be null while older rows have none, is refused with what to do instead.
+    that may not be null while older rows have none, is refused with what to do instead. An input that is a
+    Delta table of another job (`delta_table`) is never written.
     """
+    if table.external:
+        raise BadInputError(
+            f"{table.name} is a Delta table of another job ({table.path}): streamtable reads it in place, "
+            "it takes no records"
+        )
     if existing is None:
         return
     stored = {f.name: f.type for f in pa.schema(existing.schema().to_arrow())}

@@ -49,12 +49,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import BinaryIO
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from streamtable.core.errors import BadInputError
 from streamtable.core.registry import get_input
-from streamtable.core.schema import Type
+from streamtable.core.schema import Type, widens
 from streamtable.core.tables import Table
 from streamtable.ingest.files import MAX_LINE_BYTES, IdRegistry, IngestResult, ingest_stream
 from streamtable.ingest.records import parse_json
@@ -266,74 +265,6 @@ def _parquet_rows(parquet: pq.ParquetFile, names: list[str] | None) -> Iterator[
     for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=names):
         for row in batch.to_pylist():
             yield _json_text(_json_ready(row)).encode("utf-8", "surrogateescape") + b"\n"
-
-
-def widens(found: pa.DataType, declared: Type) -> bool:
-    """Whether values of Arrow type `found` are values of `declared` without loss."""
-    t = pa.types
-    if t.is_dictionary(found):
-        found = found.value_type
-    if t.is_null(found):
-        return True
-    kind = declared.kind
-    if kind == "string":
-        return t.is_string(found) or t.is_large_string(found) or t.is_string_view(found)
-    if kind == "binary":
-        return (
-            t.is_binary(found) or t.is_large_binary(found) or t.is_fixed_size_binary(found) or t.is_binary_view(found)
-        )
-    if kind == "boolean":
-        return t.is_boolean(found)
-    if kind in ("long", "int", "double", "float", "decimal"):
-        return _number_widens(found, declared)
-    if kind == "timestamp":
-        return t.is_timestamp(found)
-    if kind == "date":
-        return t.is_date32(found) or t.is_date64(found)
-    if kind == "array":
-        listed = t.is_list(found) or t.is_large_list(found) or t.is_fixed_size_list(found) or t.is_list_view(found)
-        return listed and widens(found.value_type, declared.item)
-    if kind == "map":
-        return (
-            t.is_map(found)
-            and (t.is_string(found.key_type) or t.is_large_string(found.key_type))
-            and widens(found.item_type, declared.item)
-        )
-    if kind == "struct":
-        if not t.is_struct(found):
-            return False
-        fields = {found.field(i).name: found.field(i).type for i in range(found.num_fields)}
-        return all(f.name not in fields or widens(fields[f.name], f.type) for f in declared.fields)
-    return False
-
-
-_INT_BITS = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
-_UINT_BITS = {pa.uint8(): 8, pa.uint16(): 16, pa.uint32(): 32, pa.uint64(): 64}
-
-
-def _number_widens(found: pa.DataType, declared: Type) -> bool:
-    """Integers to a wider integer, a double (up to 32 bits; a float up to 16) or a decimal with room for their
-    digits; floats to a wider float; decimals to a decimal of no fewer whole and fraction digits."""
-    kind = declared.kind
-    signed, unsigned = _INT_BITS.get(found), _UINT_BITS.get(found)
-    if signed or unsigned:
-        bits = signed or (unsigned or 0) + 1  # an unsigned integer needs a sign bit more
-        if kind in ("long", "int"):
-            return bits <= (64 if kind == "long" else 32)
-        if kind in ("double", "float"):
-            return bits <= (32 if kind == "double" else 16)
-        digits = len(str(2 ** (bits - 1)))
-        return declared.precision - declared.scale >= digits
-    if pa.types.is_floating(found):
-        width = {pa.float16(): 16, pa.float32(): 32, pa.float64(): 64}[found]
-        return kind in ("double", "float") and width <= (64 if kind == "double" else 32)
-    if pa.types.is_decimal(found):
-        return (
-            kind == "decimal"
-            and found.scale <= declared.scale
-            and found.precision - found.scale <= declared.precision - declared.scale
-        )
-    return False
 
 
 def _json_ready(value: object) -> object:

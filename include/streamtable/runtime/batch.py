@@ -19,7 +19,8 @@ from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from streamtable.core.errors import UndeclaredNameError
 from streamtable.core.registry import get_input
-from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, SOURCE
+from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE
+from streamtable.runtime import external
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.progress import Stages
 from streamtable.runtime.staging import Staging
@@ -54,17 +55,29 @@ class StagedBatch:
         self._staging = Staging(ctx, batch_id)
         self._late: list[DataFrame] = []
         self._metrics: dict[str, int] = {}
+        # Delta tables of other jobs read whole (`table`) -> (their records that break the input's rules, version)
+        self._skipped: dict[str, tuple[DataFrame, int]] = {}
 
     def new(self, input_name: str) -> DataFrame:
         """The records of a stream input that arrived since the last run, with `_commit_version` and `_line`."""
         if input_name not in self.ctx.pipeline.streams:
             raise UndeclaredNameError(f"{input_name} is not a stream input of {self.ctx.pipeline.name}")
         columns = [c.name for c in get_input(input_name).stored_columns] + [COMMIT_VERSION]
-        return self._records.where(F.col(SOURCE) == input_name).select(*columns)
+        records = self._records.where(F.col(SOURCE) == input_name)
+        if input_name in self.ctx.external:  # a Delta table of another job: its records that break its rules
+            records = records.where(F.col(external.REASON).isNull())
+        return records.select(*columns)
 
     def table(self, input_name: str) -> DataFrame:
         """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins)."""
-        return read_changelog(self.spark, self.ctx.lake.table_path(input_name), input_name)
+        input_table = get_input(input_name)
+        if not input_table.external:
+            return read_changelog(self.spark, self.ctx.lake.table_path(input_name), input_name)
+        change_feed = self.ctx.external.get(input_name, False)
+        records, version = external.read_table(self.spark, input_table, change_feed)
+        self._skipped[input_name] = (external.quarantined(records, input_table), version)
+        columns = [c.name for c in input_table.stored_columns] + [COMMIT_VERSION]
+        return records.where(F.col(external.REASON).isNull()).select(*columns)
 
     def consumed(self, input_name: str) -> DataFrame:
         """The changelog of a stream input up to the newest version consumed by this run or an earlier one.
@@ -111,6 +124,7 @@ class StagedBatch:
         if self._late:
             with stages.time("compute"):
                 self._staging.stage(LATE_EVENTS.name, "append", reduce(DataFrame.unionByName, self._late))
+        self._stage_quarantined(stages)
         before = self.ctx.metric_totals(self._committed)
         after = before | {name: before.get(name, 0) + value for name, value in self._metrics.items()}
         log.info("batch %d staged", self.batch_id)
@@ -120,6 +134,25 @@ class StagedBatch:
         self._staging.mark_complete(
             BatchSummary(records, self.next_stream_time, oldest_input_at, self.versions, self.wall_clock, self._metrics)
         )
+
+    def _stage_quarantined(self, stages: Stages) -> None:
+        """Stage the records of Delta tables of other jobs that break their input's rules, for `quarantine`.
+
+        They are committed with the batch, each input's once per version: the commit skips the versions an earlier
+        commit (of any batch, generation or pipeline) recorded for that input.
+        """
+        parts, offsets = [], {}
+        for name in self.ctx.pipeline.streams:  # (one also read whole: its whole table's records, below)
+            if name in self.ctx.external and name in self.versions and name not in self._skipped:
+                parts.append(external.quarantined(self._records.where(F.col(SOURCE) == name), get_input(name)))
+                offsets[name] = self.versions[name]
+        for name, (rows, version) in self._skipped.items():
+            parts.append(rows)
+            offsets[name] = max(version, offsets.get(name, version))
+        skipped = external.quarantine_of(parts)
+        if skipped is not None:
+            with stages.time("compute"):
+                self._staging.stage(QUARANTINE.name, "quarantine", skipped, offsets=offsets)
 
 
 def read_changelog(spark: SparkSession, path: str, name: str) -> DataFrame:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -30,6 +30,9 @@ class RunContext:
     pipeline: Pipeline
     generation: int
     shadow: bool = False  # a reprocess writes its outputs beside the live ones
+    # Delta tables of other jobs among the inputs -> whether they are read through their Change Data Feed
+    # (`runtime.external.prepare` fills it before the query starts)
+    external: dict[str, bool] = field(default_factory=dict)
 
     @property
     def app_id(self) -> str:

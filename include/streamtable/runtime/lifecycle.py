@@ -22,6 +22,7 @@ from streamtable.core.timefmt import system_clock
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.runner import RunReport, drain, serve
 from streamtable.storage.delta_rs import table_version
+from streamtable.storage.external import path_of
 from streamtable.storage.lake import Lake, write_json_atomic
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def version_at(lake: Lake, table: str, timestamp: datetime) -> int:
     """The first version of `table` committed at or after `timestamp` (Kafka's offsets-for-times)."""
     from streamtable.storage.offsets import first_version_since
 
-    if table_version(lake.table_path(table)) is None:
+    if table_version(path_of(lake, table)) is None:
         raise OffsetOutOfRangeError(f"{table} has no data yet")
     version = first_version_since(lake, table, timestamp)
     if version is None:
@@ -88,7 +89,7 @@ def version_at(lake: Lake, table: str, timestamp: datetime) -> int:
 
 
 def check_version(lake: Lake, table: str, version: int) -> None:
-    latest = table_version(lake.table_path(table))
+    latest = table_version(path_of(lake, table))
     if version < 0 or latest is None or version > latest:
         raise OffsetOutOfRangeError(
             f"version {version} is not in {table} (versions 0..{latest})"

@@ -30,6 +30,7 @@ from streamtable.core.registry import get_input
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, HEARTBEAT, SOURCE
 from streamtable.core.timefmt import as_utc, format_time, system_clock
+from streamtable.runtime import external
 from streamtable.runtime.batch import StagedBatch
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.progress import BatchProgress, Stages, record
@@ -68,8 +69,13 @@ class RunReport:
 
 
 def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
-    """Create empty input changelogs that were never ingested into, so a pipeline can start before its data."""
+    """Create empty input changelogs that were never ingested into, so a pipeline can start before its data.
+
+    Delta tables of other jobs are never written (`runtime.external.prepare` checks them instead).
+    """
     for name in names:
+        if get_input(name).external:
+            continue
         path = lake.table_path(name)
         if table_version(path) is None:
             table = get_input(name)
@@ -83,6 +89,11 @@ def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
 
 def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame:
     """A streaming read of an input changelog from a version, tagged with its table name."""
+    if name in ctx.external:
+        table = get_input(name)
+        return external.read_stream(ctx.spark, table, starting_version, ctx.external[name]).withColumn(
+            SOURCE, F.lit(name)
+        )
     path = ctx.heartbeat_path if name == HEARTBEAT else ctx.lake.table_path(name)
     return (
         ctx.spark.readStream.format("delta")
@@ -115,9 +126,17 @@ class BatchHandler:
     """The `foreachBatch` function: compute and stage the batch once, then commit it."""
 
     def __init__(
-        self, ctx: RunContext, report: RunReport, clock: Clock, mode: str, on_progress: OnProgress | None = None
+        self,
+        ctx: RunContext,
+        report: RunReport,
+        clock: Clock,
+        mode: str,
+        on_progress: OnProgress | None = None,
+        first_versions: dict[str, int] | None = None,
     ):
         self.ctx, self.report, self.clock, self.mode, self.on_progress = ctx, report, clock, mode, on_progress
+        # stream inputs read by their files (Delta tables of other jobs) -> the first version a batch can hold
+        self.first_versions = dict(first_versions or {})
         self.lock = threading.Lock()  # held while a batch is in flight (graceful stop waits for it)
         self.stopping = False
         self.last_batch = -1  # the id of the last batch this handler committed
@@ -173,11 +192,18 @@ class BatchHandler:
             self.on_progress(progress)
 
     def _compute(self, records: DataFrame, batch_id: int, stages: Stages) -> None:
+        if self.first_versions:  # rows of Delta tables of other jobs read by file get their versions
+            records = external.with_versions(
+                self.ctx.spark, records, external.version_files(self.ctx, self.first_versions)
+            )
         records = records.persist()
         try:
             log.info("batch %d computing", batch_id)
             with stages.time("read"):  # the first action on the records: reads and unions the inputs
                 stats = self._stats(records)
+            for r in stats:
+                if r["unmapped"]:
+                    raise external.unmapped(r[SOURCE], self.first_versions.get(r[SOURCE]))
             batch = StagedBatch(
                 self.ctx,
                 batch_id,
@@ -193,21 +219,31 @@ class BatchHandler:
                 min((self._committed_at(r) for r in stats), default=None),
                 stages,
             )
+            for r in stats:
+                if r[SOURCE] in self.first_versions:
+                    self.first_versions[r[SOURCE]] = max(self.first_versions[r[SOURCE]], int(r["version"]) + 1)
         finally:
             records.unpersist()
 
     @staticmethod
     def _stats(records: DataFrame) -> list[Row]:
-        """Per input: the last version, record count, newest event time, first version, and oldest commit time."""
+        """Per input: the last version, record count, newest event time, first version, oldest commit time, and
+        the rows whose version is unknown (read by file from a Delta table of another job, not found in its log).
+
+        Records skipped for breaking their input's rules (`_reason`, Delta tables of other jobs) count for the
+        versions only.
+        """
+        good = F.col(external.REASON).isNull() if external.REASON in records.columns else F.lit(True)
         return (
             records.where(F.col(SOURCE) != HEARTBEAT)
             .groupBy(SOURCE)
             .agg(
                 F.max(COMMIT_VERSION).alias("version"),
-                F.count("*").alias("n"),
-                F.max("event_time").alias("t"),
+                F.count_if(good).alias("n"),
+                F.max(F.when(good, F.col("event_time"))).alias("t"),
                 F.min(COMMIT_VERSION).alias("first"),
                 F.min(COMMITTED_AT).alias("committed"),
+                F.count_if(F.col(COMMIT_VERSION).isNull()).alias("unmapped"),
             )
             .collect()
         )
@@ -246,13 +282,14 @@ def start_query(
     starting: dict[str, int],
     processing_time: str | None = None,
     on_progress: OnProgress | None = None,
+    first_versions: dict[str, int] | None = None,
 ):
     """Start the pipeline's streaming query; AvailableNow unless a processing-time trigger is given."""
     names = ctx.pipeline.streams + ((HEARTBEAT,) if ctx.pipeline.wall_clock else ())
     streams = [input_stream(ctx, name, starting.get(name, 0)) for name in names]
     records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), streams)
     mode = "serve" if processing_time else "reprocess" if ctx.shadow else "run"
-    handler = BatchHandler(ctx, report, clock, mode, on_progress)
+    handler = BatchHandler(ctx, report, clock, mode, on_progress, first_versions)
     writer = (
         records.writeStream.foreachBatch(handler)
         .option("checkpointLocation", str(ctx.dir / "checkpoint"))
@@ -265,10 +302,11 @@ def start_query(
 def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int] | None = None) -> RunReport:
     """Process everything the inputs hold now (Trigger.AvailableNow) and return what was done."""
     ensure_inputs(ctx.lake, ctx.pipeline.inputs)
+    first = external.prepare(ctx, starting or {})
     ctx.prepare()
     beat(ctx, clock)
     report = RunReport(ctx.pipeline.name, ctx.generation)
-    query, handler = start_query(ctx, report, clock, starting or {})
+    query, handler = start_query(ctx, report, clock, starting or {}, first_versions=first)
     await_query(query, handler)
     if report.stream_time is None:
         report.stream_time = ctx.stream_time()
@@ -288,10 +326,13 @@ def serve(
     with code 3 and the batch runs again from the checkpoint on the next start.
     """
     ensure_inputs(ctx.lake, ctx.pipeline.inputs)
+    first = external.prepare(ctx, {})
     ctx.prepare()
     beat(ctx, clock)
     report = RunReport(ctx.pipeline.name, ctx.generation)
-    query, handler = start_query(ctx, report, clock, {}, processing_time=interval, on_progress=on_progress)
+    query, handler = start_query(
+        ctx, report, clock, {}, processing_time=interval, on_progress=on_progress, first_versions=first
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -19,7 +19,7 @@ from streamtable.runtime import gate
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.progress import Stages
 from streamtable.runtime.summary import BatchSummary
-from streamtable.storage import delta_rs
+from streamtable.storage import delta_rs, external
 from streamtable.storage.lake import PROGRESS, write_json_atomic
 
 log = logging.getLogger("streamtable")
@@ -41,13 +41,16 @@ class Staging:
     def discard(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def stage(self, table: str, mode: str, rows: DataFrame) -> None:
+    def stage(self, table: str, mode: str, rows: DataFrame, offsets: dict[str, int] | None = None) -> None:
+        """Stage a change: mode `append`, `upsert`, or `quarantine` (records of Delta tables of other jobs that
+        break their rules, committed once per input and version up to `offsets`, input -> version)."""
         if any(c["table"] == table for c in self.changes):
             raise ValueError(f"{table} is changed twice in one batch")
         path = str(self.dir / table)
         rows.write.mode("overwrite").parquet(path)
         count = pyarrow.dataset.dataset(path, format="parquet").count_rows()  # from the footers: no Spark job
-        self.changes.append({"table": table, "mode": mode, "path": path, "rows": count})
+        change = {"table": table, "mode": mode, "path": path, "rows": count}
+        self.changes.append(change | ({"offsets": offsets} if offsets is not None else {}))
         log.info("staged %s: %d rows", table, count)
 
     def staged(self, change: dict) -> DataFrame:
@@ -101,10 +104,13 @@ class Staging:
         with stages.time("progress"):
             delta_rs.append_once(ctx.path(PROGRESS), [summary.progress_row(self.batch_id)], ctx.app_id, self.batch_id)
         crash_point(f"committed:{PROGRESS}")
-        return [c for c in changes if c["table"] != PROGRESS], summary
+        return [c for c in changes if c["table"] != PROGRESS and c["mode"] != "quarantine"], summary
 
     def _apply(self, change: dict) -> None:
         """Commit one staged change to its table (delta-rs, no Spark job), idempotently for this batch."""
+        if change["mode"] == "quarantine":  # the lake's own, whatever the generation: once per input and version
+            external.record_quarantined(self.ctx.lake, change["path"], change["offsets"])
+            return
         path = self.ctx.path(change["table"])
         if change["mode"] == "append":
             delta_rs.append_staged(path, change["path"], self.ctx.app_id, self.batch_id)

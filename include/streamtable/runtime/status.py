@@ -16,6 +16,7 @@ from streamtable.core.registry import get_pipeline
 from streamtable.core.timefmt import format_time
 from streamtable.runtime.progress import committed, history
 from streamtable.storage.delta_rs import table_version
+from streamtable.storage.external import path_of
 from streamtable.storage.lake import Lake
 
 
@@ -123,18 +124,14 @@ def _consumed_versions(lake: Lake, pipeline: str, generation: int) -> dict[str, 
 
 
 def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
-    path = lake.table_path(table)
+    path = path_of(lake, table)  # a Delta table of another job is read where it is
     latest = table_version(path)
     first_unconsumed = 0 if consumed is None else consumed + 1
     if latest is None or latest < first_unconsumed:
         return InputLag(table, consumed, latest, 0, None)
     commits = DeltaTable(path).history(limit=latest - first_unconsumed + 1)
-    unconsumed = [
-        c
-        for c in commits
-        if c["version"] >= first_unconsumed and (c.get("operationMetrics") or {}).get("num_added_rows")
-    ]
-    records = sum(c["operationMetrics"]["num_added_rows"] for c in unconsumed)
+    unconsumed = [c for c in commits if c["version"] >= first_unconsumed and _added_rows(c)]
+    records = sum(_added_rows(c) for c in unconsumed)
     oldest = min((c["timestamp"] for c in unconsumed), default=None)
     return InputLag(
         table,
@@ -143,6 +140,17 @@ def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
         records,
         datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None,
     )
+
+
+def _added_rows(commit: dict) -> int:
+    """The rows a commit added: delta-rs's `num_added_rows`, Delta Spark's `numOutputRows` (a write) or
+    `numTargetRowsInserted` + `numTargetRowsUpdated` (a MERGE), for tables other jobs write."""
+    metrics = commit.get("operationMetrics") or {}
+    if "num_added_rows" in metrics:
+        return int(metrics["num_added_rows"] or 0)
+    if "numOutputRows" in metrics:
+        return int(metrics["numOutputRows"] or 0)
+    return sum(int(metrics.get(k) or 0) for k in ("numTargetRowsInserted", "numTargetRowsUpdated"))
 
 
 def _time(value: datetime | None) -> str | None:

@@ -21,12 +21,16 @@ from streamtable.storage.lake import Lake
 
 
 def commits(lake: Lake, table: str) -> list[tuple[int, float]]:
-    """(version, commit time in epoch ms) of every commit of an input table, oldest first; [] if it has none."""
+    """(version, commit time in epoch ms) of every commit of an input table, oldest first; [] if it has none.
+
+    The input's table is in the lake, or where a Delta table of another job is (`external.path_of`).
+    """
     from deltalake import DeltaTable
 
     from streamtable.storage.delta_rs import table_version
+    from streamtable.storage.external import path_of
 
-    path = lake.table_path(table)
+    path = path_of(lake, table)
     if table_version(path) is None:
         return []
     return sorted((c["version"], c["timestamp"]) for c in DeltaTable(path).history())
@@ -38,7 +42,9 @@ def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
     Delta Spark's `_commit_timestamp` is the log file's modification time instead, which can be a millisecond
     earlier; None once log cleanup has removed the entry.
     """
-    entry = Path(lake.table_path(table)) / "_delta_log" / f"{version:020d}.json"
+    from streamtable.storage.external import path_of
+
+    entry = Path(path_of(lake, table)) / "_delta_log" / f"{version:020d}.json"
     try:
         with entry.open() as lines:
             info: dict[str, Any] = next(

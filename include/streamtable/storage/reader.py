@@ -38,6 +38,10 @@ def table_spec(name: str) -> Table:
 
 
 def _read(lake: Lake, spec: Table) -> pa.Table:
+    if spec.external:  # a Delta table of another job, where it is: its declared columns
+        from streamtable.storage.external import location
+
+        return DeltaTable(location(spec)).to_pyarrow_dataset().to_table(columns=[c.name for c in spec.columns])
     path = lake.table_path(spec.name)
     if table_version(path) is None:
         return arrow_schema(spec.columns).empty_table()

@@ -1,0 +1,209 @@
+"""Reading Delta tables of other jobs (`delta_table` inputs) as a pipeline's inputs, with Spark.
+
+Their records get the columns a changelog's records have (the declared ones, `_line`, `_commit_version`,
+`_commit_timestamp`), plus `_reason`: why a record breaks the input's rules (or lacks a required column), null
+for a good one. Good records are what `process` sees; the others are recorded in `quarantine` once per input
+and version, with the batch's commit (`storage.external.record_quarantined`).
+
+A table is read one of two ways, as `storage.external.check` decides before the run:
+- through its Change Data Feed (keyed inputs of tables with the feed on since the first version read): inserts
+  and updates' post-images are records, a delete is a deletion of its key (its other columns null, at the
+  delete's commit time: a changelog's delete record);
+- or, append-only, by its data files: a streaming read tags each row with its file, and each batch maps the
+  files to the versions that added them, from the table's log.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession, functions as F
+
+from streamtable.core.errors import BadInputError
+from streamtable.core.registry import get_input
+from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, LINE, QUARANTINE, SOURCE, Table
+from streamtable.runtime.context import RunContext
+from streamtable.storage import external
+
+REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
+FILE = "_file"  # the data file a row of an append-only table was read from (mapped to its version per batch)
+FILES_PER_TRIGGER = str(2**31 - 1)
+
+
+def prepare(ctx: RunContext, starting: dict[str, int]) -> dict[str, int]:
+    """Check the pipeline's external inputs before its query starts; note how each is read in `ctx.external`.
+
+    Returns, for each stream input read by its files, the first version its next batch can hold (what the
+    live generation committed + 1, else where the stream starts): each batch maps files from there on.
+    """
+    consumed: dict[str, int] = {}
+    for row in ctx.progress():
+        for name, version in row["input_versions"] or ():
+            consumed[name] = max(version, consumed.get(name, version))
+    first: dict[str, int] = {}
+    for name in ctx.pipeline.inputs:
+        table = get_input(name)
+        if not table.external:
+            continue
+        stream = name in ctx.pipeline.streams
+        start = (consumed[name] + 1 if name in consumed else starting.get(name, 0)) if stream else 0
+        external.latest_version(table)  # one line if there is no table
+        ctx.external[name] = external.check(table, start, stream)
+        if stream and not ctx.external[name]:
+            first[name] = start
+    return first
+
+
+def read_stream(spark: SparkSession, table: Table, starting_version: int, change_feed: bool) -> DataFrame:
+    """A streaming read of an external input from a version (it must be append-only: checked by `prepare`)."""
+    reader = (
+        spark.readStream.format("delta")
+        .option("startingVersion", starting_version)
+        .option("maxFilesPerTrigger", FILES_PER_TRIGGER)
+    )
+    if change_feed:
+        return from_change_feed(reader.option("readChangeFeed", "true").load(external.location(table)), table)
+    rows = reader.load(external.location(table))
+    return with_reasons(
+        _typed(rows, table)
+        .withColumn(LINE, F.lit(0).cast("bigint"))
+        .withColumn(FILE, F.input_file_name())
+        .withColumn(COMMIT_VERSION, F.lit(None).cast("bigint"))
+        .withColumn(COMMITTED_AT, F.lit(None).cast("timestamp")),
+        table,
+    )
+
+
+def read_table(spark: SparkSession, table: Table, change_feed: bool) -> tuple[DataFrame, int]:
+    """The whole external input as of its latest version (returned too), as records with their versions."""
+    path, version = external.location(table), external.latest_version(table)
+    if change_feed:
+        changes = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", 0)
+            .option("endingVersion", version)
+            .load(path)
+        )
+        return from_change_feed(changes, table), version
+    rows = spark.read.format("delta").option("versionAsOf", version).load(path)
+    tagged = (
+        _typed(rows, table)
+        .withColumn(LINE, F.lit(0).cast("bigint"))
+        .withColumn(FILE, F.col("_metadata.file_path"))
+        .withColumn(SOURCE, F.lit(table.name))
+        .withColumn(COMMIT_VERSION, F.lit(None).cast("bigint"))
+        .withColumn(COMMITTED_AT, F.lit(None).cast("timestamp"))
+    )
+    versioned = with_versions(spark, tagged, {table.name: external.file_versions(path, 0, version)})
+    return with_reasons(versioned, table).drop(SOURCE), version
+
+
+def from_change_feed(changes: DataFrame, table: Table) -> DataFrame:
+    """Change Data Feed rows as changelog records: an update's pre-image is dropped, a delete deletes its key."""
+    kind = F.col("_change_type")
+    deleted = kind == "delete"
+    columns = []
+    for c in table.columns:
+        value = F.col(c.name).cast(c.type.ddl)
+        if c.name == table.time_column:
+            value = F.when(deleted, F.col("_commit_timestamp").cast("timestamp")).otherwise(value)
+        elif c.name not in table.keys:
+            value = F.when(deleted, F.lit(None).cast(c.type.ddl)).otherwise(value)
+        columns.append(value.alias(c.name))
+    return (
+        changes.where(kind != "update_preimage")
+        .select(
+            *columns,
+            F.lit(0).cast("bigint").alias(LINE),
+            F.col("_commit_version").cast("bigint").alias(COMMIT_VERSION),
+            F.col("_commit_timestamp").cast("timestamp").alias(COMMITTED_AT),
+            deleted.alias("_deleted"),
+        )
+        .withColumn(REASON, reason(table, required=~F.col("_deleted")))
+        .drop("_deleted")
+    )
+
+
+def _typed(rows: DataFrame, table: Table) -> DataFrame:
+    return rows.select(*[F.col(c.name).cast(c.type.ddl).alias(c.name) for c in table.columns])
+
+
+def with_reasons(rows: DataFrame, table: Table) -> DataFrame:
+    return rows.withColumn(REASON, reason(table, required=F.lit(True)))
+
+
+def reason(table: Table, required: SparkColumn) -> SparkColumn:
+    """Why a record breaks the input's declaration, as ingest would say it, or null: the first of a required
+    column that is null (where `required`) and the rules broken."""
+    checks = [
+        F.when(required & F.col(c.name).isNull(), F.lit(f"{c.name} is null")) for c in table.columns if not c.nullable
+    ]
+    for rule in table.rules:
+        value = F.col(rule.column)
+        shown = value.cast("string")
+        if rule.kind == "non_empty":
+            checks.append(F.when(value == "", F.lit(f"{rule.column} is empty")))
+        elif rule.kind == "at_least":
+            text = F.concat(F.lit(f"{rule.column} is "), shown, F.lit(f", below {rule.value}"))
+            checks.append(F.when(value < F.lit(rule.value), text))
+        elif rule.kind == "one_of":
+            allowed = ", ".join(map(repr, rule.value))
+            quoted = F.concat(F.lit("'"), shown, F.lit("'")) if isinstance(rule.value[0], str) else shown
+            text = F.concat(F.lit(f"{rule.column} is "), quoted, F.lit(f", not one of {allowed}"))
+            checks.append(F.when(~value.isin(list(rule.value)), text))
+    return F.coalesce(*checks) if checks else F.lit(None).cast("string")
+
+
+def with_versions(spark: SparkSession, rows: DataFrame, files: dict[str, dict[str, tuple[int, int]]]) -> DataFrame:
+    """Fill `_commit_version` and `_commit_timestamp` of rows read by file: input -> file base name -> (version,
+    commit time in ms), from the tables' logs."""
+    rows_of = [(source, name, v, ms) for source, names in files.items() for name, (v, ms) in names.items()]
+    mapping = spark.createDataFrame(
+        rows_of,
+        "_m_source STRING, _m_file STRING, _m_version BIGINT, _m_millis BIGINT",
+    )
+    base = F.regexp_extract(F.col(FILE), r"[^/]*$", 0)
+    joined = rows.join(F.broadcast(mapping), (F.col(SOURCE) == F.col("_m_source")) & (base == F.col("_m_file")), "left")
+    return (
+        joined.withColumn(COMMIT_VERSION, F.coalesce(F.col(COMMIT_VERSION), F.col("_m_version")))
+        .withColumn(COMMITTED_AT, F.coalesce(F.col(COMMITTED_AT), F.timestamp_millis(F.col("_m_millis"))))
+        .drop("_m_source", "_m_file", "_m_version", "_m_millis", FILE)
+    )
+
+
+def version_files(ctx: RunContext, first: dict[str, int]) -> dict[str, dict[str, tuple[int, int]]]:
+    """The files of each stream input read by file, from its `first` version to its latest, mapped to versions."""
+    mapped = {}
+    for name, version in first.items():
+        table = get_input(name)
+        path = external.location(table)
+        mapped[name] = external.file_versions(path, version, external.latest_version(table))
+    return mapped
+
+
+def quarantined(rows: DataFrame, table: Table) -> DataFrame:
+    """Quarantine rows of the records of `table` that break its declaration (`line`: the version)."""
+    columns = [c.name for c in table.columns]
+    return rows.where(F.col(REASON).isNotNull()).select(
+        F.lit(table.name).alias("table"),
+        F.to_json(F.struct(*columns)).alias("raw"),
+        F.col(REASON).alias("reason"),
+        F.col(COMMITTED_AT).alias("ingested_at"),
+        F.lit(external.location(table)).alias("source"),
+        F.col(COMMIT_VERSION).alias("line"),
+    )
+
+
+def quarantine_of(parts: list[DataFrame]) -> DataFrame | None:
+    """The union of quarantine rows, in `quarantine`'s column order, or None when there are none to stage."""
+    if not parts:
+        return None
+    return reduce(DataFrame.unionByName, parts).select(*[c.name for c in QUARANTINE.columns])
+
+
+def unmapped(name: str, version: int | None) -> BadInputError:
+    return BadInputError(
+        f"input {name}: rows of {external.location(get_input(name))} were read from files whose version is not "
+        f"in its log since version {version}"
+    )

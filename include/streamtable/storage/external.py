@@ -1,0 +1,217 @@
+"""Delta tables of other jobs declared as inputs (`delta_table`): where they are, what their log says, and whether
+streamtable can read them as declared. Spark-free (delta-rs and the log's JSON commits).
+
+Such a table is read in place and never written. Its versions are its offsets. Before a run or a reprocess reads
+it, `check` compares its schema with the declaration and looks at the commits it will read: a stream input must be
+append-only (Spark's streaming read fails on the first commit that updates or deletes rows), and a table input with
+updates or deletes needs declared keys and the table's Change Data Feed, on since the first version read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs
+from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+from streamtable.core.errors import BadInputError, UnknownTableError
+from streamtable.core.registry import get_input
+from streamtable.core.schema import arrow_schema, widens
+from streamtable.core.tables import QUARANTINE, Table
+from streamtable.storage.delta_rs import COMMIT_RETRIES, open_table, staged_rows
+from streamtable.storage.lake import Lake
+
+CHANGE_FEED = "delta.enableChangeDataFeed"
+
+
+def location(table: Table) -> str:
+    """The table's path as readers use it: a URI (`s3://...`) as given, a local path made absolute."""
+    assert table.path is not None
+    if "://" in table.path:
+        return table.path.rstrip("/")
+    return str(Path(table.path).expanduser().resolve())
+
+
+def path_of(lake: Lake, name: str) -> str:
+    """Where input `name` is read: its own path for a Delta table of another job, else its table in the lake."""
+    try:
+        table = get_input(name)
+    except UnknownTableError:
+        return lake.table_path(name)
+    return location(table) if table.external else lake.table_path(name)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What one commit of a table's log did, as far as reading it as an input goes."""
+
+    version: int
+    timestamp: int  # epoch ms of the commit (its commitInfo)
+    operation: str
+    added: tuple[str, ...]  # the base names of the data files it added
+    changes_rows: bool  # it removed a data file as a data change: an update, a delete or an overwrite
+    change_feed: bool | None  # `delta.enableChangeDataFeed` as its metaData action sets it; None: unchanged
+
+
+_COMMITS: dict[tuple[str, int], Commit] = {}  # commits never change: each is read once per process
+
+
+def commit(path: str, version: int) -> Commit:
+    """The commit `version` of the Delta table at `path` (its `_delta_log/<version>.json`)."""
+    key = (path, version)
+    if key not in _COMMITS:
+        fs, root = pyarrow.fs.FileSystem.from_uri(path if "://" in path else Path(path).as_uri())
+        entry = f"{root}/_delta_log/{version:020d}.json"
+        try:
+            with fs.open_input_stream(entry) as stream:
+                actions = [json.loads(line) for line in stream.read().decode().splitlines() if line.strip()]
+        except FileNotFoundError:
+            raise BadInputError(
+                f"{path}: version {version} is no longer in the table's log (log retention or VACUUM)"
+            ) from None
+        info: dict = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        metadata = next((a["metaData"] for a in actions if "metaData" in a), None)
+        feed = None
+        if metadata is not None:
+            feed = str((metadata.get("configuration") or {}).get(CHANGE_FEED, "false")).lower() == "true"
+        _COMMITS[key] = Commit(
+            version,
+            int(info.get("timestamp") or 0),
+            str(info.get("operation") or "?"),
+            tuple(unquote(a["add"]["path"]).rsplit("/", 1)[-1] for a in actions if "add" in a),
+            any("remove" in a and a["remove"].get("dataChange", True) for a in actions),
+            feed,
+        )
+    return _COMMITS[key]
+
+
+def commits(path: str, first: int, last: int) -> list[Commit]:
+    return [commit(path, v) for v in range(max(first, 0), last + 1)]
+
+
+def file_versions(path: str, first: int, last: int) -> dict[str, tuple[int, int]]:
+    """The base name of each data file versions `first`..`last` added -> (its version, its commit time in ms)."""
+    return {name: (c.version, c.timestamp) for c in commits(path, first, last) for name in c.added}
+
+
+def latest_version(table: Table) -> int:
+    """The table's latest version, or BadInputError when there is no Delta table at its path."""
+    delta = open_table(location(table))
+    if delta is None:
+        raise BadInputError(f"input {table.name}: there is no Delta table at {location(table)}")
+    return delta.version()
+
+
+def check(table: Table, start: int, stream: bool) -> bool:
+    """Check that `table` can be read as declared from version `start`; return whether to read its Change Data Feed.
+
+    Raises BadInputError with one line naming the table (and the column or version) when it cannot.
+    """
+    path = location(table)
+    delta = open_table(path)
+    if delta is None:
+        raise BadInputError(f"input {table.name}: there is no Delta table at {path}")
+    where = f"input {table.name} ({path})"
+    schema = pa.schema(delta.schema().to_arrow())
+    found = {schema.field(i).name: schema.field(i).type for i in range(len(schema))}
+    for column in table.columns:
+        if column.name not in found:
+            raise BadInputError(f"{where}: column {column.name} is not in the table (it has {', '.join(found)})")
+        if not widens(found[column.name], column.type):
+            raise BadInputError(
+                f"{where}: column {column.name} is {found[column.name]} in the table, "
+                f"which does not widen losslessly to {column.type.value}"
+            )
+    latest = delta.version()
+    start = min(max(start, 0), latest)
+    feed = _feed_at(path, start)  # the Change Data Feed is on at every version from `start` read so far
+    feed_from = start if feed else None  # ... since this version (for the message)
+    changed: Commit | None = None
+    for c in commits(path, start, latest):
+        if c.change_feed is not None and c.version > start:
+            feed = feed and c.change_feed
+            feed_from = (feed_from if feed_from is not None else c.version) if c.change_feed else None
+        if c.changes_rows and changed is None:
+            changed = c
+    if changed is not None:
+        what = f"version {changed.version} ({changed.operation}) updates or deletes rows"
+        if stream:
+            raise BadInputError(
+                f"{where}: {what}, but a stream input is append-only: declare it in tables= with keys "
+                "and the table's Change Data Feed"
+            )
+        if not table.keys:
+            raise BadInputError(f"{where}: {what}, but the input declares no keys to apply them by")
+        if not feed:
+            since = f" (it is on since version {feed_from})" if feed_from is not None else ""
+            raise BadInputError(
+                f"{where}: {what}, but the table has no Change Data Feed ({CHANGE_FEED}) since version {start}"
+                f"{since}: refused, it would be misread"
+            )
+    return feed and bool(table.keys)
+
+
+def _feed_at(path: str, version: int) -> bool:
+    """Whether the table's Change Data Feed is on at `version`."""
+    from deltalake import DeltaTable
+
+    configuration = DeltaTable(path, version=version).metadata().configuration
+    return str(configuration.get(CHANGE_FEED, "false")).lower() == "true"
+
+
+def quarantine_app_id(input_name: str) -> str:
+    """The app transaction of `quarantine` whose version is the newest version of the input recorded there."""
+    return f"streamtable.quarantine.{input_name}"
+
+
+def record_quarantined(lake: Lake, staged: str, offsets: dict[str, int]) -> int:
+    """Append the staged quarantine rows of Delta tables of other jobs to the lake's `quarantine`, each input's
+    once per version; return how many rows were written.
+
+    `offsets` is, per input, the newest version the batch read. One commit carries an app transaction per input
+    (`quarantine_app_id`, that version): rows of versions an earlier commit recorded are left out, so a batch
+    committed again, a reprocess, or another pipeline reading the same input records nothing twice. A commit
+    that races one with the same transaction fails and is tried again from the new snapshot.
+    """
+    path = lake.table_path(QUARANTINE.name)
+    schema = arrow_schema(QUARANTINE.columns)
+    rows = pa.Table.from_batches(list(staged_rows(staged, schema)), schema=schema)
+    for _ in range(COMMIT_RETRIES):
+        delta = open_table(path)
+        recorded = {
+            name: _recorded(delta.transaction_version(quarantine_app_id(name)) if delta else None) for name in offsets
+        }
+        newer = {name: v for name, v in offsets.items() if v > recorded[name]}
+        if not newer:
+            return 0
+        keep = pa.array([False] * rows.num_rows)
+        for name in newer:
+            keep = pc.or_(keep, pc.and_(pc.equal(rows["table"], name), pc.greater(rows["line"], recorded[name])))
+        selected = rows.filter(keep)
+        if selected.num_rows == 0:
+            return 0
+        try:
+            write_deltalake(
+                delta if delta is not None else path,
+                selected,
+                mode="append",
+                schema_mode="merge",  # a quarantine table made before `source` and `line` gains them
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(quarantine_app_id(n), v) for n, v in sorted(newer.items())],
+                    max_commit_retries=0,
+                ),
+            )
+        except CommitFailedError:
+            continue  # another commit won the race: see what it recorded
+        return selected.num_rows
+    raise CommitFailedError(f"{path}: quarantine rows not committed after {COMMIT_RETRIES} attempts")
+
+
+def _recorded(version: int | None) -> int:
+    return -1 if version is None else version

@@ -1,0 +1,290 @@
+"""Inputs that are Delta tables of other jobs (`delta_table`): read in place, never written, versions as offsets.
+
+A plain Spark job here writes the other job's tables (`df.write.format("delta")`, MERGE, DELETE); the user's
+pipelines are files of a folder of this module, run in-process on the session's SparkSession.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from streamtable.core import registry
+from streamtable.core.errors import BadInputError
+from streamtable.ingest.files import ingest_lines
+from streamtable.runtime.lifecycle import reprocess, run
+from streamtable.runtime.status import pipeline_status
+from streamtable.storage.delta_rs import table_version
+from streamtable.storage.lake import Lake
+from streamtable.storage.offsets import reprocess_arguments
+from streamtable.storage.reader import rows
+
+PIPELINES = """
+from pyspark.sql import functions as F
+
+from streamtable import (
+    Column, Pipeline, Type, add_to_totals, asof_join, at_least, changelog, delta_table, non_empty, table
+)
+
+S, L, TS = Type.STRING, Type.LONG, Type.TIMESTAMP
+BASE = {base!r}
+ORDER_COLUMNS = [Column("order_id", S), Column("customer", S), Column("amount", L), Column("event_time", TS)]
+RULES = [non_empty("customer"), at_least("amount", 0)]
+EXT_ORDERS = delta_table("ext_orders", path=BASE + "/orders", columns=ORDER_COLUMNS, rules=RULES)
+LOG_ORDERS = changelog("log_orders", ORDER_COLUMNS, rules=RULES)
+REGIONS = delta_table(
+    "ext_regions",
+    path=BASE + "/regions",
+    columns=[Column("user", S), Column("region", S, nullable=True), Column("event_time", TS)],
+    keys=["user"],
+    rules=[non_empty("user")],
+)
+CLICKS = changelog("ext_clicks", [Column("user", S), Column("clicks", L), Column("event_time", TS)])
+# refused ones: a MERGE without Change Data Feed, deletes in a stream, a column that is not there or narrower
+NO_FEED = delta_table("ext_no_feed", path=BASE + "/no_feed", columns=REGIONS.columns, keys=["user"])
+DELETES = delta_table("ext_deletes", path=BASE + "/deletes", columns=REGIONS.columns, keys=["user"])
+MISSING = delta_table("ext_missing", path=BASE + "/missing", columns=ORDER_COLUMNS)
+NARROW_COLUMNS = [Column("order_id", S), Column("amount", Type.INT), Column("event_time", TS)]
+NARROW = delta_table("ext_narrow", path=BASE + "/narrow", columns=NARROW_COLUMNS)
+TOTALS = [Column("customer", S), Column("amount", L)]
+
+
+def totals(source, output):
+    def process(batch):
+        orders = batch.new(source).select("customer", "amount")
+        batch.upsert(output, add_to_totals(batch.current(output), orders, ["customer"], "amount"))
+
+    return process
+
+
+def per_region(batch):
+    enriched = asof_join(batch.new("ext_clicks"), batch.table("ext_regions"), key="user", values=["region"])
+    by_region = enriched.select(F.coalesce("region", F.lit("UNKNOWN")).alias("region"), "clicks")
+    batch.upsert("ext_per_region", add_to_totals(batch.current("ext_per_region"), by_region, ["region"], "clicks"))
+
+
+def counted(name, streams, tables=()):
+    return Pipeline(
+        name=name, doc="", streams=streams, tables=tables,
+        outputs=(table(name + "_out", [Column("n", L)], keys=["n"]),), process=lambda batch: None,
+    )
+
+
+EXT_TOTALS = Pipeline(
+    name="ext_totals", doc="", streams=("ext_orders",), outputs=(table("ext_revenue", TOTALS, keys=["customer"]),),
+    process=totals("ext_orders", "ext_revenue"),
+)
+LOG_TOTALS = Pipeline(
+    name="log_totals", doc="", streams=("log_orders",), outputs=(table("log_revenue", TOTALS, keys=["customer"]),),
+    process=totals("log_orders", "log_revenue"),
+)
+PER_REGION = Pipeline(
+    name="ext_per_region", doc="", streams=("ext_clicks",), tables=("ext_regions",),
+    outputs=(table("ext_per_region", [Column("region", S), Column("clicks", L)], keys=["region"]),),
+    process=per_region,
+)
+NO_FEED_P = counted("no_feed", ("ext_clicks",), ("ext_no_feed",))
+DELETES_P = counted("deletes_stream", ("ext_deletes",))
+MISSING_P = counted("missing", ("ext_missing",))
+NARROW_P = counted("narrow", ("ext_narrow",))
+"""
+
+# amount INT widens to the declared LONG; `note` is not declared (not read)
+ORDERS_DDL = "order_id STRING, customer STRING, amount INT, event_time TIMESTAMP, note STRING"
+REGIONS_DDL = "user STRING, region STRING, event_time TIMESTAMP"
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+ORDERS = [  # (versions of the other job's table) lists of (order_id, customer, amount, time)
+    [("o1", "ann", 120, "2026-03-01T10:05:00"), ("o2", "bob", 30, "2026-03-01T10:20:00")],
+    [("o3", "ann", 35, "2026-03-01T10:50:00"), ("o4", "", 10, "2026-03-01T10:55:00")],  # o4: no customer
+    [("o5", "bob", 200, "2026-03-01T11:30:00"), ("o6", "cy", -1, "2026-03-01T11:31:00")],  # o6: below 0
+]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("other_job")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def folder(base: Path, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("my_pipelines")
+    (folder / "external.py").write_text(PIPELINES.format(base=str(base)))
+    patch = pytest.MonkeyPatch()
+    patch.setenv(registry.ENV, str(folder))
+    registry.current.cache_clear()
+    yield folder
+    patch.undo()
+    registry.current.cache_clear()
+
+
+def write(spark, path: Path, ddl: str, records: list[tuple], mode: str = "append", **options: str) -> None:
+    frame = spark.createDataFrame(records, ddl)
+    writer = frame.write.format("delta").mode(mode)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.save(str(path))
+
+
+def order_rows(version: list[tuple]) -> list[tuple]:
+    return [(i, c, a, at(t), "extra") for i, c, a, t in version]
+
+
+def order_lines(version: list[tuple]) -> list[str]:
+    return [json.dumps({"order_id": i, "customer": c, "amount": a, "event_time": t + "Z"}) for i, c, a, t in version]
+
+
+def quarantined(lake: Lake, table: str) -> list[tuple]:
+    found = [(r["raw"], r["reason"], r["source"], r["line"]) for r in rows(lake, "quarantine") if r["table"] == table]
+    return sorted(found)
+
+
+def test_an_append_only_table_reads_as_its_records_ingested_once_each(spark, base, tmp_path):
+    lake, path = Lake(tmp_path / "lake"), base / "orders"
+    write(spark, path, ORDERS_DDL, order_rows(ORDERS[0]))
+    write(spark, path, ORDERS_DDL, order_rows(ORDERS[1]))
+    untouched = table_version(str(path))
+    ingest_lines(lake, "log_orders", order_lines(ORDERS[0]))
+    ingest_lines(lake, "log_orders", order_lines(ORDERS[1]))
+    for name in ("ext_totals", "log_totals"):
+        run(lake, name)
+    assert (
+        rows(lake, "ext_revenue")
+        == rows(lake, "log_revenue")
+        == [
+            {"customer": "ann", "amount": 155},
+            {"customer": "bob", "amount": 30},
+        ]
+    )
+    assert pipeline_status(lake, "ext_totals").as_dict()["records_behind"] == 0
+
+    write(spark, path, ORDERS_DDL, order_rows(ORDERS[2]))  # the other job appends version 2
+    behind = pipeline_status(lake, "ext_totals").as_dict()
+    assert behind["records_behind"] == 2 and behind["inputs"][0]["latest_version"] == 2
+    ingest_lines(lake, "log_orders", order_lines(ORDERS[2]))
+    for name in ("ext_totals", "log_totals"):
+        run(lake, name)
+    expected = [{"customer": "ann", "amount": 155}, {"customer": "bob", "amount": 230}]
+    assert rows(lake, "ext_revenue") == rows(lake, "log_revenue") == expected  # nothing counted twice
+    assert table_version(str(path)) == untouched + 1  # only the other job's append: streamtable wrote nothing there
+
+    # the rule-breaking records: in quarantine once, with the table's path and version
+    got = quarantined(lake, "ext_orders")
+    assert [(json.loads(raw), reason, source, line) for raw, reason, source, line in got] == [
+        (
+            {"order_id": "o4", "customer": "", "amount": 10, "event_time": "2026-03-01T10:55:00.000Z"},
+            "customer is empty",
+            str(path),
+            1,
+        ),
+        (
+            {"order_id": "o6", "customer": "cy", "amount": -1, "event_time": "2026-03-01T11:31:00.000Z"},
+            "amount is -1, below 0",
+            str(path),
+            2,
+        ),
+    ]
+    assert sorted(r[1] for r in quarantined(lake, "log_orders")) == ["amount is -1, below 0", "customer is empty"]
+
+    # its versions are the offsets of a reprocess: from version 1, versions 1 and 2 are counted
+    arguments, summary = reprocess_arguments(lake, "ext_totals", from_version=1)
+    assert arguments == ["--from-version", "1"] and "versions 0..2" in summary
+    with pytest.raises(Exception, match="beyond the latest version of ext_orders"):
+        reprocess_arguments(lake, "ext_totals", from_version=3)
+    report = reprocess(lake, "ext_totals", 1)
+    assert report.published
+    assert rows(lake, "ext_revenue") == [{"customer": "ann", "amount": 35}, {"customer": "bob", "amount": 200}]
+    assert quarantined(lake, "ext_orders") == got  # still once after the reprocess
+    run(lake, "ext_totals")  # and the run after it continues where the reprocess stopped
+    assert rows(lake, "ext_revenue") == [{"customer": "ann", "amount": 35}, {"customer": "bob", "amount": 200}]
+
+
+def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_path):
+    lake, path = Lake(tmp_path / "lake"), base / "regions"
+    feed = {"delta.enableChangeDataFeed": "true"}
+    write(
+        spark,
+        path,
+        REGIONS_DDL,
+        [("alice", "asia", at("2026-01-01T00:00:00")), ("bob", "europe", at("2026-01-01T00:00:00"))],
+        **feed,
+    )
+    changes = spark.createDataFrame(
+        [("alice", "europe", at("2026-02-01T00:00:00")), ("carol", "americas", at("2026-02-01T00:00:00"))],
+        REGIONS_DDL,
+    )
+    from delta.tables import DeltaTable
+
+    regions = DeltaTable.forPath(spark, str(path))
+    (
+        regions.alias("t")
+        .merge(changes.alias("s"), "t.user = s.user")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    regions.delete("user = 'bob'")  # at its commit time (now): bob's later clicks have no region
+    clicks = [
+        ("alice", 1, "2026-01-15T00:00:00Z"),  # asia then
+        ("alice", 10, "2026-03-01T00:00:00Z"),  # europe since the MERGE's record
+        ("bob", 100, "2026-01-15T00:00:00Z"),  # europe then
+        ("bob", 1000, "2099-01-01T00:00:00Z"),  # deleted by then
+        ("carol", 10000, "2026-03-01T00:00:00Z"),
+    ]
+    ingest_lines(lake, "ext_clicks", [json.dumps({"user": u, "clicks": n, "event_time": t}) for u, n, t in clicks])
+    run(lake, "ext_per_region")
+    assert rows(lake, "ext_per_region") == [
+        {"region": "UNKNOWN", "clicks": 1000},
+        {"region": "americas", "clicks": 10000},
+        {"region": "asia", "clicks": 1},
+        {"region": "europe", "clicks": 110},
+    ]
+    assert table_version(str(path)) == 2
+
+
+def test_updates_or_deletes_without_change_data_feed_or_in_a_stream_are_refused(spark, base, tmp_path):
+    lake = Lake(tmp_path / "lake")
+    start = [("alice", "asia", at("2026-01-01T00:00:00"))]
+    write(spark, base / "no_feed", REGIONS_DDL, start)
+    from delta.tables import DeltaTable
+
+    (
+        DeltaTable.forPath(spark, str(base / "no_feed"))
+        .alias("t")
+        .merge(spark.createDataFrame(start, REGIONS_DDL).alias("s"), "t.user = s.user")
+        .whenMatchedUpdateAll()
+        .execute()
+    )
+    with pytest.raises(BadInputError) as refused:
+        run(lake, "no_feed")
+    assert "\n" not in str(refused.value)
+    assert f"input ext_no_feed ({base / 'no_feed'}): version 1 (MERGE) updates or deletes rows" in str(refused.value)
+    assert "no Change Data Feed" in str(refused.value)
+
+    write(spark, base / "deletes", REGIONS_DDL, start, **{"delta.enableChangeDataFeed": "true"})
+    DeltaTable.forPath(spark, str(base / "deletes")).delete("user = 'alice'")
+    with pytest.raises(BadInputError) as refused:
+        run(lake, "deletes_stream")
+    assert "\n" not in str(refused.value)
+    assert "ext_deletes" in str(refused.value) and "version 1 (DELETE)" in str(refused.value)
+    assert "a stream input is append-only" in str(refused.value)
+
+
+def test_a_schema_that_does_not_fit_is_refused_naming_the_column(spark, base, tmp_path):
+    lake = Lake(tmp_path / "lake")
+    write(spark, base / "missing", "order_id STRING, amount BIGINT, event_time TIMESTAMP", [])
+    with pytest.raises(BadInputError, match=r"input ext_missing \(.*\): column customer is not in the table"):
+        run(lake, "missing")
+    write(spark, base / "narrow", "order_id STRING, amount BIGINT, event_time TIMESTAMP", [])
+    with pytest.raises(BadInputError, match="column amount is int64 in the table, which does not widen losslessly"):
+        run(lake, "narrow")
+    assert table_version(lake.table_path("ext_missing")) is None  # nothing made in the lake for them
+    with pytest.raises(BadInputError, match="ext_missing is a Delta table of another job .*it takes no records"):
+        ingest_lines(lake, "ext_missing", order_lines(ORDERS[0]))

@@ -36,6 +36,8 @@ def prepare(ctx: RunContext, starting: dict[str, int]) -> dict[str, int]:
     Returns, for each stream input read by its files, the first version its next batch can hold (what the
     live generation committed + 1, else where the stream starts): each batch maps files from there on.
     """
+    if not any(get_input(name).external for name in ctx.pipeline.inputs):
+        return {}
     consumed: dict[str, int] = {}
     for row in ctx.progress():
         for name, version in row["input_versions"] or ():

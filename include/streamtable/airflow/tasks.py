@@ -43,7 +43,7 @@ from airflow.sdk import Asset
 from streamtable.airflow.catalog import pipelines_env, registered_pipelines
 from streamtable.airflow.pools import pipeline_pool
 from streamtable.core import settings
-from streamtable.storage.lake import Lake
+from streamtable.storage.lake import Lake, resolve_lake
 
 JOB = settings.PROJECT_ROOT / "jobs" / "streamtable_job.py"
 LAKE_VARIABLE = "streamtable_lake"
@@ -55,7 +55,7 @@ LAKE = "{{ var.value.get('" + LAKE_VARIABLE + "', streamtable_env_lake()) }}"
 
 def env_lake() -> str:
     """The lake a task uses when the `streamtable_lake` Variable is not set: $STREAMTABLE_LAKE, else <project>/lake."""
-    return str(Path(os.environ.get("STREAMTABLE_LAKE") or settings.PROJECT_ROOT / "lake").resolve())
+    return resolve_lake(os.environ.get("STREAMTABLE_LAKE") or str(settings.PROJECT_ROOT / "lake"))
 
 
 # Pass as `user_defined_macros=MACROS` to every streamtable DAG (the `LAKE` template calls it).
@@ -85,11 +85,11 @@ def spark_submit_binary() -> str:
 
 def output_assets(pipeline: str) -> list[Asset]:
     """One Asset per output table of `pipeline`: the `file://` URI of its Delta table in the env's lake."""
-    lake = Lake(Path(env_lake()))
+    lake = Lake(env_lake())
     return [
         Asset(
             name=f"streamtable.{table['name']}",
-            uri=Path(lake.table_path(table["name"])).as_uri(),
+            uri=lake.uri(lake.table_path(table["name"])),
             extra={"pipeline": pipeline, "keys": table["keys"]},
         )
         for table in registered_pipelines()[pipeline]["outputs"]

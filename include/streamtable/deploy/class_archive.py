@@ -45,7 +45,7 @@ def warm_up(lake_root: Path) -> None:
     from streamtable.runtime.lifecycle import run
     from streamtable.storage.lake import Lake
 
-    lake = Lake(lake_root)
+    lake = Lake(str(lake_root))
     example = PROJECT_ROOT / "examples" / "clicks_per_region"
     for table in ("user_regions", "user_clicks"):
         ingest_lines(lake, table, (example / f"{table}.jsonl").read_text().splitlines())

@@ -5,18 +5,17 @@ once through Arrow and validated by GX on pandas instead, with the same suite an
 
 Each lake keeps its own GX file project, validation history and Data Docs under its `quality_dir`
 (`<quality_dir>/gx/...`), so two lakes share nothing. GX is imported on the first `validate` only
-(the import alone takes seconds). Validations of one lake are serialized (a process lock plus an
-flock on `<quality_dir>/.lock`), because GX rewrites `great_expectations.yml` and keeps the current
-project in a process-wide global.
+(the import alone takes seconds). Validations of one lake are serialized (a process lock plus the lake's
+lease `<quality_dir>/lock`, `streamtable.storage.lease`), because GX rewrites `great_expectations.yml` and keeps
+the current project in a process-wide global. GX's file project is a local folder: a lake on object storage has
+no Data Docs yet (left for later: a local project synced to the store).
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
-import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +28,8 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 
 from streamtable.core.expectations import Expectation, Suite
+from streamtable.storage.lease import Lease
+from streamtable.storage.store import Store, join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -330,10 +331,8 @@ def _gx_suite(name: str, rules: tuple[Expectation, ...]) -> Any:
 
 @contextmanager
 def _locked(quality_dir: str) -> Iterator[None]:
-    """Hold this process's GX lock and an exclusive flock on the quality_dir."""
-    os.makedirs(quality_dir, exist_ok=True)
-    with _LOCK, open(os.path.join(quality_dir, ".lock"), "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    """Hold this process's GX lock and the lake's quality lease."""
+    with _LOCK, Lease(Store.for_lake(quality_dir), join(quality_dir, "lock"), "validate"):
         yield
 
 
@@ -433,10 +432,19 @@ def prune_results(quality_dir: str, suite: str, keep: int = KEEP_RESULTS) -> int
     GX files a result under `<suite as path>/<run name>/<run time>/`; run times sort as they happened.
     """
     removed = 0
+    files = Store.for_lake(quality_dir)
     for store in ("uncommitted/validations", SITE_DIR + "validations"):
-        runs = sorted(Path(quality_dir, "gx", store, *suite.split(".")).glob("*/*"), key=lambda p: p.name)
+        folder = join(quality_dir, "gx", store, *suite.split("."))
+        runs = sorted(
+            (
+                join(folder, name, when)
+                for name in files.children(folder)
+                for when in files.children(join(folder, name))
+            ),
+            key=lambda p: p.rsplit("/", 1)[-1],
+        )
         for run in runs[: max(0, len(runs) - keep)]:
-            shutil.rmtree(run, ignore_errors=True)
+            files.delete_prefix(run)
             removed += store.startswith("uncommitted/validations")
     return removed
 

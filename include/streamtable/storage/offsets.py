@@ -8,9 +8,7 @@ Nothing here imports pyspark or Airflow.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from streamtable.core.errors import BadInputError, OffsetOutOfRangeError
@@ -22,14 +20,12 @@ from streamtable.storage.lake import Lake
 
 def commits(lake: Lake, table: str) -> list[tuple[int, float]]:
     """(version, commit time in epoch ms) of every commit of an input table, oldest first; [] if it has none."""
-    from deltalake import DeltaTable
+    from streamtable.storage.delta_rs import open_table
 
-    from streamtable.storage.delta_rs import table_version
-
-    path = lake.table_path(table)
-    if table_version(path) is None:
+    delta = open_table(lake.table_path(table))
+    if delta is None:
         return []
-    return sorted((c["version"], c["timestamp"]) for c in DeltaTable(path).history())
+    return sorted((c["version"], c["timestamp"]) for c in delta.history())
 
 
 def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
@@ -38,14 +34,12 @@ def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
     Delta Spark's `_commit_timestamp` is the log file's modification time instead, which can be a millisecond
     earlier; None once log cleanup has removed the entry.
     """
-    entry = Path(lake.table_path(table)) / "_delta_log" / f"{version:020d}.json"
-    try:
-        with entry.open() as lines:
-            info: dict[str, Any] = next(
-                (action["commitInfo"] for action in map(json.loads, lines) if "commitInfo" in action), {}
-            )
-    except FileNotFoundError:
+    from streamtable.storage.delta_rs import log_entry
+
+    actions = log_entry(lake.table_path(table), version)
+    if actions is None:
         return None
+    info: dict[str, Any] = next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
     millis = info.get("timestamp")
     return datetime.fromtimestamp(millis / 1000, UTC) if millis is not None else None
 

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from streamtable.core.errors import BadInputError, UnknownTableError
 from streamtable.core.schema import Type, arrow_schema
 from streamtable.core.tables import LINE, Table
 from streamtable.core.values import RecordError, parse_json, to_json, typed_value
-from streamtable.storage.delta_rs import table_version
+from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake, resolve_lake
 
 
@@ -38,10 +37,10 @@ def table_spec(name: str) -> Table:
 
 
 def _read(lake: Lake, spec: Table) -> pa.Table:
-    path = lake.table_path(spec.name)
-    if table_version(path) is None:
+    delta = open_table(lake.table_path(spec.name))
+    if delta is None:
         return arrow_schema(spec.columns).empty_table()
-    data = DeltaTable(path).to_pyarrow_dataset().to_table()
+    data = delta.to_pyarrow_dataset().to_table()
     return data.select([c for c in data.column_names if c != LINE])
 
 

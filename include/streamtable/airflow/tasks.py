@@ -202,7 +202,11 @@ def streamtable_task(
         conn_id=CONN_ID,
         jars=job_jars(),
         spark_binary=spark_submit_binary(),
-        conf=settings.launch_conf(os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "warn")),
+        # the driver's JVM options, and for an s3:// lake (the environment's: the class path is fixed when the DAG is
+        # parsed) the s3a jars on the class path; the job's session adds the s3a endpoint and credentials itself
+        # (`settings.lake_conf`) from the AWS variables it inherits, so no secret is on spark-submit's command line
+        conf=settings.launch_conf(os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "warn"))
+        | settings.lake_launch_conf(env_lake()),
         driver_memory=settings.driver_memory(),
         name=f"streamtable-{pipeline}-{command}",
         env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, **pipelines_env()},

@@ -19,6 +19,7 @@ from streamtable.core.tables import LATE_EVENTS
 from streamtable.core.timefmt import system_clock
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.runner import RunReport, drain, serve
+from streamtable.storage import delta_rs
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.lake import Lake
 from streamtable.storage.store import join
@@ -36,7 +37,7 @@ def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
     pipeline = get_pipeline(name)
     with lake.lock(name, "run"):
         finish_swap(lake, pipeline)
-        return drain(RunContext(get_spark(), lake, pipeline, lake.generation(name)), clock)
+        return drain(RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name)), clock)
 
 
 def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float, on_progress=None) -> RunReport:
@@ -47,7 +48,7 @@ def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float
     with lake.lock(name, "serve"):
         finish_swap(lake, pipeline)
         return serve(
-            RunContext(get_spark(), lake, pipeline, lake.generation(name)),
+            RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name)),
             interval,
             stop_timeout_s,
             on_progress=on_progress,
@@ -59,7 +60,7 @@ def validate(lake: Lake, name: str) -> list:
     from streamtable.runtime.spark import get_spark
 
     pipeline = get_pipeline(name)
-    ctx = RunContext(get_spark(), lake, pipeline, lake.generation(name))
+    ctx = RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name))
     ctx.prepare()
     return validate_tables(ctx)
 
@@ -131,7 +132,7 @@ def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, c
     with lake.lock(name, "reprocess"):
         finish_swap(lake, pipeline)
         discard_generations(lake, name, keep=lake.generation(name))
-        ctx = RunContext(get_spark(), lake, pipeline, next_generation(lake, name), shadow=True)
+        ctx = RunContext(get_spark(lake=lake.root), lake, pipeline, next_generation(lake, name), shadow=True)
         live = RunContext(ctx.spark, lake, pipeline, lake.generation(name))
         live.prepare()
         try:
@@ -178,7 +179,7 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
     swap = lake.store.read_json(marker)
     if swap is None:
         return
-    live = RunContext(get_spark(), lake, pipeline, swap["generation"])
+    live = RunContext(get_spark(lake=lake.root), lake, pipeline, swap["generation"])
     shadow = replace(live, shadow=True)
 
     def rows(table: str) -> DataFrame:
@@ -187,7 +188,8 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
     live.prepare()
     for table in pipeline.outputs:
         delta_io.replace(rows(table.name), live.path(table.name))
-    delta_io.replace(rows(LATE_EVENTS.name), live.path(LATE_EVENTS.name), where=f"pipeline = '{pipeline.name}'")
+    late = None if swap.get("reset") else shadow.path(LATE_EVENTS.name)  # delta-rs: other pipelines append to it
+    delta_rs.replace_rows(live.path(LATE_EVENTS.name), late, "pipeline", pipeline.name)
     lake.set_generation(pipeline.name, live.generation)
     lake.store.delete(marker)
     lake.store.delete_prefix(join(shadow.dir, "shadow"))

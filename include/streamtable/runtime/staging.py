@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 
-import pyarrow.dataset
 from pyspark.sql import DataFrame, functions as F
 
 from streamtable.core.errors import QualityGateError
@@ -20,7 +19,7 @@ from streamtable.runtime.summary import BatchSummary
 from streamtable.storage import delta_rs
 from streamtable.storage.lake import PROGRESS
 from streamtable.storage.lease import check_held
-from streamtable.storage.store import join, spark_path
+from streamtable.storage.store import join, parquet_dataset, spark_path
 
 log = logging.getLogger("streamtable")
 
@@ -47,7 +46,7 @@ class Staging:
             raise ValueError(f"{table} is changed twice in one batch")
         path = join(self.dir, table)
         rows.write.mode("overwrite").parquet(spark_path(path))
-        count = pyarrow.dataset.dataset(path, format="parquet").count_rows()  # from the footers: no Spark job
+        count = parquet_dataset(path).count_rows()  # from the footers: no Spark job
         self.changes.append({"table": table, "mode": mode, "path": path, "rows": count})
         log.info("staged %s: %d rows", table, count)
 

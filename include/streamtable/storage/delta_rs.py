@@ -14,11 +14,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from streamtable.storage.store import read_path, storage_options
+from streamtable.storage.store import parquet_dataset, read_path, storage_options
 
 log = logging.getLogger("streamtable.storage.delta_rs")
 
@@ -106,7 +105,7 @@ def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: 
 
 def staged_rows(path: str, schema: pa.Schema) -> pa.RecordBatchReader:
     """The Parquet files Spark staged at `path`, batch by batch, as `schema` (Spark writes every column nullable)."""
-    dataset = pyarrow.dataset.dataset(path, format="parquet")  # Spark's staging: a local lake only (TODO: s3a)
+    dataset = parquet_dataset(path)  # on a local disk or the lake's object store
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in dataset.to_batches(columns=schema.names):
@@ -122,6 +121,39 @@ def append_staged(path: str, staged: str, app_id: str, version: int) -> None:
         return
     write(table, staged_rows(staged, table_schema(table)), mode="append", commit_properties=_once(app_id, version))
     compact_if_fragmented(table)
+
+
+def replace_rows(path: str, source: str | None, column: str, value: str) -> None:
+    """Replace the rows of the table at `path` whose `column` is `value` with the rows of the table at `source` (all
+    of them; none when `source` is None) in one commit: a reprocess's or reset's swap of a pipeline's `late_events`.
+
+    delta-rs, not Spark, because other pipelines' batches append to that table with delta-rs at any time: each commit
+    is a put-if-absent of its log entry, so on S3 the two writers never overwrite each other's commit (Delta Spark's
+    S3 log store assumes one writer). A commit that conflicts with such an append is retried on the new version;
+    running the replacement again after a crash gives the same rows.
+    """
+    table = delta_table(path)
+    schema = table_schema(table)
+    rows = (
+        delta_table(source).to_pyarrow_dataset().to_table(columns=schema.names).cast(schema)
+        if source is not None
+        else schema.empty_table()
+    )
+    predicate = f"{column} = '" + value.replace("'", "''") + "'"
+    for attempt in range(COMMIT_RETRIES):
+        try:
+            write(
+                table,
+                rows,
+                mode="overwrite",
+                predicate=predicate,
+                commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES),
+            )
+            return
+        except CommitFailedError:
+            if attempt == COMMIT_RETRIES - 1:
+                raise
+            table.update_incremental()
 
 
 def merge_staged(path: str, staged: str, keys: Sequence[str], app_id: str, version: int) -> None:

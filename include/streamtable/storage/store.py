@@ -19,7 +19,6 @@ atomic puts (a temporary file renamed), but no compare-and-swap: `compare_and_sw
 
 from __future__ import annotations
 
-import configparser
 import fcntl
 import json
 import os
@@ -29,13 +28,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import obstore as obs
 from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 from obstore.store import LocalStore, S3Store
 
-S3_SCHEMES = ("s3://", "s3a://")
+from streamtable.core.settings import S3_SCHEMES, aws_settings
+
+if TYPE_CHECKING:
+    import pyarrow.dataset
+    import pyarrow.fs
 
 
 def is_object_store(root: str) -> bool:
@@ -62,56 +65,6 @@ def join(base: str, *parts: str) -> str:
 def spark_path(path: str) -> str:
     """The path Spark (Hadoop's s3a file system) opens: `s3://` becomes `s3a://`; local paths are unchanged."""
     return "s3a://" + path[len("s3://") :] if path.startswith("s3://") else path
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _profile() -> dict[str, str]:
-    """The static settings of the AWS profile in use (`AWS_PROFILE`, else `default`), from the shared credentials and
-    config files; {} when there is none. Only keys, session token, region and endpoint: what a local or
-    S3-compatible store needs (delta-rs resolves richer profiles itself, but obstore and the Spark conf need these).
-    """
-    name = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or "default"
-    found: dict[str, str] = {}
-    files = [
-        (os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config", "default" if name == "default" else f"profile {name}"),
-        (os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials", name),
-    ]
-    for path, section in files:
-        parser = configparser.ConfigParser()
-        try:
-            parser.read(os.path.expanduser(path))
-        except configparser.Error:
-            continue
-        if parser.has_section(section):
-            found.update(parser[section])
-    return found
-
-
-def aws_settings() -> dict[str, str]:
-    """The S3 settings of the standard AWS configuration: the environment first, then the profile.
-
-    Keys are `object_store`'s (and delta-rs's) names: endpoint, access key, secret, session token, region, allow_http.
-    `allow_http` is on when AWS_ALLOW_HTTP says so or the endpoint is `http://`.
-    """
-    env, profile = os.environ, _profile()
-    settings = {
-        "aws_endpoint_url": env.get("AWS_ENDPOINT_URL_S3")
-        or env.get("AWS_ENDPOINT_URL")
-        or profile.get("endpoint_url", ""),
-        "aws_access_key_id": env.get("AWS_ACCESS_KEY_ID") or profile.get("aws_access_key_id", ""),
-        "aws_secret_access_key": env.get("AWS_SECRET_ACCESS_KEY") or profile.get("aws_secret_access_key", ""),
-        "aws_session_token": env.get("AWS_SESSION_TOKEN") or profile.get("aws_session_token", ""),
-        "aws_region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or profile.get("region", ""),
-    }
-    if env.get("AWS_ACCESS_KEY_ID"):  # keys from the environment: not mixed with a profile's session token
-        settings["aws_session_token"] = env.get("AWS_SESSION_TOKEN", "")
-    settings = {k: v for k, v in settings.items() if v}
-    if _truthy(env.get("AWS_ALLOW_HTTP")) or settings.get("aws_endpoint_url", "").startswith("http://"):
-        settings["aws_allow_http"] = "true"
-    return settings
 
 
 def storage_options(root: str) -> dict[str, str] | None:
@@ -257,6 +210,24 @@ class Store:
         os.makedirs(path, exist_ok=True)
         return path
 
+    def mirror_dir(self, local: str, prefix: str) -> int:
+        """Make the folder `prefix` of the lake hold what the local folder `local` holds (files put, objects no longer
+        there deleted); return how many files were put. For a local lake `prefix` may be `local` itself: nothing."""
+        if self.local and os.path.realpath(local) == os.path.realpath(prefix):
+            return 0
+        wanted = {}
+        for folder, _, names in os.walk(local):
+            for name in names:
+                full = os.path.join(folder, name)
+                wanted[join(prefix, os.path.relpath(full, local))] = full
+        for path, full in wanted.items():
+            with open(full, "rb") as handle:
+                self.write(path, handle.read())
+        for path in self.objects(prefix):
+            if path not in wanted:
+                self.delete(path)
+        return len(wanted)
+
     @contextmanager
     def _cas_lock(self, path: str) -> Iterator[None]:
         folder, name = os.path.split(path)
@@ -281,6 +252,39 @@ def _store_for(root: str, aws: tuple[tuple[str, str], ...]) -> Store:
     config: Any = {k: v for k, v in settings.items() if k != "aws_allow_http"} | {"aws_conditional_put": "etag"}
     client: Any = {"allow_http": True} if settings.get("aws_allow_http") else {}
     return Store(root, S3Store(bucket, prefix=prefix or None, config=config, client_options=client))
+
+
+def parquet_dataset(path: str) -> pyarrow.dataset.Dataset:
+    """The Parquet files under the folder `path` (Spark's staged batches), local or on object storage, as a pyarrow
+    dataset (files whose names start with `_` or `.`, such as `_SUCCESS` and `.crc`, are not data)."""
+    import pyarrow.dataset
+
+    if not is_object_store(path):
+        return pyarrow.dataset.dataset(path, format="parquet")
+    return pyarrow.dataset.dataset(
+        normalize_root(path)[len("s3://") :],
+        format="parquet",
+        filesystem=_arrow_s3(tuple(sorted(aws_settings().items()))),
+    )
+
+
+@cache
+def _arrow_s3(aws: tuple[tuple[str, str], ...]) -> pyarrow.fs.S3FileSystem:
+    """pyarrow's S3 file system with the settings of `aws_settings` (one per configuration)."""
+    from pyarrow.fs import S3FileSystem
+
+    settings = dict(aws)
+    options: dict[str, Any] = {
+        "access_key": settings.get("aws_access_key_id"),
+        "secret_key": settings.get("aws_secret_access_key"),
+        "session_token": settings.get("aws_session_token"),
+        "region": settings.get("aws_region"),
+    }
+    endpoint = settings.get("aws_endpoint_url", "")
+    if endpoint:
+        scheme, _, address = endpoint.rpartition("://")
+        options |= {"endpoint_override": address.rstrip("/"), "scheme": scheme or "https"}
+    return S3FileSystem(**{k: v for k, v in options.items() if v})
 
 
 def read_path(path: str) -> bytes | None:

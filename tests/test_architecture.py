@@ -130,3 +130,51 @@ def test_public_api_is_the_facade_all():
     assert len(streamtable.__all__) == len(set(streamtable.__all__))
     for name in streamtable.__all__:
         assert getattr(streamtable, name) is not None
+
+
+# Files outside storage/ that may open files or use the modules below, each for local files that are not the lake's.
+LOCAL_FILES_ALLOWED = {
+    "streamtable.ingest.files": "reads the user's FILE (a local input file), never a lake path",
+    "streamtable.ingest.folders": "reads the files of the user's landing folder (local), never a lake path",
+    "streamtable.core.settings": "lists the jars folder of the installation",
+    "streamtable.core.registry": "lists the pipeline folders users name (their code, not the lake)",
+    "streamtable.cli.skeleton": "writes a new pipeline's files into the user's project folder",
+    "streamtable.deploy.class_archive": "writes the JVM class archive beside the jars and reads the examples",
+    "streamtable.cli.jars": "downloads jars into the installation's jars folder (local), never a lake path",
+}
+LAKE_UNSAFE_MODULES = {"fcntl", "shutil"}  # flock and rmtree/move: no such thing on object storage
+LAKE_UNSAFE_CALLS = {("os", "replace"), ("os", "rename"), ("os", "renames"), ("os", "makedirs"), ("os", "listdir")}
+
+
+def lake_file_uses(path: Path) -> list[str]:
+    """Where `path` uses a local-file operation: an import of fcntl or shutil, os.replace/rename/makedirs/listdir,
+    `open(...)`, or a `.open(...)`/`.glob(...)`/`.rglob(...)`/`.iterdir()`/`.write_text(...)`/`.read_text()` call."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if a.name.split(".")[0] in LAKE_UNSAFE_MODULES]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LAKE_UNSAFE_MODULES:
+            found.append(f"from {node.module} import ...")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "open":
+                found.append(f"open(...) at line {node.lineno}")
+            elif isinstance(func, ast.Attribute):
+                owner = func.value.id if isinstance(func.value, ast.Name) else None
+                if (owner, func.attr) in LAKE_UNSAFE_CALLS:
+                    found.append(f"{owner}.{func.attr}(...) at line {node.lineno}")
+                elif func.attr in {"open", "glob", "rglob", "iterdir", "write_text", "read_text", "unlink", "mkdir"}:
+                    found.append(f".{func.attr}(...) at line {node.lineno}")
+    return found
+
+
+def test_only_storage_touches_lake_files():
+    """A lake may be on object storage: outside storage/ nothing flocks, renames, removes trees or opens files of it;
+    everything goes through `streamtable.storage` (`Lake`, its `store`, leases, delta-rs with storage options)."""
+    offenders = {
+        name: uses
+        for name, path in MODULES.items()
+        if layer(name) != "storage" and name not in LOCAL_FILES_ALLOWED and (uses := lake_file_uses(path))
+    }
+    assert not offenders, f"local-file operations outside storage/ (use the lake's store): {offenders}"
+    assert all(name in MODULES for name in LOCAL_FILES_ALLOWED), "an allowed module is gone: drop it from the list"

@@ -56,7 +56,7 @@ def test_killed_at_a_crash_point_then_rerun_gives_exactly_the_right_table(spark,
 def test_killed_from_outside_mid_batch_then_rerun_gives_exactly_the_right_table(spark, lake):
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)
-    staging = lake.generation_dir(P, 0) / "staging"
+    staging = Path(lake.generation_dir(P, 0)) / "staging"
     proc = subprocess.Popen(
         [CLI, "run", P, "--lake", str(lake.root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -66,7 +66,7 @@ def test_killed_from_outside_mid_batch_then_rerun_gives_exactly_the_right_table(
     assert proc.poll() is None and staging.exists(), "the run ended before its batch started: nothing to kill"
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
-    assert not lake.root.joinpath("tables", P, "_delta_log", "00000000000000000001.json").exists(), (
+    assert not Path(lake.root).joinpath("tables", P, "_delta_log", "00000000000000000001.json").exists(), (
         "the batch had committed before the kill: it was not killed mid-batch"
     )
     run(lake, P)
@@ -114,7 +114,7 @@ def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(spark
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)
     assert cli(lake, "run", P, env={"STREAMTABLE_KILL_AT": "staged"}, check=False).returncode == -signal.SIGKILL
-    staged = lake.generation_dir(P, 0) / "staging" / "0"
+    staged = Path(lake.generation_dir(P, 0)) / "staging" / "0"
     manifest = json.loads((staged / "changes.json").read_text())
     row = BatchSummary.from_json(manifest["summary"]).progress_row(0)
     schema = pa.schema(DeltaTable(lake.state_path(P, 0, PROGRESS)).schema().to_arrow())

@@ -8,6 +8,8 @@ that passed, as the gate assumes.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -96,7 +98,7 @@ def test_the_gate_passes_and_fails_the_batches_the_full_suite_does(spark, tmp_pa
     for n, (rows, error) in enumerate(batches):
         candidate = _candidate(current, rows)
         after = {"m": sum(r["v"] for r in candidate) + error}
-        change = _stage(lake.root / f"staged{n}", rows)
+        change = _stage(Path(lake.root) / f"staged{n}", rows)
         frame = spark.createDataFrame(candidate, "k string, g string, v long, w long") if candidate else None
         frame = frame if frame is not None else spark.createDataFrame([], "k string, g string, v long, w long")
         expected = validate(frame, "gated", SUITE, lake.quality_dir, after, build_docs=False, engine="pandas")
@@ -125,7 +127,7 @@ def test_a_suite_with_a_share_of_rows_is_not_incremental():
 
 @pytest.mark.parametrize("keys", [("k",), ("k", "g")])
 def test_rows_matching_matches_nulls_and_every_key_column(lake, keys):
-    path = str(lake.root / "t")
+    path = str(Path(lake.root) / "t")
     rows = [
         {"k": "a", "g": None, "v": 1, "w": None},
         {"k": "a", "g": "x", "v": 2, "w": None},

@@ -237,7 +237,7 @@ def test_two_racing_ingests_of_one_id_append_once(lake, tmp_path):
 def test_bad_arguments_are_one_line_on_stderr_and_exit_1(lake, argv, message):
     code, out, err = run_main("ingest", *argv, "--lake", str(lake.root))
     assert (code, out, err.count("\n")) == (1, "", 1) and err.startswith(message)
-    assert not (lake.root / "tables").exists()
+    assert not (Path(lake.root) / "tables").exists()
 
 
 # --- Fuzzing --------------------------------------------------------------------------------------------------
@@ -282,7 +282,7 @@ def test_any_bytes_every_non_blank_line_is_appended_or_quarantined_with_a_reason
 @given(data=st.binary(max_size=300) | LINES.map(b"\n".join), table=st.sampled_from(sorted(registry.current().inputs)))
 def test_the_command_exits_0_with_one_json_line_on_any_content(data, table):
     with fresh_lake() as lake:
-        file = lake.root / "in.jsonl"
+        file = Path(lake.root) / "in.jsonl"
         file.write_bytes(data)
         code, out, err = run_main("ingest", table, str(file), "--lake", str(lake.root))
         assert (code, err, out.count("\n")) == (0, "", 1)
@@ -301,8 +301,8 @@ def test_the_command_exits_0_with_one_json_line_on_any_content(data, table):
 )
 def test_any_arguments_give_one_json_line_or_one_error_line(table, file, ingest_id, limit):
     with fresh_lake() as lake:
-        (lake.root / "in.jsonl").write_text(click() + "\n" + "x" * 100)
-        argv = ["ingest", f"--lake={lake.root}", "--", table, str(lake.root / file) if file else file]
+        (Path(lake.root) / "in.jsonl").write_text(click() + "\n" + "x" * 100)
+        argv = ["ingest", f"--lake={lake.root}", "--", table, str(Path(lake.root) / file) if file else file]
         argv[1:1] = ([] if ingest_id is None else [f"--id={ingest_id}"]) + (
             [] if limit is None else [f"--max-line-bytes={limit}"]
         )
@@ -311,7 +311,7 @@ def test_any_arguments_give_one_json_line_or_one_error_line(table, file, ingest_
             assert err == "" and set(json.loads(out)) == {"table", "appended", "quarantined", "version", "duplicate"}
         else:
             assert (code, out, err.count("\n")) == (1, "", 1) and err.startswith("streamtable: "), err
-            assert "Traceback" not in err and not (lake.root / "tables").exists()
+            assert "Traceback" not in err and not (Path(lake.root) / "tables").exists()
 
 
 EDGE_MILLIS = [0, -1, 1, -1500, 951_782_400_000, 253_402_300_799_999, 253_402_300_800_000, -62_135_596_800_000]

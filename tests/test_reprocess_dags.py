@@ -14,6 +14,7 @@ import os
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -314,7 +315,7 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
     assert resolved["state"] == "success", resolved
     assert resolved["xcom"]["since.args"] == ["--from-timestamp", between.isoformat()]
     assert "version 1 of user_clicks (the first committed since then)" in resolved["xcom"]["since.return_value"]
-    assert not (lake.root / "tables" / P).exists()  # nothing ran
+    assert not (Path(lake.root) / "tables" / P).exists()  # nothing ran
 
 
 # ---------------------------------------------------------------- with Spark

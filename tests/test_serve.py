@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from datetime import UTC
+from pathlib import Path
 
 import pytest
 
@@ -224,7 +225,7 @@ def test_serve_killed_then_served_again_loses_and_duplicates_nothing(lake):
         served.kill()
     finally:
         served.kill()
-    assert os.path.exists(lake.generation_dir(P, 0) / "checkpoint")
+    assert os.path.exists(Path(lake.generation_dir(P, 0)) / "checkpoint")
 
     ingest(lake, "text_lines", batches[2])
     again = Served(lake, "--interval", "1 second")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -122,7 +123,8 @@ def test_the_lock_says_who_holds_it_and_forgets_when_released(tmp_path):
         assert (held["command"], held["pid"]) == ("reprocess", os.getpid()) and lake.locked("word_count")
         assert abs((datetime.fromisoformat(held["since"]) - datetime.now(UTC)).total_seconds()) < 5
     assert lake.holder("word_count") is None
-    (lake.pipeline_dir("word_count") / "lock").write_text('{"command": "serve", "pid": 99999999}')  # a dead holder
+    dead = {"command": "serve", "pid": 99999999, "host": socket.gethostname()}  # a dead holder on this host
+    lake.store.write_json(lake.lock_path("word_count"), dead)
     assert lake.holder("word_count") is None
 
 

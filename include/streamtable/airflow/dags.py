@@ -255,13 +255,11 @@ def stream_dags(namespace: Namespace) -> list[DAG]:
 
 
 def _reprocess_arguments(lake: str, params: dict) -> tuple[list[str], str]:
-    from pathlib import Path
-
     from streamtable.storage.lake import Lake
     from streamtable.storage.offsets import reprocess_arguments
 
     return reprocess_arguments(
-        Lake(Path(lake)),
+        Lake(lake),
         params["pipeline"],
         params.get("from_version"),
         params.get("from_timestamp"),
@@ -367,8 +365,6 @@ def reset_dags(namespace: Namespace) -> list[DAG]:
 @task(task_id="since")
 def since(pipeline: str, lake: str, params=None, dag_run=None, ti=None) -> str:
     """Push the arguments of a reprocess from the look-back; skip the run when nothing was committed since."""
-    from pathlib import Path
-
     from airflow.sdk import Variable
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
@@ -387,7 +383,7 @@ def since(pipeline: str, lake: str, params=None, dag_run=None, ti=None) -> str:
     if isinstance(hours, bool) or not isinstance(hours, int) or hours < 1:
         raise AirflowFailException(f"the look-back must be a whole number of hours >= 1, got {hours!r}")
     moment = dag_run.run_after - timedelta(hours=hours)
-    found = lookback_arguments(Lake(Path(lake)), pipeline, moment)
+    found = lookback_arguments(Lake(lake), pipeline, moment)
     if found is None:
         raise AirflowSkipException(
             f"nothing was committed to {pipeline}'s primary input since {moment.isoformat()} "

@@ -12,7 +12,6 @@ import os
 import threading
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -144,7 +143,7 @@ class StreamServeOperator(SparkSubmitOperator):
         failures = 0
         while not self._done.wait(self.poll_s):
             try:
-                status = pipeline_status(Lake(Path(lake)), self.pipeline) if lake else None
+                status = pipeline_status(Lake(lake), self.pipeline) if lake else None
                 failures = 0
             except Exception as e:  # a table being written, a transient read error: try again next poll
                 failures += 1

@@ -42,7 +42,7 @@ from airflow.sdk import Asset
 
 from streamtable.airflow.catalog import pipelines_env, registered_pipelines
 from streamtable.core import settings
-from streamtable.storage.lake import Lake
+from streamtable.storage.lake import Lake, resolve_lake
 
 JOB = settings.JOB_SCRIPT
 LAKE_VARIABLE = "streamtable_lake"
@@ -55,7 +55,7 @@ LAKE = "{{ var.value.get('" + LAKE_VARIABLE + "', streamtable_env_lake()) }}"
 def env_lake() -> str:
     """The lake a task uses when the `streamtable_lake` Variable is not set: $STREAMTABLE_LAKE, else
     ~/streamtable/lake (never a path relative to a process's working directory: Airflow's processes differ)."""
-    return str(Path(os.environ.get("STREAMTABLE_LAKE") or Path.home() / "streamtable" / "lake").resolve())
+    return resolve_lake(os.environ.get("STREAMTABLE_LAKE") or str(Path.home() / "streamtable" / "lake"))
 
 
 # Pass as `user_defined_macros=MACROS` to every streamtable DAG (the `LAKE` template calls it).
@@ -85,11 +85,11 @@ def spark_submit_binary() -> str:
 
 def output_assets(pipeline: str) -> list[Asset]:
     """One Asset per output table of `pipeline`: the `file://` URI of its Delta table in the env's lake."""
-    lake = Lake(Path(env_lake()))
+    lake = Lake(env_lake())
     return [
         Asset(
             name=f"streamtable.{table['name']}",
-            uri=Path(lake.table_path(table["name"])).as_uri(),
+            uri=lake.uri(lake.table_path(table["name"])),
             extra={"pipeline": pipeline, "keys": table["keys"]},
         )
         for table in registered_pipelines()[pipeline]["outputs"]
@@ -202,7 +202,11 @@ def streamtable_task(
         conn_id=CONN_ID,
         jars=job_jars(),
         spark_binary=spark_submit_binary(),
-        conf=settings.launch_conf(os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "warn")),
+        # the driver's JVM options, and for an s3:// lake (the environment's: the class path is fixed when the DAG is
+        # parsed) the s3a jars on the class path; the job's session adds the s3a endpoint and credentials itself
+        # (`settings.lake_conf`) from the AWS variables it inherits, so no secret is on spark-submit's command line
+        conf=settings.launch_conf(os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "warn"))
+        | settings.lake_launch_conf(env_lake()),
         driver_memory=settings.driver_memory(),
         name=f"streamtable-{pipeline}-{command}",
         env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, **pipelines_env()},

@@ -1,10 +1,12 @@
 """Every setting of a Spark job, in one place: the jars, the class archive, the driver's memory and JVM options, and
-the Spark conf. The CLI's SparkSession (`runtime.spark`), Airflow's spark-submit tasks and the benchmarks all read
-them here. No pyspark: Airflow's task factories import this module while a DAG file is parsed.
+the Spark conf (with s3a for a lake on object storage, from the standard AWS configuration, which delta-rs and the
+lake's store read here too). The CLI's SparkSession (`runtime.spark`), Airflow's spark-submit tasks and the
+benchmarks all read them here. No pyspark: Airflow's task factories import this module while a DAG file is parsed.
 """
 
 from __future__ import annotations
 
+import configparser
 import glob
 import os
 import sys
@@ -104,3 +106,105 @@ def session_conf() -> dict[str, str]:
         # staged batches are read back by delta-rs (pyarrow), which reads INT96, Spark's default, as nanoseconds
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     }
+
+
+S3_SCHEMES = ("s3://", "s3a://")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _profile() -> dict[str, str]:
+    """The static settings of the AWS profile in use (`AWS_PROFILE`, else `default`), from the shared credentials and
+    config files; {} when there is none. Only keys, session token, region and endpoint: what a local or
+    S3-compatible store needs (delta-rs resolves richer profiles itself, but obstore and the Spark conf need these).
+    """
+    name = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or "default"
+    found: dict[str, str] = {}
+    files = [
+        (os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config", "default" if name == "default" else f"profile {name}"),
+        (os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials", name),
+    ]
+    for path, section in files:
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(os.path.expanduser(path))
+        except configparser.Error:
+            continue
+        if parser.has_section(section):
+            found.update(parser[section])
+    return found
+
+
+def aws_settings() -> dict[str, str]:
+    """The S3 settings of the standard AWS configuration: the environment first, then the profile.
+
+    Keys are `object_store`'s (and delta-rs's) names: endpoint, access key, secret, session token, region, allow_http.
+    `allow_http` is on when AWS_ALLOW_HTTP says so or the endpoint is `http://`.
+    """
+    env, profile = os.environ, _profile()
+    settings = {
+        "aws_endpoint_url": env.get("AWS_ENDPOINT_URL_S3")
+        or env.get("AWS_ENDPOINT_URL")
+        or profile.get("endpoint_url", ""),
+        "aws_access_key_id": env.get("AWS_ACCESS_KEY_ID") or profile.get("aws_access_key_id", ""),
+        "aws_secret_access_key": env.get("AWS_SECRET_ACCESS_KEY") or profile.get("aws_secret_access_key", ""),
+        "aws_session_token": env.get("AWS_SESSION_TOKEN") or profile.get("aws_session_token", ""),
+        "aws_region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or profile.get("region", ""),
+    }
+    if env.get("AWS_ACCESS_KEY_ID"):  # keys from the environment: not mixed with a profile's session token
+        settings["aws_session_token"] = env.get("AWS_SESSION_TOKEN", "")
+    settings = {k: v for k, v in settings.items() if v}
+    if _truthy(env.get("AWS_ALLOW_HTTP")) or settings.get("aws_endpoint_url", "").startswith("http://"):
+        settings["aws_allow_http"] = "true"
+    return settings
+
+
+def s3a_jars() -> list[str]:
+    """Spark's s3a connector (hadoop-aws, the AWS SDK bundle, ...) in `<jars>/s3a/`, filled by set-up or
+    `streamtable jars fetch --with s3a`; only jobs on an s3:// lake get them."""
+    return sorted(glob.glob(str(jar_dir() / "s3a" / "*.jar")))
+
+
+def lake_launch_conf(lake: str) -> dict[str, str]:
+    """What a driver on `lake` needs when its JVM starts: for an s3:// lake the s3a jars on the driver's and the
+    executors' class path (not `spark.jars`, which would copy the 640 MB SDK bundle into every session; the jars
+    must be at the same path on every host of a cluster). Nothing for a local lake; no secrets (spark-submit's
+    command line shows them)."""
+    if not lake.startswith(S3_SCHEMES):
+        return {}
+    jars = s3a_jars()
+    if not any("hadoop-aws" in os.path.basename(j) for j in jars):
+        from streamtable.core.errors import SetupError
+
+        raise SetupError(f"{lake} is on S3: Spark needs the s3a jars in {jar_dir() / 's3a'}: run `make setup`")
+    return {"spark.driver.extraClassPath": ":".join(jars), "spark.executor.extraClassPath": ":".join(jars)}
+
+
+def lake_conf(lake: str) -> dict[str, str]:
+    """The Spark conf of a job on `lake`: for an s3:// lake, s3a reaching the same endpoint with the same
+    credentials as delta-rs and the store (`aws_settings`), plus `lake_launch_conf`; {} for a local lake.
+
+    Keys are set only when configured: without them s3a uses AWS's defaults (its credentials chain, the
+    region's endpoint). A custom endpoint (a local or S3-compatible server) gets path-style requests.
+    """
+    if not lake.startswith(S3_SCHEMES):
+        return {}
+    aws = aws_settings()
+    hadoop = "spark.hadoop.fs.s3a."
+    conf = lake_launch_conf(lake)
+    endpoint = aws.get("aws_endpoint_url")
+    if endpoint:
+        conf[hadoop + "endpoint"] = endpoint
+        conf[hadoop + "path.style.access"] = "true"
+        conf[hadoop + "connection.ssl.enabled"] = "false" if endpoint.startswith("http://") else "true"
+    if aws.get("aws_region"):
+        conf[hadoop + "endpoint.region"] = aws["aws_region"]
+    if aws.get("aws_access_key_id") and aws.get("aws_secret_access_key"):
+        conf[hadoop + "access.key"] = aws["aws_access_key_id"]
+        conf[hadoop + "secret.key"] = aws["aws_secret_access_key"]
+        if aws.get("aws_session_token"):
+            conf[hadoop + "session.token"] = aws["aws_session_token"]
+            conf[hadoop + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    return conf

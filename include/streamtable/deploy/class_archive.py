@@ -60,7 +60,7 @@ def warm_up(lake_root: Path) -> None:
     from streamtable.runtime.lifecycle import run
     from streamtable.storage.lake import Lake
 
-    lake = Lake(lake_root)
+    lake = Lake(str(lake_root))
     for table, records in WARM_UP_RECORDS.items():
         ingest_lines(lake, table, [json.dumps(r) for r in records])
     for pipeline in WARM_UP_PIPELINES:

@@ -7,21 +7,25 @@ Also the one writer of `quarantine` rows for every source (files, folders, Kafka
 
 from __future__ import annotations
 
-import fcntl
 import itertools
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties
 
 from streamtable.core.errors import BadInputError
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import QUARANTINE, Table
-from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES, open_table, table_version
+from streamtable.storage.delta_rs import (
+    INPUT_TABLE_PROPERTIES,
+    delta_table,
+    log_entry,
+    open_table,
+    table_version,
+    write,
+)
 from streamtable.storage.lake import Lake
 
 TARGET_FILE_SIZE = 32 << 20
@@ -89,7 +93,7 @@ def append_batches(path: str, schema: pa.Schema, batches: Iterator[pa.RecordBatc
         return table_version(path)
     latest = table_version(path)
     expected = 0 if latest is None else latest + 1
-    write_deltalake(
+    write(
         path,
         pa.RecordBatchReader.from_batches(schema, itertools.chain([first], batches)),
         mode="append",
@@ -119,12 +123,11 @@ def transaction_commit(path: str, app_id: str, table: DeltaTable | None) -> int 
         return None
     version = expected
     while True:
-        try:
-            with (Path(path) / "_delta_log" / f"{version:020d}.json").open() as actions:
-                if any(json.loads(action).get("txn", {}).get("appId") == app_id for action in actions):
-                    return version
-        except FileNotFoundError:
-            raise RuntimeError(f"{path}: no log entry from version {expected} on carries {app_id}") from None
+        actions = log_entry(path, version)
+        if actions is None:
+            raise RuntimeError(f"{path}: no log entry from version {expected} on carries {app_id}")
+        if any(action.get("txn", {}).get("appId") == app_id for action in actions):
+            return version
         version += 1
 
 
@@ -137,8 +140,8 @@ def append_rows(lake: Lake, table: Table, rows: list[dict] | pa.Table) -> int | 
     data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=arrow_schema(table.stored_columns))
     if data.num_rows == 0:
         return table_version(path)
-    write_deltalake(path, data, mode="append", configuration=INPUT_TABLE_PROPERTIES)
-    return DeltaTable(path).version()
+    write(path, data, mode="append", configuration=INPUT_TABLE_PROPERTIES)
+    return delta_table(path).version()
 
 
 QUARANTINE_SCHEMA = arrow_schema(QUARANTINE.columns)
@@ -163,18 +166,9 @@ def add_quarantined(
 
 
 @contextmanager
-def exclusive(lock: Path) -> Iterator[None]:
-    """Hold an exclusive `flock` on the file `lock` (released by the kernel if the process dies)."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
-@contextmanager
 def quarantine_locked(lake: Lake) -> Iterator[None]:
-    """Ingests into every table write `quarantine`: they take turns (on one host) on its lock."""
-    with exclusive(lake.ingest_dir(QUARANTINE.name) / "lock"):
+    """Ingests into every table write `quarantine`: they take turns (on one host or several) on its lease."""
+    with lake.ingest_lock(QUARANTINE.name):
         yield
 
 
@@ -186,7 +180,7 @@ def write_quarantine(
     `target` is the quarantine table's path, or a snapshot of it: a commit made since that snapshot with one of
     the same transactions makes this one fail (CommitFailedError) instead of writing the rows twice.
     """
-    write_deltalake(
+    write(
         target,
         rows,
         mode="append",

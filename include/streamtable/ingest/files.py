@@ -17,23 +17,22 @@ Unknown fields. A record may hold fields its table does not declare: they are no
 keeps raw records (`keep_raw`, as `app_logs` does) keeps them in `raw`, with the whole line; every other
 table ignores them.
 
-Exactly once. Every ingest has an id (`--id`, else the SHA-256 of FILE's bytes). Ingests into one table
-take turns on a `flock` (`<lake>/_ingest/<table>/lock`). The good rows' commit carries the Delta app
-transaction (`txn`) `streamtable-ingest-<digest>` (digest: SHA-256 of the id), whose version is the
-table version the commit was expected at, and the quarantine commit `streamtable-ingest-<table>-<digest>`;
-after both, the figures go to the registry `<lake>/_ingest/<table>/ids/<digest>.json` (written
-atomically). An ingest whose id is in the registry returns those figures as a duplicate. One killed before
-writing it is finished by its retry, which reads the file again: a commit whose transaction is in the
-table's snapshot is not made again (the retry finds its version in the log from the transaction's version
-on), a missing one is. The lock and the registry assume one host: hosts sharing a lake over a network
-file system are out of scope.
+Exactly once. Every ingest has an id (`--id`, else the SHA-256 of FILE's bytes). Ingests into one table take
+turns on a lease (`<lake>/_ingest/<table>/lock`, `streamtable.storage.lease`: across hosts too). The good rows'
+commit carries the Delta app transaction (`txn`) `streamtable-ingest-<digest>` (digest: SHA-256 of the id),
+whose version is the table version the commit was expected at, and the quarantine commit
+`streamtable-ingest-<table>-<digest>`; after both, the figures go to the registry
+`<lake>/_ingest/<table>/ids/<digest>.json` (written atomically: one put). An ingest whose id is in the registry
+returns those figures as a duplicate. One killed before writing it is finished by its retry, which reads the
+file again: a commit whose transaction is in the table's snapshot is not made again (the retry finds its version
+in the log from the transaction's version on), a missing one is. On a lake on object storage the same holds: the
+lease and the registry are objects written with conditional puts, and delta-rs commits with put-if-absent.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -57,7 +56,6 @@ from streamtable.ingest.changelog import (
     add_quarantined,
     append_batches,
     check_schema,
-    exclusive,
     quarantine_columns,
     quarantine_locked,
     transaction_commit,
@@ -66,7 +64,9 @@ from streamtable.ingest.changelog import (
 )
 from streamtable.ingest.records import RecordError, parse_record
 from streamtable.storage.delta_rs import open_table
-from streamtable.storage.lake import Lake, write_json_atomic
+from streamtable.storage.lake import Lake
+from streamtable.storage.lease import check_held
+from streamtable.storage.store import join
 
 MAX_LINE_BYTES = 1 << 20  # default line limit (`--max-line-bytes`)
 RAW_PREFIX_BYTES = 4096  # of a line over the limit, what quarantine's `raw` keeps (at most the limit)
@@ -209,7 +209,8 @@ def ingest_file(
 ) -> IngestResult:
     """Ingest FILE (`-`: stdin) once per id: `ingest_id`, else the SHA-256 of FILE's bytes.
 
-    Stdin without an id is first copied to a temporary file in the lake (its bytes are hashed on the way).
+    Stdin without an id is first copied to a temporary file (in a local lake, else the system's temporary folder;
+    its bytes are hashed on the way).
     """
     table = get_input(table_name)
     if ingest_id == "":
@@ -219,7 +220,7 @@ def ingest_file(
     if file == "-":
         if ingest_id is not None:
             return ingest_stream(lake, table.name, sys.stdin.buffer, "-", ingest_id, max_line_bytes)
-        with tempfile.TemporaryFile(dir=_spool_dir(lake, table.name)) as copy:
+        with tempfile.TemporaryFile(dir=lake.local_temp_dir(table.name)) as copy:
             digest = hashlib.sha256()
             while chunk := sys.stdin.buffer.read(1 << 20):
                 digest.update(chunk)
@@ -278,9 +279,10 @@ def _commit_once(
     if appended_at is None:
         check_schema(existing, table)
     quarantined_before = transaction_version(quarantine_path, quarantine_app_id) is not None
-    with tempfile.TemporaryFile(dir=_spool_dir(lake, table.name)) as spool:
+    with tempfile.TemporaryFile(dir=lake.local_temp_dir(table.name)) as spool:
         lines = LineSorter(table, stream, source, max_line_bytes, spool)
         if appended_at is None:
+            check_held()  # the table's lease is still this ingest's
             version = append_batches(path, lines.schema, iter(lines), app_id)
         else:
             for _ in lines:  # committed by the earlier attempt: only the counts and the bad rows are wanted
@@ -307,32 +309,24 @@ class IdRegistry:
     """
 
     def __init__(self, lake: Lake, table: str) -> None:
-        self.table, self.folder = table, lake.ingest_dir(table)
+        self.lake, self.table, self.folder = lake, table, lake.ingest_dir(table)
 
-    def _file(self, ingest_id: str) -> Path:
-        return self.folder / "ids" / f"{hashlib.sha256(ingest_id.encode(errors='surrogatepass')).hexdigest()}.json"
+    def _file(self, ingest_id: str) -> str:
+        return join(self.folder, "ids", f"{hashlib.sha256(ingest_id.encode(errors='surrogatepass')).hexdigest()}.json")
 
     def get(self, ingest_id: str) -> IngestResult | None:
         """The figures of the earlier ingest of `ingest_id`, as a duplicate, or None."""
-        try:
-            entry = json.loads(self._file(ingest_id).read_text())
-        except FileNotFoundError:
+        entry = self.lake.store.read_json(self._file(ingest_id))
+        if entry is None:
             return None
         return IngestResult(self.table, entry["appended"], entry["quarantined"], entry["version"], duplicate=True)
 
     def put(self, ingest_id: str, result: IngestResult) -> None:
         entry = {"id": ingest_id} | {k: v for k, v in result.as_dict().items() if k != "table"}
-        write_json_atomic(self._file(ingest_id), entry)
+        self.lake.store.write_json(self._file(ingest_id), entry)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the table's ingest lock: ingests into one table take turns (on one host)."""
-        with exclusive(self.folder / "lock"):
+        """Hold the table's ingest lease: ingests into one table take turns (on one host or several)."""
+        with self.lake.ingest_lock(self.table):
             yield
-
-
-def _spool_dir(lake: Lake, table: str) -> Path:
-    """The folder for an ingest's temporary files: in the lake, where there is room for a copy of FILE."""
-    folder = lake.ingest_dir(table)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder

@@ -51,7 +51,7 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, TopicPartition
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 
 from streamtable.core.errors import BadInputError
@@ -65,13 +65,12 @@ from streamtable.ingest.changelog import (
     WRITER_PROPERTIES,
     add_quarantined,
     check_schema,
-    exclusive,
     quarantine_columns,
     quarantine_locked,
     write_quarantine,
 )
 from streamtable.ingest.records import RecordError, parse_json, parse_record
-from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES, open_table
+from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES, delta_table, open_table, write
 from streamtable.storage.lake import Lake
 
 ROUND_ROWS = 50_000  # records per commit, at most (env STREAMTABLE_KAFKA_COMMIT_ROWS)
@@ -379,11 +378,11 @@ class _Copier:
         rows = pa.Table.from_pydict(gathered.good, schema=self.schema)
         try:
             if self.snapshot is None:
-                with exclusive(self.lake.ingest_dir(self.table.name) / "lock"):  # creations cannot conflict
+                with self.lake.ingest_lock(self.table.name):  # creations cannot conflict
                     if open_table(self.path) is not None:
                         raise _LostRace
                     self._write(self.path, rows, transactions)
-                self.snapshot = DeltaTable(self.path, version=0)  # ours: others may have committed since
+                self.snapshot = delta_table(self.path, version=0)  # ours: others may have committed since
             else:
                 self._write(self.snapshot, rows, transactions)
         except CommitFailedError:
@@ -396,7 +395,7 @@ class _Copier:
         self._tell_group()
 
     def _write(self, target: str | DeltaTable, rows: pa.Table, transactions: list[Transaction]) -> None:
-        write_deltalake(
+        write(
             target,
             rows,
             mode="append",

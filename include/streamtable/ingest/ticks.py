@@ -15,14 +15,13 @@ from datetime import UTC, datetime
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import DeltaTable
 
 from streamtable.core.pipeline import Ticks
 from streamtable.core.registry import get_input, pipelines
 from streamtable.core.tables import LINE
 from streamtable.ingest.changelog import append_rows
 from streamtable.ingest.files import IngestResult
-from streamtable.storage.delta_rs import table_version
+from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake
 
 
@@ -33,10 +32,10 @@ def now() -> datetime:
 
 
 def _column(lake: Lake, table: str, column: str, where: ds.Expression | None = None) -> list:
-    path = lake.table_path(table)
-    if table_version(path) is None:
+    delta = open_table(lake.table_path(table))
+    if delta is None:
         return []
-    return DeltaTable(path).to_pyarrow_dataset().to_table(columns=[column], filter=where)[column].to_pylist()
+    return delta.to_pyarrow_dataset().to_table(columns=[column], filter=where)[column].to_pylist()
 
 
 def emit_ticks(lake: Lake, at: datetime | None = None) -> list[IngestResult]:

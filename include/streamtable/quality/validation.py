@@ -5,18 +5,21 @@ once through Arrow and validated by GX on pandas instead, with the same suite an
 
 Each lake keeps its own GX file project, validation history and Data Docs under its `quality_dir`
 (`<quality_dir>/gx/...`), so two lakes share nothing. GX is imported on the first `validate` only
-(the import alone takes seconds). Validations of one lake are serialized (a process lock plus an
-flock on `<quality_dir>/.lock`), because GX rewrites `great_expectations.yml` and keeps the current
-project in a process-wide global.
+(the import alone takes seconds). Validations of one lake are serialized (a process lock plus the lake's
+lease `<quality_dir>/lock`, `streamtable.storage.lease`), because GX rewrites `great_expectations.yml` and keeps
+the current project in a process-wide global. GX's file project is a local folder: for a lake on object storage
+(`s3://`) it lives in a local cache folder of this host (`project_dir`: suites, validation history), and after each
+build the Data Docs site is mirrored to `<lake>/_quality/gx/uncommitted/data_docs/local_site/` through the lake's
+store, where `docs_path` points. That history is per host (a validation on another host starts its own); the
+gate's verdict never depends on it.
 """
 
 from __future__ import annotations
 
-import fcntl
+import hashlib
 import logging
 import os
 import re
-import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +32,8 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 
 from streamtable.core.expectations import Expectation, Suite
+from streamtable.storage.lease import Lease
+from streamtable.storage.store import Store, is_object_store, join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,8 +82,27 @@ class Report:
 
 
 def docs_index(quality_dir: str) -> str:
-    """Where `validate` writes the Data Docs index.html of a lake's quality_dir (no GX import)."""
+    """Where `validate` writes the Data Docs index.html of a lake's quality_dir (no GX import): a local path, or the
+    `s3://` URI of the mirrored site for a lake on object storage."""
+    if is_object_store(quality_dir):
+        return join(quality_dir, "gx", SITE_DIR, "index.html")
     return str(Path(quality_dir).resolve() / "gx" / SITE_DIR / "index.html")
+
+
+def project_dir(quality_dir: str) -> str:
+    """The local folder of the lake's GX project: `quality_dir` itself for a local lake; for one on object storage
+    a folder of this host's cache (`$XDG_CACHE_HOME` or ~/.cache, `streamtable/quality/<hash of the lake>`)."""
+    if not is_object_store(quality_dir):
+        return str(Path(quality_dir).resolve())
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return str(cache / "streamtable" / "quality" / hashlib.sha256(quality_dir.encode()).hexdigest()[:16])
+
+
+def _publish_docs(quality_dir: str) -> None:
+    """Mirror the Data Docs site of a lake on object storage from its local project to the lake."""
+    if is_object_store(quality_dir):
+        site = os.path.join(project_dir(quality_dir), "gx", SITE_DIR)
+        Store.for_lake(quality_dir).mirror_dir(site, join(quality_dir, "gx", SITE_DIR))
 
 
 def validate(
@@ -151,7 +175,10 @@ def _check(
         ctx = _context(quality_dir)
         prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
         result = _run_checkpoint(ctx, name, suite.expectations, build_docs, engine, data, params)
-        docs = _docs_path(ctx) if build_docs else None
+        docs = None
+        if build_docs:
+            _publish_docs(quality_dir)
+            docs = docs_index(quality_dir) if is_object_store(quality_dir) else _docs_path(ctx)
     (validation,) = result.run_results.values()
     failed = sorted((r for r in validation.results if not r.success), key=lambda r: r.expectation_config.meta[_RULE])
     failures = tuple(
@@ -221,6 +248,7 @@ def build_docs(quality_dir: str) -> str:
     """Build the lake's Data Docs from its stored validation results (the gate's too); return the index path."""
     with _locked(quality_dir):
         _context(quality_dir).build_data_docs(site_names=[SITE])
+        _publish_docs(quality_dir)
     return docs_index(quality_dir)
 
 
@@ -330,10 +358,8 @@ def _gx_suite(name: str, rules: tuple[Expectation, ...]) -> Any:
 
 @contextmanager
 def _locked(quality_dir: str) -> Iterator[None]:
-    """Hold this process's GX lock and an exclusive flock on the quality_dir."""
-    os.makedirs(quality_dir, exist_ok=True)
-    with _LOCK, open(os.path.join(quality_dir, ".lock"), "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    """Hold this process's GX lock and the lake's quality lease."""
+    with _LOCK, Lease(Store.for_lake(quality_dir), join(quality_dir, "lock"), "validate"):
         yield
 
 
@@ -341,20 +367,20 @@ def _context(quality_dir: str) -> Any:
     """The lake's file-mode GX project, opened once per process and made GX's current project."""
     from great_expectations.data_context.data_context.context_factory import set_context
 
-    key = str(Path(quality_dir).resolve())
+    key = project_dir(quality_dir)
     if key not in _CONTEXTS:
-        _CONTEXTS[key] = _open_context(quality_dir)
+        _CONTEXTS[key] = _open_context(key)
     set_context(_CONTEXTS[key])
     return _CONTEXTS[key]
 
 
-def _open_context(quality_dir: str) -> Any:
+def _open_context(project: str) -> Any:
     """The lake's file-mode GX project (created on first use), with analytics and progress bars off."""
     gx = _gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     _null_safe_sum()  # register the custom type before GX reads a stored suite or result that uses it
-    ctx = gx.get_context(mode="file", project_root_dir=quality_dir)
+    ctx = gx.get_context(mode="file", project_root_dir=project)
     bars = ctx.variables.progress_bars  # a ProgressBarsConfig when set here, a dict once read back from the yml
     bars = {} if bars is None else bars if isinstance(bars, dict) else vars(bars)
     bars_on = any(bars.get(k, True) for k in ("globally", "metric_calculations"))
@@ -433,10 +459,20 @@ def prune_results(quality_dir: str, suite: str, keep: int = KEEP_RESULTS) -> int
     GX files a result under `<suite as path>/<run name>/<run time>/`; run times sort as they happened.
     """
     removed = 0
+    project = project_dir(quality_dir)
+    files = Store.for_lake(project)
     for store in ("uncommitted/validations", SITE_DIR + "validations"):
-        runs = sorted(Path(quality_dir, "gx", store, *suite.split(".")).glob("*/*"), key=lambda p: p.name)
+        folder = join(project, "gx", store, *suite.split("."))
+        runs = sorted(
+            (
+                join(folder, name, when)
+                for name in files.children(folder)
+                for when in files.children(join(folder, name))
+            ),
+            key=lambda p: p.rsplit("/", 1)[-1],
+        )
         for run in runs[: max(0, len(runs) - keep)]:
-            shutil.rmtree(run, ignore_errors=True)
+            files.delete_prefix(run)
             removed += store.startswith("uncommitted/validations")
     return removed
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -14,6 +13,7 @@ from streamtable.core.tables import HEARTBEAT, LATE_EVENTS, Table
 from streamtable.runtime.progress import committed
 from streamtable.storage import delta_io, delta_rs
 from streamtable.storage.lake import PROGRESS, Lake
+from streamtable.storage.store import join, spark_path
 
 PROGRESS_DDL = (
     "batch_id BIGINT, run_started_at TIMESTAMP, stream_time TIMESTAMP, records BIGINT, "
@@ -39,7 +39,7 @@ class RunContext:
         return f"streamtable.{self.pipeline.name}.g{self.generation}"
 
     @property
-    def dir(self) -> Path:
+    def dir(self) -> str:
         return self.lake.generation_dir(self.pipeline.name, self.generation)
 
     @property
@@ -51,11 +51,11 @@ class RunContext:
         if table == PROGRESS or table in {t.name for t in self.pipeline.state}:
             return self.lake.state_path(self.pipeline.name, self.generation, table)
         if self.shadow:
-            return str(self.dir / "shadow" / table)
+            return join(self.dir, "shadow", table)
         return self.lake.table_path(table)
 
     def read(self, table: str) -> DataFrame:
-        return self.spark.read.format("delta").load(self.path(table))
+        return self.spark.read.format("delta").load(spark_path(self.path(table)))
 
     def snapshot(self, table: str) -> DataFrame:
         """The committed rows of an output or state store, read from the Parquet files of its latest version.
@@ -67,7 +67,7 @@ class RunContext:
         if delta is None or "deletionVectors" in (delta.protocol().writer_features or ()):
             return self.read(table)
         schema = spark_ddl(self.pipeline.output(table).columns)
-        files = delta.file_uris()
+        files = [spark_path(f) for f in delta.file_uris()]
         return self.spark.read.schema(schema).parquet(*files) if files else self.spark.createDataFrame([], schema)
 
     def prepare(self) -> None:

@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from streamtable.core.expectations import Suite
 from streamtable.core.schema import arrow_schema
-from streamtable.storage.delta_rs import DELETE, staged_rows
+from streamtable.storage.delta_rs import DELETE, delta_table, staged_rows
 
 if TYPE_CHECKING:
     from streamtable.quality.validation import Report
@@ -102,7 +101,7 @@ def read_table(path: str, schema: pa.Schema) -> pa.Table:
 
     Whole: its dataset's statistics are `string_view`, which pyarrow 26 cannot compare with `string` to prune files.
     """
-    return DeltaTable(path).to_pyarrow_dataset().to_table(columns=schema.names).cast(schema)
+    return delta_table(path).to_pyarrow_dataset().to_table(columns=schema.names).cast(schema)
 
 
 def rows_matching(table: pa.Table, probe: pa.Table, columns: tuple[str, ...]) -> pa.Table:

@@ -7,19 +7,14 @@ Delta as done).
 
 from __future__ import annotations
 
-import pyarrow.dataset
-
 from streamtable.runtime.summary import BatchSummary
 from streamtable.storage.lake import PROGRESS
+from streamtable.storage.store import parquet_dataset
 
 
 def read_list_manifest(manifest: list[dict]) -> tuple[list[dict], BatchSummary]:
     """The changes of an old list manifest and the summary its staged progress row holds."""
-    [row] = (
-        pyarrow.dataset.dataset(next(c["path"] for c in manifest if c["table"] == PROGRESS), format="parquet")
-        .to_table()
-        .to_pylist()
-    )
+    [row] = parquet_dataset(next(c["path"] for c in manifest if c["table"] == PROGRESS)).to_table().to_pylist()
     summary = BatchSummary(
         row["records"],
         row["stream_time"],

@@ -8,8 +8,6 @@ the new generation live, so the next `run` continues from where the reprocess st
 
 from __future__ import annotations
 
-import json
-import shutil
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -21,9 +19,11 @@ from streamtable.core.tables import LATE_EVENTS
 from streamtable.core.timefmt import system_clock
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.runner import RunReport, drain, serve
+from streamtable.storage import delta_rs
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.external import path_of
-from streamtable.storage.lake import Lake, write_json_atomic
+from streamtable.storage.lake import Lake
+from streamtable.storage.store import join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -38,7 +38,7 @@ def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
     pipeline = get_pipeline(name)
     with lake.lock(name, "run"):
         finish_swap(lake, pipeline)
-        return drain(RunContext(get_spark(), lake, pipeline, lake.generation(name)), clock)
+        return drain(RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name)), clock)
 
 
 def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float, on_progress=None) -> RunReport:
@@ -49,7 +49,7 @@ def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float
     with lake.lock(name, "serve"):
         finish_swap(lake, pipeline)
         return serve(
-            RunContext(get_spark(), lake, pipeline, lake.generation(name)),
+            RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name)),
             interval,
             stop_timeout_s,
             on_progress=on_progress,
@@ -61,7 +61,7 @@ def validate(lake: Lake, name: str) -> list:
     from streamtable.runtime.spark import get_spark
 
     pipeline = get_pipeline(name)
-    ctx = RunContext(get_spark(), lake, pipeline, lake.generation(name))
+    ctx = RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name))
     ctx.prepare()
     return validate_tables(ctx)
 
@@ -133,7 +133,7 @@ def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, c
     with lake.lock(name, "reprocess"):
         finish_swap(lake, pipeline)
         discard_generations(lake, name, keep=lake.generation(name))
-        ctx = RunContext(get_spark(), lake, pipeline, next_generation(lake, name), shadow=True)
+        ctx = RunContext(get_spark(lake=lake.root), lake, pipeline, next_generation(lake, name), shadow=True)
         live = RunContext(ctx.spark, lake, pipeline, lake.generation(name))
         live.prepare()
         try:
@@ -142,7 +142,7 @@ def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, c
             if failures:
                 raise QualityGateError(f"{name}: quality gate failed, nothing published: " + "; ".join(failures))
         except Exception:
-            shutil.rmtree(ctx.dir, ignore_errors=True)  # a refused rebuild leaves nothing behind
+            lake.store.delete_prefix(ctx.dir)  # a refused rebuild leaves nothing behind
             raise
         result = ReprocessReport(
             name,
@@ -154,9 +154,9 @@ def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, c
             rows_after=row_counts(ctx),
         )
         if dry_run:
-            shutil.rmtree(ctx.dir, ignore_errors=True)
+            lake.store.delete_prefix(ctx.dir)
         else:
-            write_json_atomic(lake.pipeline_dir(name) / SWAP, {"generation": ctx.generation})
+            lake.store.write_json(join(lake.pipeline_dir(name), SWAP), {"generation": ctx.generation})
             finish_swap(lake, pipeline)
         return result
 
@@ -176,11 +176,11 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
     from streamtable.runtime.spark import get_spark
     from streamtable.storage import delta_io
 
-    marker = lake.pipeline_dir(pipeline.name) / SWAP
-    if not marker.exists():
+    marker = join(lake.pipeline_dir(pipeline.name), SWAP)
+    swap = lake.store.read_json(marker)
+    if swap is None:
         return
-    swap = json.loads(marker.read_text())
-    live = RunContext(get_spark(), lake, pipeline, swap["generation"])
+    live = RunContext(get_spark(lake=lake.root), lake, pipeline, swap["generation"])
     shadow = replace(live, shadow=True)
 
     def rows(table: str) -> DataFrame:
@@ -189,10 +189,11 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
     live.prepare()
     for table in pipeline.outputs:
         delta_io.replace(rows(table.name), live.path(table.name))
-    delta_io.replace(rows(LATE_EVENTS.name), live.path(LATE_EVENTS.name), where=f"pipeline = '{pipeline.name}'")
+    late = None if swap.get("reset") else shadow.path(LATE_EVENTS.name)  # delta-rs: other pipelines append to it
+    delta_rs.replace_rows(live.path(LATE_EVENTS.name), late, "pipeline", pipeline.name)
     lake.set_generation(pipeline.name, live.generation)
-    marker.unlink()
-    shutil.rmtree(shadow.dir / "shadow", ignore_errors=True)
+    lake.store.delete(marker)
+    lake.store.delete_prefix(join(shadow.dir, "shadow"))
     discard_generations(lake, pipeline.name, keep=live.generation)
 
 
@@ -203,24 +204,30 @@ def reset(lake: Lake, name: str, dry_run: bool = False) -> dict:
         "pipeline": name,
         "outputs": [lake.table_path(t.name) for t in pipeline.outputs],
         "late_events": f"rows with pipeline = {name!r}",
-        "progress": [str(p) for p in sorted(lake.pipeline_dir(name).glob("g*"))],
+        "progress": [join(lake.pipeline_dir(name), g) for g in _generation_dirs(lake, name)],
     }
     if dry_run:
         return plan | {"dry_run": True}
     with lake.lock(name, "reset"):
         finish_swap(lake, pipeline)  # a reprocess's, or an earlier reset's
-        write_json_atomic(lake.pipeline_dir(name) / SWAP, {"generation": next_generation(lake, name), "reset": True})
+        swap = {"generation": next_generation(lake, name), "reset": True}
+        lake.store.write_json(join(lake.pipeline_dir(name), SWAP), swap)
         finish_swap(lake, pipeline)  # empty outputs in a new generation: all of it, or (killed) by the next command
     return plan | {"dry_run": False}
 
 
 def next_generation(lake: Lake, name: str) -> int:
-    existing = [int(p.name[1:]) for p in lake.pipeline_dir(name).glob("g*") if p.name[1:].isdigit()]
+    existing = [int(g[1:]) for g in _generation_dirs(lake, name)]
     return max(existing + [lake.generation(name)]) + 1
+
+
+def _generation_dirs(lake: Lake, name: str) -> list[str]:
+    """The names (`g<N>`) of the generation folders a pipeline has in the lake."""
+    return [g for g in lake.store.children(lake.pipeline_dir(name)) if g[:1] == "g" and g[1:].isdigit()]
 
 
 def discard_generations(lake: Lake, name: str, keep: int) -> None:
     """Delete the checkpoints and state of generations that are not live (abandoned reprocesses, old runs)."""
-    for path in lake.pipeline_dir(name).glob("g*"):
-        if path.is_dir() and path.name != f"g{keep}":
-            shutil.rmtree(path, ignore_errors=True)
+    for generation in _generation_dirs(lake, name):
+        if generation != f"g{keep}":
+            lake.store.delete_prefix(join(lake.pipeline_dir(name), generation))

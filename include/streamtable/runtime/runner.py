@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from functools import reduce
 
 import pyarrow as pa
-from deltalake import write_deltalake
 from pyspark.sql import DataFrame, Row, functions as F
 
 from streamtable.core.errors import PipelineCodeError, StreamtableError
@@ -36,9 +35,10 @@ from streamtable.runtime.context import RunContext
 from streamtable.runtime.progress import BatchProgress, Stages, record
 from streamtable.runtime.staging import Staging
 from streamtable.runtime.summary import BatchSummary
-from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES, table_version
+from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES, table_version, write
 from streamtable.storage.lake import Lake
 from streamtable.storage.offsets import commit_time
+from streamtable.storage.store import join, spark_path
 
 log = logging.getLogger("streamtable")
 
@@ -79,7 +79,7 @@ def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
         path = lake.table_path(name)
         if table_version(path) is None:
             table = get_input(name)
-            write_deltalake(
+            write(
                 path,
                 pa.Table.from_pylist([], schema=arrow_schema(table.stored_columns)),
                 mode="append",
@@ -100,7 +100,7 @@ def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame
         .option("readChangeFeed", "true")
         .option("startingVersion", starting_version)
         .option("maxFilesPerTrigger", ONE_BATCH)
-        .load(path)
+        .load(spark_path(path))
         .drop("_change_type")
         .withColumn(SOURCE, F.lit(name))
     )
@@ -114,7 +114,7 @@ def beat(ctx: RunContext, clock: Clock) -> None:
     carry no event time, so they never move stream time.
     """
     if ctx.pipeline.wall_clock:
-        write_deltalake(
+        write(
             ctx.heartbeat_path,
             pa.table({"at": pa.array([clock()], pa.timestamp("us", tz="UTC")), "_line": pa.array([0], pa.int64())}),
             mode="append",
@@ -292,7 +292,7 @@ def start_query(
     handler = BatchHandler(ctx, report, clock, mode, on_progress, first_versions)
     writer = (
         records.writeStream.foreachBatch(handler)
-        .option("checkpointLocation", str(ctx.dir / "checkpoint"))
+        .option("checkpointLocation", spark_path(join(ctx.dir, "checkpoint")))
         .queryName(f"{ctx.pipeline.name}_g{ctx.generation}")
     )
     writer = writer.trigger(processingTime=processing_time) if processing_time else writer.trigger(availableNow=True)

@@ -21,22 +21,35 @@ def delta_jars() -> list[str]:
     return jars
 
 
-def get_spark(app_name: str = "streamtable") -> SparkSession:
-    """Return the process's SparkSession, creating it with Delta configured.
+def get_spark(app_name: str = "streamtable", lake: str | None = None) -> SparkSession:
+    """Return the process's SparkSession, creating it with Delta configured (and s3a, for a `lake` on S3).
 
     The master comes from spark-submit when there is one, else from $STREAMTABLE_SPARK_MASTER
     (default `local[2]`). Tables are always addressed by path, so no Derby metastore is created.
     """
-    spark = SparkSession.getActiveSession() or _new_session(app_name)
+    lake_conf = settings.lake_conf(lake or "")
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        spark = _new_session(app_name, lake_conf)
+    else:  # a session made before (for another lake): its s3a settings (its class path is the JVM's already)
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+        for key, value in lake_conf.items():
+            if key.startswith("spark.hadoop."):
+                hadoop.set(key[len("spark.hadoop.") :], value)
     ship_user_code()
     return spark
 
 
-def _new_session(app_name: str) -> SparkSession:
+def _new_session(app_name: str, lake_conf: dict[str, str]) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local jobs never listen beyond loopback
     log_level = os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "fatal")
-    conf = {"spark.jars": ",".join(delta_jars()), **settings.session_conf(), **settings.launch_conf(log_level)}
+    conf = {
+        "spark.jars": ",".join(delta_jars()),
+        **settings.session_conf(),
+        **settings.launch_conf(log_level),
+        **lake_conf,
+    }
     builder = SparkSession.builder.appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -6,11 +6,8 @@ after a crash reads both from it (`streamtable.runtime.legacy` reads the manifes
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 
-import pyarrow.dataset
 from pyspark.sql import DataFrame, functions as F
 
 from streamtable.core.errors import QualityGateError
@@ -20,7 +17,9 @@ from streamtable.runtime.context import RunContext
 from streamtable.runtime.progress import Stages
 from streamtable.runtime.summary import BatchSummary
 from streamtable.storage import delta_rs, external
-from streamtable.storage.lake import PROGRESS, write_json_atomic
+from streamtable.storage.lake import PROGRESS
+from streamtable.storage.lease import check_held
+from streamtable.storage.store import join, parquet_dataset, spark_path
 
 log = logging.getLogger("streamtable")
 
@@ -31,30 +30,31 @@ class Staging:
     def __init__(self, ctx: RunContext, batch_id: int):
         self.ctx = ctx
         self.batch_id = batch_id
-        self.dir = ctx.dir / "staging" / str(batch_id)
-        self.manifest = self.dir / "changes.json"
+        self.store = ctx.lake.store
+        self.dir = join(ctx.dir, "staging", str(batch_id))
+        self.manifest = join(self.dir, "changes.json")
         self.changes: list[dict] = []
 
     def complete(self) -> bool:
-        return self.manifest.exists()
+        return self.store.exists(self.manifest)
 
     def discard(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.store.delete_prefix(self.dir)
 
     def stage(self, table: str, mode: str, rows: DataFrame, offsets: dict[str, int] | None = None) -> None:
         """Stage a change: mode `append`, `upsert`, or `quarantine` (records of Delta tables of other jobs that
         break their rules, committed once per input and version up to `offsets`, input -> version)."""
         if any(c["table"] == table for c in self.changes):
             raise ValueError(f"{table} is changed twice in one batch")
-        path = str(self.dir / table)
-        rows.write.mode("overwrite").parquet(path)
-        count = pyarrow.dataset.dataset(path, format="parquet").count_rows()  # from the footers: no Spark job
+        path = join(self.dir, table)
+        rows.write.mode("overwrite").parquet(spark_path(path))
+        count = parquet_dataset(path).count_rows()  # from the footers: no Spark job
         change = {"table": table, "mode": mode, "path": path, "rows": count}
         self.changes.append(change | ({"offsets": offsets} if offsets is not None else {}))
         log.info("staged %s: %d rows", table, count)
 
     def staged(self, change: dict) -> DataFrame:
-        return self.ctx.spark.read.parquet(change["path"])
+        return self.ctx.spark.read.parquet(spark_path(change["path"]))
 
     def candidate(self, change: dict) -> DataFrame:
         """What the output will hold once this change is committed (for tables) or the rows it adds (streams)."""
@@ -88,7 +88,7 @@ class Staging:
             )
 
     def mark_complete(self, summary: BatchSummary) -> None:
-        write_json_atomic(self.manifest, {"changes": self.changes, "summary": summary.as_json()})
+        self.store.write_json(self.manifest, {"changes": self.changes, "summary": summary.as_json()})
         crash_point("staged")
 
     def commit(self, stages: Stages) -> tuple[list[dict], BatchSummary]:
@@ -98,6 +98,7 @@ class Staging:
         for change in changes:
             if change["rows"] == 0:
                 continue
+            check_held()  # the pipeline's lease is still this process's: else stop before committing
             with stages.time(f"commit:{change['table']}"):
                 self._apply(change)
             crash_point(f"committed:{change['table']}")
@@ -120,7 +121,9 @@ class Staging:
 
     def _read_manifest(self) -> tuple[list[dict], BatchSummary]:
         """The staged changes and their summary (an older release's manifest: `runtime.legacy`)."""
-        manifest = json.loads(self.manifest.read_text())
+        manifest = self.store.read_json(self.manifest)
+        if manifest is None:
+            raise RuntimeError(f"{self.manifest}: the batch's manifest is gone")
         if isinstance(manifest, dict):
             return manifest["changes"], BatchSummary.from_json(manifest["summary"])
         from streamtable.runtime.legacy import read_list_manifest
@@ -133,6 +136,7 @@ class Staging:
         A batch's own files stay until then, so a crash after its commit but before Spark recorded it
         commits the same files again (skipped by Delta) instead of computing the batch a second time.
         """
-        for path in self.dir.parent.glob("*"):
-            if path.name.isdigit() and int(path.name) < self.batch_id:
-                shutil.rmtree(path, ignore_errors=True)
+        staging = join(self.ctx.dir, "staging")
+        for name in self.store.children(staging):
+            if name.isdigit() and int(name) < self.batch_id:
+                self.store.delete_prefix(join(staging, name))

@@ -10,12 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from deltalake import DeltaTable
-
 from streamtable.core.registry import get_pipeline
 from streamtable.core.timefmt import format_time
 from streamtable.runtime.progress import committed, history
-from streamtable.storage.delta_rs import table_version
+from streamtable.storage.delta_rs import delta_table, table_version
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import Lake
 
@@ -129,7 +127,7 @@ def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
     first_unconsumed = 0 if consumed is None else consumed + 1
     if latest is None or latest < first_unconsumed:
         return InputLag(table, consumed, latest, 0, None)
-    commits = DeltaTable(path).history(limit=latest - first_unconsumed + 1)
+    commits = delta_table(path).history(limit=latest - first_unconsumed + 1)
     unconsumed = [c for c in commits if c["version"] >= first_unconsumed and _added_rows(c)]
     records = sum(_added_rows(c) for c in unconsumed)
     oldest = min((c["timestamp"] for c in unconsumed), default=None)

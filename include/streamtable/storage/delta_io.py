@@ -5,16 +5,15 @@ A batch's own writes go through delta-rs (`streamtable.storage.delta_rs`).
 
 from __future__ import annotations
 
-import fcntl
-import os
 import re
-import shutil
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from streamtable.core.schema import spark_ddl
 from streamtable.core.tables import Table
+from streamtable.storage.lease import Lease
+from streamtable.storage.store import Store, join, spark_path
 
 OUTPUT_TABLE_PROPERTIES = {
     # Downstream consumers read an output's changes, not its files (it is rewritten by MERGE).
@@ -35,25 +34,23 @@ def ensure_table(
     A table exists once its first commit does. A process killed while creating one can leave a `_delta_log`
     without a commit, which Delta Spark counts as a table (its CREATE IF NOT EXISTS then does nothing, and every
     later run failed with DELTA_TABLE_NOT_FOUND): such a log holds nothing, so it is removed and the table created.
-    Creators of one path take turns on a lock file beside it (`late_events` is created by every pipeline).
+    Creators of one path take turns on a lease beside it (`late_events` is created by every pipeline).
     Internal state stores have no change feed (they may keep their records' `_commit_version`).
     """
-    if _has_commit(path):
+    parent, name = path.rstrip("/").rsplit("/", 1)
+    store = Store.for_lake(parent)
+    if _has_commit(store, path):
         return
-    parent, name = os.path.split(path.rstrip("/"))
-    os.makedirs(parent, exist_ok=True)
-    with open(os.path.join(parent, f".{name}.create.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _has_commit(path):  # another process created it while this one waited
+    with Lease(store, join(parent, f".{name}.create.lease"), "create"):
+        if _has_commit(store, path):  # another process created it while this one waited
             return
-        shutil.rmtree(os.path.join(path, "_delta_log"), ignore_errors=True)
-        _create(spark, path, table, ddl, change_feed)
+        store.delete_prefix(join(path, "_delta_log"))
+        _create(spark, spark_path(path), table, ddl, change_feed)
 
 
-def _has_commit(path: str) -> bool:
+def _has_commit(store: Store, path: str) -> bool:
     """Whether the table at `path` has a commit (or a checkpoint): a listing of its log, not a replay of it."""
-    log = os.path.join(path, "_delta_log")
-    names = os.listdir(log) if os.path.isdir(log) else []
+    names = store.children(join(path, "_delta_log"))
     return any(re.fullmatch(r"\d{20}\.(json|checkpoint(\.\d+)*\.parquet)", name) for name in names)
 
 
@@ -73,4 +70,4 @@ def replace(df: DataFrame, path: str, where: str | None = None) -> None:
     writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "false")
     if where:
         writer = writer.option("replaceWhere", where)
-    writer.save(path)
+    writer.save(spark_path(path))

@@ -8,13 +8,16 @@ Readers, Spark included, see the same Delta tables (change data feed, checkpoint
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
+
+from streamtable.storage.store import parquet_dataset, read_path, storage_options
 
 log = logging.getLogger("streamtable.storage.delta_rs")
 
@@ -30,10 +33,28 @@ INPUT_TABLE_PROPERTIES = {
 }
 
 
+def delta_table(path: str, version: int | None = None) -> DeltaTable:
+    """The Delta table at `path` (a local path or `s3://` URI, with the lake's storage options)."""
+    return DeltaTable(path, version=version, storage_options=storage_options(path))
+
+
+def write(target: str | DeltaTable, data: Any, **options: Any) -> None:
+    """`write_deltalake` to a path (with its storage options) or to an open table (which has its own)."""
+    if isinstance(target, str):
+        options.setdefault("storage_options", storage_options(target))
+    write_deltalake(target, data, **options)
+
+
+def log_entry(path: str, version: int) -> list[dict] | None:
+    """The actions of version `version` of the table at `path` as its log entry holds them; None if there is none."""
+    data = read_path(f"{path.rstrip('/')}/_delta_log/{version:020d}.json")
+    return None if data is None else [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
 def open_table(path: str) -> DeltaTable | None:
     """The Delta table at `path` at its latest version, or None when there is none."""
     try:
-        return DeltaTable(path)
+        return delta_table(path)
     except Exception:  # deltalake raises TableNotFoundError; its class moved between releases
         return None
 
@@ -70,7 +91,7 @@ def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: 
         if table is None:
             raise ValueError(f"{path} is not a Delta table yet: append_once needs the schema to create it")
         schema = table_schema(table)
-    write_deltalake(
+    write(
         table if table is not None else path,
         pa.Table.from_pylist(rows, schema=schema),
         mode="append",
@@ -84,7 +105,7 @@ def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: 
 
 def staged_rows(path: str, schema: pa.Schema) -> pa.RecordBatchReader:
     """The Parquet files Spark staged at `path`, batch by batch, as `schema` (Spark writes every column nullable)."""
-    dataset = pyarrow.dataset.dataset(path, format="parquet")
+    dataset = parquet_dataset(path)  # on a local disk or the lake's object store
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in dataset.to_batches(columns=schema.names):
@@ -95,13 +116,44 @@ def staged_rows(path: str, schema: pa.Schema) -> pa.RecordBatchReader:
 
 def append_staged(path: str, staged: str, app_id: str, version: int) -> None:
     """Append the staged rows to the table at `path` exactly once for (app_id, version)."""
-    table = DeltaTable(path)
+    table = delta_table(path)
     if _done(table, app_id, version):
         return
-    write_deltalake(
-        table, staged_rows(staged, table_schema(table)), mode="append", commit_properties=_once(app_id, version)
-    )
+    write(table, staged_rows(staged, table_schema(table)), mode="append", commit_properties=_once(app_id, version))
     compact_if_fragmented(table)
+
+
+def replace_rows(path: str, source: str | None, column: str, value: str) -> None:
+    """Replace the rows of the table at `path` whose `column` is `value` with the rows of the table at `source` (all
+    of them; none when `source` is None) in one commit: a reprocess's or reset's swap of a pipeline's `late_events`.
+
+    delta-rs, not Spark, because other pipelines' batches append to that table with delta-rs at any time: each commit
+    is a put-if-absent of its log entry, so on S3 the two writers never overwrite each other's commit (Delta Spark's
+    S3 log store assumes one writer). A commit that conflicts with such an append is retried on the new version;
+    running the replacement again after a crash gives the same rows.
+    """
+    table = delta_table(path)
+    schema = table_schema(table)
+    rows = (
+        delta_table(source).to_pyarrow_dataset().to_table(columns=schema.names).cast(schema)
+        if source is not None
+        else schema.empty_table()
+    )
+    predicate = f"{column} = '" + value.replace("'", "''") + "'"
+    for attempt in range(COMMIT_RETRIES):
+        try:
+            write(
+                table,
+                rows,
+                mode="overwrite",
+                predicate=predicate,
+                commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES),
+            )
+            return
+        except CommitFailedError:
+            if attempt == COMMIT_RETRIES - 1:
+                raise
+            table.update_incremental()
 
 
 def merge_staged(path: str, staged: str, keys: Sequence[str], app_id: str, version: int) -> None:
@@ -109,7 +161,7 @@ def merge_staged(path: str, staged: str, keys: Sequence[str], app_id: str, versi
 
     Keys match null-safely (a null key is a key), as Spark's `<=>`.
     """
-    table = DeltaTable(path)
+    table = delta_table(path)
     if _done(table, app_id, version):
         return
     schema = table_schema(table)

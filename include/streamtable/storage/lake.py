@@ -8,122 +8,121 @@ Layout (everything a pipeline keeps lives inside its lake):
     <lake>/_pipelines/<p>/g<N>/staging/         batches computed but not yet committed
     <lake>/_pipelines/<p>/g<N>/shadow/<table>/  outputs of a reprocess before they are swapped in
     <lake>/_quality/                            Great Expectations project and Data Docs
-    <lake>/_ingest/<table>/                     ingest lock, id registry (`ids/`), temporary copies of FILE
+    <lake>/_ingest/<table>/                     ingest lease, id registry (`ids/`), copies of FILE (a local lake)
+    <lake>/_pipelines/<p>/lock                  the pipeline's lease (`streamtable.storage.lease`)
+A lake is a local folder or `s3://BUCKET/PREFIX`: `root` is an absolute path or that URI, and every path here is
+a string under it that delta-rs opens as it is (Spark: `spark_path`). Everything else it keeps goes through its
+`store` (`streamtable.storage.store`); only `streamtable.storage` knows which kind of lake it is.
 A new generation (reset, reprocess) gets a fresh checkpoint and a fresh `txnAppId`, so its idempotent
 writes are never mistaken for the old generation's.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 
-from streamtable.core.timefmt import format_time
+from streamtable.storage.lease import Lease, read_holder
+from streamtable.storage.store import Store, is_object_store, join, normalize_root, spark_path
 
 PROGRESS = "progress"  # each generation's internal store of its committed runs (offsets, stream time, metrics)
 
 
-def resolve_lake(lake: str | None) -> Path:
-    """The lake directory: the argument, else $STREAMTABLE_LAKE, else ./lake (made absolute)."""
-    return Path(lake or os.environ.get("STREAMTABLE_LAKE") or "lake").resolve()
+def resolve_lake(lake: str | None) -> str:
+    """The lake: the argument, else $STREAMTABLE_LAKE, else ./lake; a local folder is made absolute, an
+    `s3://BUCKET/PREFIX` (PREFIX may be empty) is kept as it is (without a trailing slash)."""
+    return normalize_root(str(lake or os.environ.get("STREAMTABLE_LAKE") or "lake"))
 
 
 @dataclass(frozen=True)
 class Lake:
-    root: Path
+    root: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", normalize_root(str(self.root)))
+
+    @cached_property
+    def store(self) -> Store:
+        """The lake's objects (small JSON files, leases, listings), local or on object storage."""
+        return Store.for_lake(self.root)
+
+    @property
+    def on_object_store(self) -> bool:
+        """Whether the lake is on S3-compatible object storage (Spark then needs s3a; `streamtable.runtime.spark`)."""
+        return is_object_store(self.root)
+
+    def path(self, *parts: str) -> str:
+        """A path under the lake."""
+        return join(self.root, *parts)
+
+    def spark_path(self, path: str) -> str:
+        """`path` as Spark opens it (`s3a://` for an `s3://` lake)."""
+        return spark_path(path)
+
+    def uri(self, path: str) -> str:
+        """`path` as a URI (`file://...` for a local lake; an `s3://` path is one already)."""
+        return path if self.on_object_store else Path(path).as_uri()
 
     def table_path(self, table: str) -> str:
-        return str(self.root / "tables" / table)
+        return self.path("tables", table)
 
-    def ingest_dir(self, table: str) -> Path:
-        """Where ingests into `table` keep their lock and the ids the table took (see `ingest.IdRegistry`)."""
-        return self.root / "_ingest" / table
+    def ingest_dir(self, table: str) -> str:
+        """Where ingests into `table` keep their lease and the ids the table took (see `ingest.IdRegistry`)."""
+        return self.path("_ingest", table)
 
-    def pipeline_dir(self, pipeline: str) -> Path:
-        return self.root / "_pipelines" / pipeline
+    def pipeline_dir(self, pipeline: str) -> str:
+        return self.path("_pipelines", pipeline)
 
     @property
     def quality_dir(self) -> str:
-        return str(self.root / "_quality")
+        return self.path("_quality")
 
     def generation(self, pipeline: str) -> int:
         """The live generation of a pipeline (0 before its first run)."""
-        path = self.pipeline_dir(pipeline) / "generation.json"
-        return json.loads(path.read_text())["generation"] if path.exists() else 0
+        found = self.store.read_json(join(self.pipeline_dir(pipeline), "generation.json"))
+        return found["generation"] if found else 0
 
     def set_generation(self, pipeline: str, generation: int) -> None:
-        """Make a generation live, atomically (write then rename)."""
-        write_json_atomic(self.pipeline_dir(pipeline) / "generation.json", {"generation": generation})
+        """Make a generation live, atomically (one put)."""
+        self.store.write_json(join(self.pipeline_dir(pipeline), "generation.json"), {"generation": generation})
 
-    def generation_dir(self, pipeline: str, generation: int) -> Path:
-        return self.pipeline_dir(pipeline) / f"g{generation}"
+    def generation_dir(self, pipeline: str, generation: int) -> str:
+        return join(self.pipeline_dir(pipeline), f"g{generation}")
 
     def state_path(self, pipeline: str, generation: int, store: str) -> str:
         """A generation's Delta state store (its `progress`, heartbeats and the pipeline's own stores)."""
-        return str(self.generation_dir(pipeline, generation) / "state" / store)
+        return join(self.generation_dir(pipeline, generation), "state", store)
+
+    def lock_path(self, pipeline: str) -> str:
+        return join(self.pipeline_dir(pipeline), "lock")
 
     def holder(self, pipeline: str) -> dict | None:
-        """Who holds the pipeline's lock now, as it wrote itself down: `command` (run, serve, reprocess or reset),
-        `pid`, `host` and `since`; {} in the instant between taking the lock and writing that; None when free."""
-        path = self.pipeline_dir(pipeline) / "lock"
-        if not path.exists():
-            return None
-        with open(path, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                try:
-                    return json.loads(handle.read() or "{}")
-                except ValueError:  # read while being written
-                    return {}
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return None
+        """Who holds the pipeline's lease now, as it wrote itself down: `command` (run, serve, reprocess or reset),
+        `pid`, `host` and `since`; None when free."""
+        return read_holder(self.store, self.lock_path(pipeline))
 
     def locked(self, pipeline: str) -> bool:
-        """Whether a command holds the pipeline's lock now (a run, serve, reprocess or reset is going on)."""
+        """Whether a command holds the pipeline's lease now (a run, serve, reprocess or reset is going on)."""
         return self.holder(pipeline) is not None
 
     @contextmanager
-    def lock(self, pipeline: str, command: str) -> Iterator[None]:
-        """Hold the pipeline's lock for `command`: runs, serves, reprocesses and resets of one pipeline never overlap.
+    def lock(self, pipeline: str, command: str) -> Iterator[Lease]:
+        """Hold the pipeline's lease for `command`: runs, serves, reprocesses and resets of one pipeline never overlap,
+        on one host or several. Waits for the holder to finish (or for its lease to expire, if it died)."""
+        with Lease(self.store, self.lock_path(pipeline), command) as lease:
+            yield lease
 
-        Waits for the holder to finish (an exclusive `flock` on a file in the lake, released by the kernel
-        if the holder dies). The holder writes who it is into the file (`holder`) and clears it when done.
-        """
-        path = self.pipeline_dir(pipeline) / "lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                handle.truncate(0)
-                handle.write(
-                    json.dumps(
-                        {
-                            "command": command,
-                            "pid": os.getpid(),
-                            "host": socket.gethostname(),
-                            "since": format_time(datetime.now(UTC)),
-                        }
-                    )
-                )
-                handle.flush()
-                yield
-            finally:
-                handle.truncate(0)
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    @contextmanager
+    def ingest_lock(self, table: str) -> Iterator[Lease]:
+        """Hold the lease of ingests into `table`: they take turns, on one host or several."""
+        with Lease(self.store, join(self.ingest_dir(table), "lock"), "ingest") as lease:
+            yield lease
 
-
-def write_json_atomic(path: Path, value: object) -> None:
-    """Replace a small JSON file so that readers see the old or the new content, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
+    def local_temp_dir(self, table: str) -> str | None:
+        """A local folder for an ingest's temporary files: in a local lake (where there is room for a copy of FILE),
+        None (the system's temporary folder) for a lake on object storage."""
+        return self.store.local_dir(self.ingest_dir(table))

@@ -8,9 +8,7 @@ Nothing here imports pyspark or Airflow.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from streamtable.core.errors import BadInputError, OffsetOutOfRangeError
@@ -25,15 +23,13 @@ def commits(lake: Lake, table: str) -> list[tuple[int, float]]:
 
     The input's table is in the lake, or where a Delta table of another job is (`external.path_of`).
     """
-    from deltalake import DeltaTable
-
-    from streamtable.storage.delta_rs import table_version
+    from streamtable.storage.delta_rs import open_table
     from streamtable.storage.external import path_of
 
-    path = path_of(lake, table)
-    if table_version(path) is None:
+    delta = open_table(path_of(lake, table))
+    if delta is None:
         return []
-    return sorted((c["version"], c["timestamp"]) for c in DeltaTable(path).history())
+    return sorted((c["version"], c["timestamp"]) for c in delta.history())
 
 
 def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
@@ -42,16 +38,13 @@ def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
     Delta Spark's `_commit_timestamp` is the log file's modification time instead, which can be a millisecond
     earlier; None once log cleanup has removed the entry.
     """
+    from streamtable.storage.delta_rs import log_entry
     from streamtable.storage.external import path_of
 
-    entry = Path(path_of(lake, table)) / "_delta_log" / f"{version:020d}.json"
-    try:
-        with entry.open() as lines:
-            info: dict[str, Any] = next(
-                (action["commitInfo"] for action in map(json.loads, lines) if "commitInfo" in action), {}
-            )
-    except FileNotFoundError:
+    actions = log_entry(path_of(lake, table), version)
+    if actions is None:
         return None
+    info: dict[str, Any] = next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
     millis = info.get("timestamp")
     return datetime.fromtimestamp(millis / 1000, UTC) if millis is not None else None
 

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from streamtable.core.errors import BadInputError, UnknownTableError
 from streamtable.core.schema import Type, arrow_schema
 from streamtable.core.tables import LINE, Table
 from streamtable.core.values import RecordError, parse_json, to_json, typed_value
-from streamtable.storage.delta_rs import table_version
+from streamtable.storage.delta_rs import delta_table, open_table
 from streamtable.storage.lake import Lake, resolve_lake
 
 
@@ -41,11 +40,12 @@ def _read(lake: Lake, spec: Table) -> pa.Table:
     if spec.external:  # a Delta table of another job, where it is: its declared columns
         from streamtable.storage.external import location
 
-        return DeltaTable(location(spec)).to_pyarrow_dataset().to_table(columns=[c.name for c in spec.columns])
-    path = lake.table_path(spec.name)
-    if table_version(path) is None:
+        external = delta_table(location(spec)).to_pyarrow_dataset()
+        return external.to_table(columns=[c.name for c in spec.columns])
+    delta = open_table(lake.table_path(spec.name))
+    if delta is None:
         return arrow_schema(spec.columns).empty_table()
-    data = DeltaTable(path).to_pyarrow_dataset().to_table()
+    data = delta.to_pyarrow_dataset().to_table()
     return data.select([c for c in data.column_names if c != LINE])
 
 

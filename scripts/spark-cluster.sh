@@ -17,6 +17,8 @@
 #   SPARK_MASTER_HOST [127.0.0.1]  SPARK_MASTER_PORT [7077]  SPARK_MASTER_WEBUI_PORT [9090]
 #   SPARK_WORKER_WEBUI_PORT [9091]  SPARK_WORKER_CORES [2]  SPARK_WORKER_MEMORY [4g]
 #   SPARK_DAEMON_MEMORY [512m]  SPARK_CLUSTER_WAIT_S [180]  JAVA_HOME [from `java` on PATH]
+#   SPARK_CLUSTER_WORKERS [1]  0: the master alone (its workers run on other hosts; tests/test_two_hosts.py), and
+#                              `start` waits only for the master. The daemons bind to SPARK_MASTER_HOST.
 # Executors run with the venv's Python (PYSPARK_PYTHON); the project's jars come with each job
 # (spark-submit --jars, which streamtable.airflow.tasks passes).
 set -euo pipefail
@@ -31,6 +33,7 @@ WORKER_WEBUI="${SPARK_WORKER_WEBUI_PORT:-9091}"
 CORES="${SPARK_WORKER_CORES:-2}"
 MEMORY="${SPARK_WORKER_MEMORY:-4g}"
 WAIT_S="${SPARK_CLUSTER_WAIT_S:-180}"
+WORKERS="${SPARK_CLUSTER_WORKERS:-1}"
 MASTER_URL="spark://$HOST:$PORT"
 MASTER_CLASS=org.apache.spark.deploy.master.Master
 WORKER_CLASS=org.apache.spark.deploy.worker.Worker
@@ -106,7 +109,7 @@ cmd_start() {
     java="$(command -v java)" || die "no java on PATH and JAVA_HOME is not set (Java 17+ is needed)"
     JAVA_HOME="$(dirname "$(dirname "$(readlink -f "$java")")")"
   fi
-  export JAVA_HOME SPARK_LOCAL_IP=127.0.0.1 SPARK_DAEMON_MEMORY="${SPARK_DAEMON_MEMORY:-512m}"
+  export JAVA_HOME SPARK_LOCAL_IP="$HOST" SPARK_DAEMON_MEMORY="${SPARK_DAEMON_MEMORY:-512m}"
   export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$VENV/bin/python}"
   export SPARK_NO_DAEMONIZE=1
   mkdir -p "$DIR/work"
@@ -119,7 +122,9 @@ cmd_start() {
     say "starting the master on $MASTER_URL (web UI http://$HOST:$WEBUI, log $DIR/master.log)"
     launch master "$MASTER_CLASS" --host "$HOST" --port "$PORT" --webui-port "$WEBUI"
   fi
-  if daemon_pid worker "$WORKER_CLASS" >/dev/null; then
+  if ((WORKERS == 0)); then
+    :
+  elif daemon_pid worker "$WORKER_CLASS" >/dev/null; then
     say "worker already running (pid $(cat "$DIR/worker.pid"))"
   else
     port_busy "$WORKER_WEBUI" && die "port $HOST:$WORKER_WEBUI is in use: set SPARK_WORKER_WEBUI_PORT"
@@ -131,8 +136,8 @@ cmd_start() {
   local deadline=$((SECONDS + WAIT_S)) state=""
   while ((SECONDS < deadline)); do
     daemon_pid master "$MASTER_CLASS" >/dev/null || { tail -30 "$DIR/master.log" >&2; die "the master exited (log above: $DIR/master.log)"; }
-    daemon_pid worker "$WORKER_CLASS" >/dev/null || { tail -30 "$DIR/worker.log" >&2; die "the worker exited (log above: $DIR/worker.log)"; }
-    if state="$(master_state)" && [[ "$state" == ALIVE* ]] && (("${state#* }" >= 1)); then
+    ((WORKERS == 0)) || daemon_pid worker "$WORKER_CLASS" >/dev/null || { tail -30 "$DIR/worker.log" >&2; die "the worker exited (log above: $DIR/worker.log)"; }
+    if state="$(master_state)" && [[ "$state" == ALIVE* ]] && (("${state#* }" >= WORKERS)); then
       say "ready: master ALIVE, ${state#* } worker(s) registered"
       echo "$MASTER_URL"
       return 0

@@ -194,6 +194,8 @@ def lake_conf(lake: str) -> dict[str, str]:
     aws = aws_settings()
     hadoop = "spark.hadoop.fs.s3a."
     conf = lake_launch_conf(lake)
+    conf[hadoop + "impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"  # s3a, for the tables' own paths
+    conf["spark.hadoop.fs.s3.impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"  # an s3:// path that reaches Spark
     endpoint = aws.get("aws_endpoint_url")
     if endpoint:
         conf[hadoop + "endpoint"] = endpoint

@@ -26,6 +26,7 @@ from streamtable.runtime.progress import Stages
 from streamtable.runtime.staging import Staging
 from streamtable.runtime.summary import BatchSummary
 from streamtable.storage import delta_rs
+from streamtable.storage.store import spark_path
 
 log = logging.getLogger("streamtable")
 
@@ -161,6 +162,6 @@ def read_changelog(spark: SparkSession, path: str, name: str) -> DataFrame:
         spark.read.format("delta")
         .option("readChangeFeed", "true")
         .option("startingVersion", 0)
-        .load(path)
+        .load(spark_path(path))
         .drop("_change_type", "_commit_timestamp")
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -79,11 +79,29 @@ def table_schema(table: DeltaTable) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
+def _retried(commit: Callable[[], Any]) -> Any:
+    """Run `commit` again (it re-reads the table and its txn) when delta-rs refuses it for a conflicting commit, such
+    as a swap replacing another pipeline's rows of `late_events`, which delta-rs's conflict check counts as deleting
+    what an append read."""
+    for attempt in range(COMMIT_RETRIES):
+        try:
+            return commit()
+        except CommitFailedError as error:
+            if attempt == COMMIT_RETRIES - 1:
+                raise
+            log.info("commit retried after a conflicting commit: %s", error)
+    return None
+
+
 def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: pa.Schema | None = None) -> bool:
     """Append rows to the Delta table at `path` unless (app_id, version) is already in its log; return whether it wrote.
 
     `schema` defaults to the table's; a table that does not exist yet is created with it.
     """
+    return bool(_retried(lambda: _append_once(path, rows, app_id, version, schema)))
+
+
+def _append_once(path: str, rows: list[dict], app_id: str, version: int, schema: pa.Schema | None) -> bool:
     table = open_table(path)
     if table is not None and _done(table, app_id, version):
         return False
@@ -116,6 +134,10 @@ def staged_rows(path: str, schema: pa.Schema) -> pa.RecordBatchReader:
 
 def append_staged(path: str, staged: str, app_id: str, version: int) -> None:
     """Append the staged rows to the table at `path` exactly once for (app_id, version)."""
+    _retried(lambda: _append_staged(path, staged, app_id, version))
+
+
+def _append_staged(path: str, staged: str, app_id: str, version: int) -> None:
     table = delta_table(path)
     if _done(table, app_id, version):
         return

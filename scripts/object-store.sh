@@ -133,9 +133,12 @@ cmd_start() {
       cmd_stop
     fi
     launch
-    local deadline=$((SECONDS + WAIT_S))
+    local launched deadline=$((SECONDS + WAIT_S))
+    launched="$(cat "$DIR/server.pid")"
     while :; do
-      server_pid >/dev/null || { tail -20 "$DIR/server.log" >&2; die "versitygw exited (log above: $DIR/server.log)"; }
+      # kill -0, not server_pid: between fork and exec the child's cmdline is still this script's (a busy machine
+      # widens that window), which server_pid would take for a dead server.
+      kill -0 "$launched" 2>/dev/null || { tail -20 "$DIR/server.log" >&2; die "versitygw exited (log above: $DIR/server.log)"; }
       status=0
       answers || status=$?
       ((status == 0)) && break

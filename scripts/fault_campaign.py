@@ -252,7 +252,8 @@ class Campaign:
         self.data_rng = random.Random(args.seed + 1)  # the chunks (one feeder at a time)
         self.poll_rng = random.Random(args.seed + 2)  # the readers (their own thread)
         self.lake = Lake(Path(args.lake).resolve())
-        self.work = self.lake.root.parent / f"{self.lake.root.name}-campaign"
+        root = Path(self.lake.root)  # a local lake: the campaign fills its disk and reads its files
+        self.work = root.parent / f"{root.name}-campaign"
         self.commands = args.commands
         self.check_every = args.check_every
         self.race = args.race_probability

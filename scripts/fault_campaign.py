@@ -367,7 +367,7 @@ class Campaign:
         return max(self.lake.generation(P), self.pending_swap())
 
     def pending_swap(self) -> int:
-        marker = self.lake.pipeline_dir(P) / SWAP
+        marker = Path(self.lake.pipeline_dir(P)) / SWAP
         return json.loads(marker.read_text())["generation"] if marker.exists() else -1
 
     def published(self, newest_before: int) -> bool:

@@ -72,7 +72,7 @@ def test_racing_processes_hold_one_at_a_time(lake, tmp_path):
     assert lake.holder("p") is None
 
 
-def test_a_killed_holder_is_taken_over_after_the_ttl_only(lake, tmp_path):
+def test_a_killed_holder_is_taken_over_at_once_here_and_after_the_ttl_from_another_host(lake, tmp_path):
     ttl = 3.0
     proc = holder(lake, ttl, 1, 1e9, str(tmp_path / "holds.log"))  # holds (and renews) until killed
     try:
@@ -93,6 +93,13 @@ def test_a_killed_holder_is_taken_over_after_the_ttl_only(lake, tmp_path):
     with Lease(lake.store, lake.lock_path("p"), "reprocess", ttl=ttl):
         waited = time.monotonic() - started
         assert lake.holder("p")["command"] == "reprocess"
+    assert waited < ttl, waited  # this host knows its holder is gone: taken at once, as a flock would be
+    # A holder of another host that stops renewing (its host died) is taken over after the TTL, not before.
+    gone = {"command": "run", "pid": 1, "host": "another-host", "since": "", "token": "t", "renewals": 0}
+    lake.store.write_json(lake.lock_path("p"), gone)
+    started = time.monotonic()
+    with Lease(lake.store, lake.lock_path("p"), "reprocess", ttl=ttl):
+        waited = time.monotonic() - started
     assert ttl <= waited < ttl + 3, waited
 
 

@@ -136,8 +136,8 @@ class Lease:
             entry = _entry(found.data)
             now = time.monotonic()
             first_seen = seen.get(self.path) if seen is not None else None
-            if entry.get("released"):
-                expired = True
+            if entry.get("released") or not _alive_here(entry):  # a holder of this host that died: free at once,
+                expired = True  # as a flock was; another host's holder is waited for its TTL
             elif first_seen is None or first_seen[0] != found.etag:
                 if seen is not None:
                     seen[self.path] = (found.etag, now)
@@ -149,7 +149,7 @@ class Lease:
             etag = self.store.compare_and_swap(self.path, self._body(), found.etag)
             if etag is None:
                 return False
-            if not entry.get("released"):
+            if not entry.get("released") and _alive_here(entry):
                 log.warning("took over the lease %s from %s (not renewed for %.0f s)", self.path, entry, self.ttl)
         self._etag = etag
         self._start_renewing()

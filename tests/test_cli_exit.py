@@ -8,12 +8,13 @@ And every short command of every built-in pipeline, run back to back as processe
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
-from helpers import CLI, ROOT, cli
+from helpers import CLI, ROOT, cli, ingest
 from streamtable.core.registry import pipelines
 from streamtable.storage.lake import Lake
 
@@ -39,7 +40,7 @@ def test_a_command_without_spark_exits_with_its_code_and_is_not_finalised(lake):
     ok = run_entry(lake, "pipelines")
     assert ok.returncode == 0 and FINALISED not in ok.stderr
     bad = run_entry(lake, "show", "no_such_table")
-    assert bad.returncode == 1 and FINALISED not in bad.stderr
+    assert bad.returncode == 2 and FINALISED not in bad.stderr
     assert bad.stderr.count("\n") == 1, bad.stderr
 
 
@@ -78,3 +79,43 @@ def test_version_prints_the_package_version():
 
     proc = subprocess.run([CLI, "--version"], capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout) == (0, f"streamtable {importlib.metadata.version('streamtable')}\n")
+
+
+@pytest.mark.slow
+def test_a_run_logs_its_stages_at_info_and_nothing_by_default(lake):
+    """`--log-level info` (what the Airflow tasks run with, through $STREAMTABLE_LOG_LEVEL) logs each batch's stages,
+    the gate's result per suite and the committed batch's progress (stage timings, output rows) on stderr, every
+    line naming the pipeline; without it a successful run logs nothing (the JVM's start-up notices aside, such as
+    "Using incubator modules", which the JVM prints before any logging is configured)."""
+    ingest(lake, "text_lines", [{"line": "a b a", "event_time": "2026-01-01T00:00:00Z"}])
+    quiet = cli(lake, "run", "word_count")
+    assert not [line for line in quiet.stderr.splitlines() if "streamtable" in line or "INFO" in line], quiet.stderr
+    ingest(lake, "text_lines", [{"line": "b c", "event_time": "2026-01-01T00:01:00Z"}])
+    logged = cli(lake, "run", "word_count", "--log-level", "info").stderr.splitlines()
+    ours = [line for line in logged if " [word_count] streamtable" in line]
+    assert all(" INFO [word_count] " in line for line in ours), ours
+    text = "\n".join(ours)
+    for stage in ("computing", "staged word_counts: ", "staged", "validated", "suite word_count.word_counts passed"):
+        assert f"{stage}" in text, text
+    [progress] = [line for line in ours if "streamtable.runtime.progress: progress " in line]
+    report = json.loads(progress.split("progress ", 1)[1])
+    assert "word_counts" in report["output_rows"] and {"read", "compute", "gate"} <= set(report["stage_ms"])
+
+
+def test_each_kind_of_failure_has_its_own_exit_code():
+    """A refused batch (4), bad input (2), a broken pipeline (5) and a crash (1) are told apart by a supervisor."""
+    from streamtable.core import errors, exits
+
+    assert [
+        exits.exit_code(e)
+        for e in (
+            errors.QualityGateError("suite x failed"),
+            errors.BadInputError("no such file"),
+            errors.UnknownTableError("t"),
+            errors.OffsetOutOfRangeError("v9"),
+            errors.PipelineLoadError("f.py:3: SyntaxError"),
+            errors.DeclarationError("no column"),
+            errors.StreamtableError("other"),
+            RuntimeError("crash"),
+        )
+    ] == [4, 2, 2, 2, 5, 5, 1, 1]

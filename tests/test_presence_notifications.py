@@ -301,7 +301,7 @@ def test_emit_ticks_one_tick_per_user_ever_seen_at_the_given_time_idempotent_wit
     assert len(now) == 1 and before <= now.pop() <= after
 
     bad = cli(lake, "emit-ticks", "--at", "yesterday", check=False)
-    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "--at" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--at" in bad.stderr
     assert "Traceback" not in bad.stderr
 
 

@@ -165,7 +165,7 @@ def test_a_bad_pipeline_file_is_one_line_naming_its_file_and_line_and_no_spark(c
     (tmp_path / "orders.py").write_text(text)
     for command in (["pipelines"], ["run", "clicks_per_region"]):  # every command loads the registry first
         proc = cli(Lake(tmp_path / "lake"), *command, "--pipelines", str(tmp_path), check=False)
-        assert proc.returncode == 1 and proc.stdout == ""
+        assert proc.returncode == 5 and proc.stdout == ""
         [line] = proc.stderr.splitlines()
         assert re.match(rf"streamtable: {re.escape(str(tmp_path / 'orders.py'))}:\d+: ", line), line
         assert re.search(expected, line), line

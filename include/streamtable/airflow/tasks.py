@@ -209,7 +209,9 @@ def streamtable_task(
         | settings.lake_launch_conf(env_lake()),
         driver_memory=settings.driver_memory(),
         name=f"streamtable-{pipeline}-{command}",
-        env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, **pipelines_env()},
+        # the job logs each batch's stages and timings, its gate's result per suite and its commits into the task log
+        env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, "STREAMTABLE_LOG_LEVEL": "info"}
+        | pipelines_env(),
         execution_timeout=timedelta(minutes=30),
     )
     options.update(kwargs)

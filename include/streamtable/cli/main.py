@@ -1,6 +1,7 @@
 """The `streamtable` command (its contract: docs/README.md): ingest, run, serve, status, reprocess, reset, show, query.
 
-Errors print one line to stderr and exit 1 (2 for usage errors); `--debug` shows the traceback.
+Errors print one line to stderr and exit non-zero, the code saying what happened (`streamtable.core.exits`); `--debug`
+shows the traceback.
 Commands that need Spark import it lazily, so `ingest`, `show`, `query`, `status` and `pipelines` start fast.
 """
 
@@ -13,6 +14,7 @@ import os
 import sys
 
 from streamtable.core.errors import BadInputError, QualityGateError, StreamtableError
+from streamtable.core.exits import BAD_INPUT, OK, exit_code
 from streamtable.core.settings import __version__
 from streamtable.storage.lake import Lake, resolve_lake
 
@@ -57,7 +59,7 @@ def cmd_ingest_kafka(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest_folder(args: argparse.Namespace, limit: int) -> int:
-    """`ingest TABLE DIR [--follow]`: exits 1 when a file was refused (each named on stderr)."""
+    """`ingest TABLE DIR [--follow]`: exits BAD_INPUT when a file was refused (each named on stderr)."""
     from streamtable.ingest.folders import ingest_folder
 
     if args.id is not None:
@@ -65,7 +67,7 @@ def cmd_ingest_folder(args: argparse.Namespace, limit: int) -> int:
     done = ingest_folder(
         _lake(args), args.table, args.file, follow=args.follow, poll_interval=args.poll_interval, max_line_bytes=limit
     )
-    return 1 if done.refused and not args.follow else 0
+    return BAD_INPUT if done.refused and not args.follow else OK
 
 
 def cmd_run(args: argparse.Namespace) -> None:
@@ -211,7 +213,15 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"streamtable {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--lake", help="the lake directory (default: $STREAMTABLE_LAKE, else ./lake)")
-    common.add_argument("--debug", action="store_true", help="show tracebacks and Spark's logs")
+    common.add_argument("--debug", action="store_true", help="show tracebacks (and logs at info, unless --log-level)")
+    common.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        default=os.environ.get("STREAMTABLE_LOG_LEVEL", "").lower() or None,
+        help="log to stderr at this level: each batch's stages and timings, gate results, commits at info "
+        "(default: $STREAMTABLE_LOG_LEVEL, else no logs: one line on an error)",
+    )
     common.add_argument(
         "--pipelines",
         action="append",
@@ -304,15 +314,35 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.debug:
-        os.environ.setdefault("STREAMTABLE_SPARK_LOG_LEVEL", "warn")
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-        )
-    else:  # PySpark logs failures itself (as JSON); the one line below is what a user needs
+LOG_LEVELS = ("error", "warning", "info", "debug")
+SPARK_LOG_LEVELS = {"error": "error", "warning": "warn", "info": "warn", "debug": "info"}  # the JVM's, per level
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """Log streamtable's modules to stderr at `--log-level` (info with `--debug`), other libraries at warning or above,
+    each line naming the pipeline (or table) of the command; without either flag, no logs at all (PySpark logs
+    failures itself, as JSON: the one line `main` prints is what a user needs)."""
+    level = args.log_level or ("info" if args.debug else None)
+    if level is None:
         logging.disable(logging.CRITICAL)
+        return
+    os.environ.setdefault("STREAMTABLE_SPARK_LOG_LEVEL", SPARK_LOG_LEVELS[level])
+    about = (getattr(args, "pipeline", None) or getattr(args, "table", None) or args.command).replace("%", "%%")
+    numeric = logging.getLevelNamesMapping()[level.upper()]
+    logging.basicConfig(
+        level=max(numeric, logging.WARNING),
+        format=f"%(asctime)s %(levelname)s [{about}] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("streamtable").setLevel(numeric)
+
+
+def main(argv: list[str] | None = None) -> int:
+    top = parser()
+    args = top.parse_args(argv)
+    if args.log_level is not None and args.log_level not in LOG_LEVELS:  # from $STREAMTABLE_LOG_LEVEL
+        top.error(f"STREAMTABLE_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {args.log_level!r}")
+    configure_logging(args)
     from streamtable.core.registry import use_folders
 
     use_folders(args.pipelines)
@@ -326,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"streamtable: {e}", file=sys.stderr)
-        return 1
+        return exit_code(e)
     except Exception as e:  # anything else is a bug or an environment problem: still one line
         if args.debug:
             raise

@@ -66,6 +66,7 @@ _RULE = "streamtable_rule"  # meta key on each GX expectation: the index of the 
 # pipeline's history would otherwise grow without end and slow down each Data Docs index build.
 KEEP_RESULTS = int(os.environ.get("STREAMTABLE_QUALITY_KEEP", "100"))
 _LOCK = threading.Lock()
+log = logging.getLogger("streamtable.quality")
 _CONTEXTS: dict[str, Any] = {}  # quality_dir -> its GX project, opened once per process
 _CHECKPOINTS: dict[tuple, Any] = {}  # (project, suite, rules, docs, engine) -> its checkpoint, made once per process
 
@@ -192,6 +193,13 @@ def _check(
         )
         for r in failed
         for index in [r.expectation_config.meta[_RULE]]
+    )
+    log.info(
+        "suite %s %s on %d rows%s",
+        name,
+        "passed" if result.success else "FAILED",
+        rows,
+        "".join(f"; {f}" for f in failures),
     )
     return Report(suite=name, success=bool(result.success), failures=failures, docs_path=docs, rows=rows)
 

@@ -160,23 +160,60 @@ BROKEN = {
 
 
 @pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
-def test_a_bad_pipeline_file_is_one_line_naming_its_file_and_line_and_no_spark(case, tmp_path):
+def test_a_broken_file_is_one_line_naming_its_file_and_line_and_breaks_only_itself(case, tmp_path):
+    """The contract: every command prints one line naming FILE:LINE and the reason, without Spark; `pipelines` lists
+    the pipelines of the files that loaded, then exits non-zero; a command naming what a loaded file declares goes
+    on; one naming what the broken file declares exits non-zero."""
     text, expected = BROKEN[case]
     (tmp_path / "orders.py").write_text(text)
-    for command in (["pipelines"], ["run", "clicks_per_region"]):  # every command loads the registry first
-        proc = cli(Lake(tmp_path / "lake"), *command, "--pipelines", str(tmp_path), check=False)
-        assert proc.returncode == 5 and proc.stdout == ""
-        [line] = proc.stderr.splitlines()
+    (tmp_path / "zz_good.py").write_text(
+        GOOD.replace('"orders"', '"shop_orders"')
+        .replace("revenue", "shop_revenue")
+        .replace("large_orders", "shop_large")
+        .replace("hourly_orders", "shop_hourly")
+    )
+    lake = Lake(tmp_path / "lake")
+
+    def command(*argv: str) -> subprocess.CompletedProcess:
+        proc = cli(lake, *argv, "--pipelines", str(tmp_path), check=False)
+        line, *more = proc.stderr.splitlines()
+        assert not more or proc.returncode not in (0, 5), proc.stderr  # a failing command adds its own line
         assert re.match(rf"streamtable: {re.escape(str(tmp_path / 'orders.py'))}:\d+: ", line), line
         assert re.search(expected, line), line
-    assert not (tmp_path / "lake").exists(), "nothing was started or written"
+        return proc
+
+    listed = command("pipelines")
+    names = [json.loads(line)["pipeline"] for line in listed.stdout.splitlines()]
+    assert listed.returncode == 5 and {"clicks_per_region", "word_count", "shop_orders"} <= set(names), names
+    assert "orders" not in names and "other" not in names
+    assert not (tmp_path / "lake").exists(), "listing started or wrote nothing"
+    assert command("status", "word_count").returncode == 0
+    assert command("status", "shop_orders").returncode == 0
+    assert command("show", "word_counts").returncode == 0
+    if case != "a name taken twice":  # there, word_count is the built-in's
+        unknown = command("status", "orders")
+        assert unknown.returncode == 2 and "unknown pipeline 'orders'" in unknown.stderr
+
+
+@pytest.mark.slow
+def test_ingest_and_run_of_a_built_in_go_on_beside_a_broken_file(tmp_path):
+    (tmp_path / "orders.py").write_text(BROKEN["a syntax error"][0])
+    lake = Lake(tmp_path / "lake")
+    (tmp_path / "lines.jsonl").write_text('{"line": "a b a", "event_time": "2026-03-01T10:00:00Z"}\n')
+    for argv in (("ingest", "text_lines", str(tmp_path / "lines.jsonl")), ("run", "word_count")):
+        proc = cli(lake, *argv, "--pipelines", str(tmp_path), check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert [line for line in proc.stderr.splitlines() if "orders.py" in line] == [
+            f"streamtable: {tmp_path / 'orders.py'}:1: SyntaxError: '(' was never closed"
+        ]
+    assert {r["word"]: r["count"] for r in rows(lake, "word_counts")} == {"a": 2, "b": 1}
 
 
 def test_streamtable_new_refuses_a_bad_name_or_an_existing_file(tmp_path):
     assert cli(Lake(tmp_path), "new", "shop", "--dir", str(tmp_path / "p")).returncode == 0
     for name in ("shop", "Shop-1"):
         proc = cli(Lake(tmp_path), "new", name, "--dir", str(tmp_path / "p"), check=False)
-        assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
     listed = cli(Lake(tmp_path), "pipelines", "--pipelines", str(tmp_path / "p")).stdout.splitlines()
     assert json.loads(listed[-1])["pipeline"] == "shop"
 

@@ -14,7 +14,7 @@ import os
 import sys
 
 from streamtable.core.errors import BadInputError, QualityGateError, StreamtableError
-from streamtable.core.exits import BAD_INPUT, OK, exit_code
+from streamtable.core.exits import BAD_INPUT, OK, PIPELINE_CODE, exit_code
 from streamtable.core.settings import __version__
 from streamtable.storage.lake import Lake, resolve_lake
 
@@ -167,10 +167,12 @@ def cmd_emit_ticks(args: argparse.Namespace) -> None:
         print(json.dumps(result.as_dict()))
 
 
-def cmd_pipelines(args: argparse.Namespace) -> None:
-    from streamtable.core.registry import pipelines
+def cmd_pipelines(args: argparse.Namespace) -> int:
+    """One JSON line per pipeline that loaded; PIPELINE_CODE when a file is broken (each named on stderr)."""
+    from streamtable.core.registry import current
 
-    for p in pipelines().values():
+    registry = current()
+    for p in registry.pipelines.values():
         print(
             json.dumps(
                 {
@@ -180,9 +182,13 @@ def cmd_pipelines(args: argparse.Namespace) -> None:
                     "outputs": [t.name for t in p.outputs],
                     "doc": p.doc.strip().splitlines()[0] if p.doc.strip() else "",
                     "file": p.declared_at,
+                    "roles": {name: "stream" if name in p.streams else "table" for name in p.inputs}
+                    | {t.name: "state" for t in p.state},
+                    "keys": {t.name: list(t.keys) for t in p.outputs},
                 }
             )
         )
+    return PIPELINE_CODE if registry.errors else OK
 
 
 def cmd_new(args: argparse.Namespace) -> None:
@@ -343,9 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_level is not None and args.log_level not in LOG_LEVELS:  # from $STREAMTABLE_LOG_LEVEL
         top.error(f"STREAMTABLE_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {args.log_level!r}")
     configure_logging(args)
-    from streamtable.core.registry import use_folders
+    from streamtable.core.registry import current, use_folders
 
     use_folders(args.pipelines)
+    if args.command != "jars":  # every other command reads the registry: each broken file is one line, once
+        for error in current().errors:
+            print(f"streamtable: {error}", file=sys.stderr)
     if args.command in GATED_COMMANDS:
         from streamtable.quality.validation import import_gx_in_background
 

@@ -3,8 +3,11 @@
 Every `*.py` file of a folder named by `--pipelines DIR` or `STREAMTABLE_PIPELINES` (folders separated
 by `:`) is imported, in name order, and its module-level `Pipeline`s and input tables (`changelog(...)`)
 are registered beside the built-in ones (the modules of `streamtable.pipelines`). Loading runs no Spark.
-A file that cannot be imported, or that declares something inconsistent, is reported in one line
-naming the file and, where Python knows it, the line.
+A file that cannot be imported, or that declares something inconsistent, is *broken*: it is reported in one
+line naming the file and, where Python knows it, the line, and none of its declarations is registered; the
+other files' declarations are (a pipeline that reads an input of a broken file is then broken too). Files load
+in a fixed order (built-ins, then each folder's files by name), so when two files declare one name the later
+one is the broken one.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
 
-from streamtable.core.errors import PipelineLoadError, UnknownPipelineError, UnknownTableError
+from streamtable.core.errors import UnknownPipelineError, UnknownTableError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.tables import SYSTEM, Table
 
@@ -40,7 +43,9 @@ class Registry:
     pipelines: dict[str, Pipeline] = field(default_factory=dict)
     inputs: dict[str, Table] = field(default_factory=dict)
     origins: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, name) -> "file:line"
+    files: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, name) -> the file declaring it
     errors: list[str] = field(default_factory=list)
+    broken: set[str] = field(default_factory=set)  # the files (paths) that are broken
     user_modules: list[ModuleType] = field(default_factory=list)
 
     def pipeline(self, name: str) -> Pipeline:
@@ -80,11 +85,9 @@ def use_folders(extra: Sequence[str]) -> None:
 
 @cache
 def current() -> Registry:
-    """The registry of this process (built-ins and the env's folders), loaded once; any file error raises."""
-    registry = load(folders())
-    if registry.errors:
-        raise PipelineLoadError(registry.errors[0])
-    return registry
+    """The registry of this process (built-ins and the env's folders), loaded once; broken files are left out
+    (its `errors` say why: the CLI prints each once)."""
+    return load(folders())
 
 
 def pipelines() -> dict[str, Pipeline]:
@@ -118,7 +121,19 @@ def load(user_folders: Sequence[Path]) -> Registry:
                 registry.user_modules.append(loaded)
                 _declare(registry, loaded, str(path))
     _check(registry)
+    while _drop_broken(registry):  # what read a dropped input is broken in turn
+        _check(registry)
     return registry
+
+
+def _drop_broken(registry: Registry) -> bool:
+    """Unregister every declaration of a broken file; True when something was dropped."""
+    dropped = [(kind, name) for (kind, name), file in registry.files.items() if file in registry.broken]
+    for kind, name in dropped:
+        (registry.pipelines if kind == "pipeline" else registry.inputs).pop(name, None)
+        del registry.files[(kind, name)], registry.origins[(kind, name)]
+    registry.user_modules = [m for m in registry.user_modules if m.__file__ not in registry.broken]
+    return bool(dropped)
 
 
 def _import_file(registry: Registry, path: Path) -> ModuleType | None:
@@ -133,6 +148,7 @@ def _import_file(registry: Registry, path: Path) -> ModuleType | None:
         spec.loader.exec_module(module)
     except SyntaxError as e:
         del sys.modules[name]
+        registry.broken.add(str(path))
         registry.errors.append(f"{path}:{e.lineno}: SyntaxError: {e.msg}")
         return None
     except Exception as e:  # the user's code: any error is reported, not raised
@@ -141,6 +157,7 @@ def _import_file(registry: Registry, path: Path) -> ModuleType | None:
             (f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == str(path)), None
         )
         where = f"{path}:{line}" if line else str(path)
+        registry.broken.add(str(path))
         registry.errors.append(f"{where}: {type(e).__name__}: {_first_line(e)}")
         return None
     return module
@@ -155,24 +172,29 @@ def _declare(registry: Registry, module: ModuleType, file: str) -> None:
     """Register a module's own pipelines and input tables (not those it imported from another file)."""
     for value in list(vars(module).values()):
         if isinstance(value, Pipeline):
-            _add(registry, registry.pipelines, "pipeline", value.name, value, _where(value, file))
+            _add(registry, "pipeline", value.name, value, file)
         elif isinstance(value, Table) and value.kind == "input":
             if registry.inputs.get(value.name) is value:
                 continue
-            _add(registry, registry.inputs, "input table", value.name, value, _where(value, file))
+            _add(registry, "input table", value.name, value, file)
 
 
 def _where(value: Pipeline | Table, file: str) -> str:
     return value.declared_at or file
 
 
-def _add(registry: Registry, into: dict, kind: str, name: str, value: object, where: str) -> None:
+def _add(registry: Registry, kind: str, name: str, value: Pipeline | Table, file: str) -> None:
+    """Register `value` declared in `file`; a name declared before (by an earlier file) makes `file` broken."""
+    into: dict = registry.pipelines if kind == "pipeline" else registry.inputs
+    where = _where(value, file)
     if name in into:
         if into[name] is not value:
+            registry.broken.add(file)
             registry.errors.append(f"{where}: {kind} {name!r} is already declared in {registry.origins[(kind, name)]}")
         return
     into[name] = value
     registry.origins[(kind, name)] = where
+    registry.files[(kind, name)] = file
 
 
 def _check(registry: Registry) -> None:
@@ -196,7 +218,7 @@ def _check(registry: Registry) -> None:
                 writers[table.name] = pipeline.name
         if problems:
             registry.errors.append(f"{where}: pipeline {pipeline.name!r} " + "; ".join(problems))
-            del registry.pipelines[pipeline.name]
+            registry.broken.add(registry.files[("pipeline", pipeline.name)])
 
 
 def summary(registry: Registry) -> dict:

@@ -22,7 +22,7 @@ DECIMAL(10,2), INT32 to DOUBLE, large or dictionary strings to STRING, any times
 
 Refused files. A file whose columns cannot fit TABLE (a declared column missing from a CSV header or a Parquet
 schema, or a Parquet column of a type that cannot widen losslessly) is refused before anything of it is
-written: one stderr line names it and the column; the other files go in, and the command exits 1.
+written: one stderr line names it and the column; the other files go in, and the command exits 2 (bad input).
 
 `--follow`. Passes over DIR every `poll_interval` seconds until SIGTERM (then the file in flight is finished,
 and the command exits 0). A file is taken only once its size and modification time are the same as at the

@@ -75,6 +75,7 @@ RUN_ELSEWHERE = {
     ".venv/bin/airflow dags test clicks_per_region": "tests/test_dags.py::test_make_demo (scripts/demo.sh runs it)",
     ".venv/bin/airflow standalone": "nothing: a server that runs until stopped; "
     "tests/test_stream_integration.py runs Airflow's api-server, scheduler and dag-processor instead",
+    "cp docker/env.example .env": "nothing: a step before `docker compose up`; tests/test_deploy.py checks the file",
     "docker compose up -d --build": (
         "nothing: no Docker engine in CI; tests/test_deploy.py validates docker-compose.yaml"
     ),

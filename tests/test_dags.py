@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, DAGS, ROOT, airflow_env, last_json, run_python
+from helpers import BIN, DAGS, ROOT, airflow_env, ingest, last_json, run_python
 from streamtable.core import settings
 from streamtable.storage.lake import Lake
 
@@ -110,7 +110,7 @@ print("RESULT " + json.dumps({{
     assert set(dag["tasks"]) == {"run", "quality_gate"}
     assert run["downstream"] == ["quality_gate"] and gate["downstream"] == []
     for task, command in ((run, "run"), (gate, "validate")):
-        assert task["type"] == "SparkSubmitOperator"
+        assert task["type"] == {"run": "SparkSubmitOperator", "validate": "PublishingSubmitOperator"}[command]
         assert task["application"] == str(settings.JOB_SCRIPT) and Path(task["application"]).is_file()
         assert task["conn_id"] == "spark_default"
         assert task["args"][:3] == [command, "clicks_per_region", "--lake"]
@@ -120,27 +120,12 @@ print("RESULT " + json.dumps({{
         assert task["binary"] == str(BIN / "spark-submit")
     assert run["outlets"] == []
     assert gate["outlets"] == [
-        {"uri": (lake / "tables" / "clicks_per_region").as_uri(), "name": "streamtable.clicks_per_region"}
+        {"uri": "streamtable://tables/clicks_per_region", "name": "streamtable.clicks_per_region"}
     ]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1800)  # two cold spark-submits: ~3 min on an idle 2-core machine, 7 under load
-def test_make_demo(fresh_airflow_home, tmp_path):
-    """`make demo`'s script on a fresh lake: the DAG run succeeds, the table is the hand-computed one, the Asset
-    is updated and the Data Docs are there (the README's first command)."""
-    lake = tmp_path / "demo_lake"
-    env = airflow_env(fresh_airflow_home) | {"DEMO_LAKE": str(lake), "DEMO_LOG": str(tmp_path / "demo.log")}
-    started = time.monotonic()
-    demo = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "demo.sh")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=1500
-    )
-    print(f"make demo's script took {time.monotonic() - started:.0f} s")
-    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:] + (tmp_path / "demo.log").read_text()[-3000:]
-    assert "as expected: americas 101" in demo.stdout
-
-    proc = run_python(
-        """
+# The last clicks_per_region DAG run: its state, its tasks' states and its asset events (URI, extra).
+EVENTS = """
 import json
 from sqlalchemy import select
 from airflow.models.asset import AssetEvent, AssetModel
@@ -152,16 +137,36 @@ with create_session() as session:
     run = session.scalars(select(DagRun).where(DagRun.dag_id == "clicks_per_region").order_by(DagRun.id.desc())).first()
     states = {ti.task_id: str(ti.state) for ti in session.scalars(
         select(TaskInstance).where(TaskInstance.dag_id == "clicks_per_region", TaskInstance.run_id == run.run_id))}
-    events = list(session.scalars(select(AssetModel.uri).join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
-                                  .where(AssetEvent.source_run_id == run.run_id)))
+    events = [[uri, extra] for uri, extra in session.execute(
+        select(AssetModel.uri, AssetEvent.extra).join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
+        .where(AssetEvent.source_run_id == run.run_id))]
     print("RESULT " + json.dumps({"state": str(run.state), "tasks": states, "asset_events": events}))
-""",
-        airflow_env(fresh_airflow_home, lake),
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # four cold spark-submits: ~3 min on an idle 2-core machine, 7 under load
+def test_make_demo(fresh_airflow_home, tmp_path):
+    """`make demo`'s script on a fresh lake: the DAG run succeeds, the table is the hand-computed one, the Asset
+    is updated and the Data Docs are there (the README's first command). Then the lake moves and a second DAG run
+    writes the new one."""
+    lake = tmp_path / "demo_lake"
+    env = airflow_env(fresh_airflow_home) | {"DEMO_LAKE": str(lake), "DEMO_LOG": str(tmp_path / "demo.log")}
+    started = time.monotonic()
+    demo = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "demo.sh")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=1500
     )
+    print(f"make demo's script took {time.monotonic() - started:.0f} s")
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:] + (tmp_path / "demo.log").read_text()[-3000:]
+    assert "as expected: americas 101" in demo.stdout
+
+    proc = run_python(EVENTS, airflow_env(fresh_airflow_home, lake))
     result = last_json(proc)
     assert result["state"] == "success", result
     assert result["tasks"] == {"run": "success", "quality_gate": "success"}
-    assert result["asset_events"] == [(lake / "tables" / "clicks_per_region").as_uri()]
+    [[uri, extra]] = result["asset_events"]
+    assert uri == "streamtable://tables/clicks_per_region", "the Asset names the table, not the lake"
+    assert extra == {"lake": str(lake), "table_uri": (lake / "tables" / "clicks_per_region").as_uri()}
 
     from streamtable.storage.reader import rows
 
@@ -171,3 +176,27 @@ with create_session() as session:
     assert {r["region"]: r["clicks"] for r in expected} == {"asia": 137, "europe": 96, "americas": 101}
     # the quality gate wrote the Data Docs inside the lake
     assert (lake / "_quality").is_dir() and list((lake / "_quality").rglob("index.html"))
+
+    # The lake moves (one setting, read by the DAG file and the tasks alike): the next DAG run writes the new lake and
+    # its asset event says so; no task fails on an Asset parsed with the old lake (Airflow's inactive-asset refusal).
+    moved = Lake(tmp_path / "moved_lake")
+    for table in ("user_regions", "user_clicks"):
+        ingest(moved, table, [json.loads(line) for line in (EXAMPLE / f"{table}.jsonl").read_text().splitlines()])
+    second = subprocess.run(
+        [str(BIN / "airflow"), "dags", "test", "clicks_per_region"],
+        env=airflow_env(fresh_airflow_home, moved.root),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    result = last_json(run_python(EVENTS, airflow_env(fresh_airflow_home, moved.root)))
+    assert result["tasks"] == {"run": "success", "quality_gate": "success"}, result
+    assert result["asset_events"] == [
+        [
+            "streamtable://tables/clicks_per_region",
+            {"lake": moved.root, "table_uri": moved.uri(moved.table_path("clicks_per_region"))},
+        ]
+    ]
+    assert rows(moved, "clicks_per_region") == expected

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -329,9 +328,7 @@ print("RESULT " + json.dumps({{"schedule": str(dag.schedule), "shape": shape, "o
     dag = last_json(proc)
     assert dag["shape"] == {"emit_ticks": ["run"], "run": ["quality_gate"], "quality_gate": []}
     assert dag["args"] == {"run": ["run", P], "quality_gate": ["validate", P]}
-    assert dag["outlets"] == sorted(
-        (Path(lake.root) / "tables" / t).as_uri() for t in ("notifications", "notification_counts")
-    )
+    assert dag["outlets"] == sorted(f"streamtable://tables/{t}" for t in ("notifications", "notification_counts"))
     assert dag["schedule"] == "*/5 * * * *" and dag["catchup"] is False
     assert dag["state"] == "success", proc.stdout[-3000:]
     assert [(r["user"], r["event_time"]) for r in rows(lake, "ticks")] == [

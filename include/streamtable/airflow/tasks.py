@@ -10,8 +10,9 @@ the package's job script (`settings.JOB_SCRIPT`: `streamtable COMMAND PIPELINE -
 
 The lake is chosen when a task runs, not when the DAG is parsed: the Airflow Variable `streamtable_lake`
 if it is set, else the task's env `STREAMTABLE_LAKE`, else `~/streamtable/lake` (the `LAKE` template below).
-Asset URIs, which Airflow needs at parse time, use the env (never the Variable: reading Variables while
-parsing hits the metadata DB on every parse). The user's pipeline folders are the Variable
+Asset URIs, which Airflow needs at parse time, name the table only (`streamtable://tables/TABLE`): the lake may change
+between parse and run, and each asset event carries the lake the task used (see `output_assets`).
+The user's pipeline folders are the Variable
 `streamtable_pipelines` if it is set, else the env `STREAMTABLE_PIPELINES` of the DAG processor; they are
 read when the DAG is parsed (the DAGs are made from them, so the Variable is read once per parse of a DAG
 file) and passed to every task's Spark job, which so loads the pipelines its DAG was made from.
@@ -83,17 +84,40 @@ def spark_submit_binary() -> str:
     return str(beside) if beside.exists() else "spark-submit"
 
 
+ASSET_PREFIX = "streamtable://tables/"  # + the table's name: an output's Asset URI
+
+
 def output_assets(pipeline: str) -> list[Asset]:
-    """One Asset per output table of `pipeline`: the `file://` URI of its Delta table in the env's lake."""
-    lake = Lake(env_lake())
+    """One Asset per output table of `pipeline`: named `streamtable.TABLE`, with the URI `streamtable://tables/TABLE`.
+
+    The identity names the table, not where the lake is: a deployment has one lake, chosen when each task runs (the
+    Variable, else the env), so an Asset fixed at parse time from another setting would go stale the moment the lake
+    moved (Airflow then refuses the task: `AirflowInactiveAssetInInletOrOutletException`). Where the table is, each
+    event says: the gate's asset events carry the lake and the table's URI in it (`table_uri`) in their `extra`.
+    """
     return [
         Asset(
             name=f"streamtable.{table['name']}",
-            uri=lake.uri(lake.table_path(table["name"])),
+            uri=f"{ASSET_PREFIX}{table['name']}",
             extra={"pipeline": pipeline, "keys": table["keys"]},
         )
         for table in registered_pipelines()[pipeline]["outputs"]
     ]
+
+
+class PublishingSubmitOperator(SparkSubmitOperator):
+    """A SparkSubmitOperator whose asset events say where each output table is: the lake the task ran with (its
+    rendered `--lake`) and the table's URI in it."""
+
+    def execute(self, context: Any) -> None:
+        super().execute(context)
+        args = list(self.application_args or [])
+        lake = Lake(args[args.index("--lake") + 1])
+        for asset in self.outlets:
+            if isinstance(asset, Asset) and asset.uri.startswith(ASSET_PREFIX):
+                table = asset.uri.removeprefix(ASSET_PREFIX)
+                extra = {"lake": lake.root, "table_uri": lake.uri(lake.table_path(table))}
+                context["outlet_events"][asset].extra = extra
 
 
 # SparkSubmitHook hands spark-submit's output to this method; the operators below replace it on their own hook
@@ -230,6 +254,9 @@ def pipeline_tasks(pipeline: str, **kwargs: Any) -> tuple[SparkSubmitOperator, S
     """
     retry: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=30)}
     run = streamtable_task("run", "run", pipeline, **(retry | kwargs))
-    gate = streamtable_task("quality_gate", "validate", pipeline, outlets=output_assets(pipeline), **kwargs)
+    outlets = output_assets(pipeline)
+    gate = streamtable_task(
+        "quality_gate", "validate", pipeline, outlets=outlets, operator=PublishingSubmitOperator, **kwargs
+    )
     run >> gate
     return run, gate

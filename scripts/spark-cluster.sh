@@ -14,6 +14,7 @@
 #
 # Environment (defaults in brackets):
 #   SPARK_CLUSTER_DIR [build/spark-cluster]  pid files, logs (master.log, worker.log), the worker's work dir
+#   SPARK_CLUSTER_VENV [.venv]  the virtual environment whose pyspark runs the daemons (an installed package's, in a test)
 #   SPARK_MASTER_HOST [127.0.0.1]  SPARK_MASTER_PORT [7077]  SPARK_MASTER_WEBUI_PORT [9090]
 #   SPARK_WORKER_WEBUI_PORT [9091]  SPARK_WORKER_CORES [2]  SPARK_WORKER_MEMORY [4g]
 #   SPARK_DAEMON_MEMORY [512m]  SPARK_CLUSTER_WAIT_S [180]  JAVA_HOME [from `java` on PATH]
@@ -24,7 +25,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.venv"
+VENV="${SPARK_CLUSTER_VENV:-$ROOT/.venv}"  # whose Spark (bin/spark-class) and Python the daemons run
 DIR="$(realpath -m "${SPARK_CLUSTER_DIR:-$ROOT/build/spark-cluster}")"
 HOST="${SPARK_MASTER_HOST:-127.0.0.1}"
 PORT="${SPARK_MASTER_PORT:-7077}"

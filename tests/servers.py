@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import shlex
+import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,3 +88,10 @@ def shared_server(name: str) -> Iterator[dict[str, str]]:
             users_file.write_text(json.dumps(state))
             if not state["users"] and state["started_by_tests"]:
                 _script(name, "stop")
+
+
+def free_port() -> int:
+    """A loopback port free now (the OS's pick; the caller's server binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

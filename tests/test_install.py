@@ -1,7 +1,8 @@
 """streamtable as a team installs it: the wheel into a fresh venv outside this checkout, with the `[airflow]` extra
 under the lock, jars from `streamtable jars fetch`, a dags folder holding only the two lines of docs/install.md and a
 pipelines folder of the team's own; the pipeline's micro-batch DAG runs with `dag.test()` in that venv, with exact
-results, and nothing in that environment points into this checkout.
+results, then again on a Spark standalone cluster run from that venv's Spark; nothing in that environment points into
+this checkout.
 
 The venv is made by uv from its cache (`--offline`: `make setup` filled it with the same lock), so the install costs
 seconds; the DAG run costs one spark-submit (the quality gate, which changes no table, is marked success: the `run`
@@ -16,11 +17,16 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from helpers import ROOT
+from servers import free_port
 from streamtable.core import settings
 
 UV = [sys.executable, "-m", "uv"]
@@ -100,6 +106,44 @@ def run(command: list[str], env: dict[str, str] | None = None, cwd: Path | None 
     return proc.stdout
 
 
+def dag_test(python: Path, base: Path, env: dict[str, str]) -> dict:
+    """DAG_TEST's result, run with the team's venv in its folder."""
+    out = run([str(python), "-c", DAG_TEST.replace("DAGS", str(base / "dags"))], env, base, 900)
+    return json.loads([line for line in out.splitlines() if line.startswith("RESULT ")][-1][len("RESULT ") :])
+
+
+@dataclass
+class Master:
+    port: int
+    webui: int
+
+    def state(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.webui}/json/", timeout=10) as answer:
+            return json.load(answer)
+
+
+@contextmanager
+def on_a_standalone_cluster(venv: Path, folder: Path) -> Iterator[Master]:
+    """A master and a worker of `venv`'s own Spark (scripts/spark-cluster.sh with SPARK_CLUSTER_VENV), stopped after."""
+    master = Master(port=free_port(), webui=free_port())
+    env = {
+        **os.environ,
+        "SPARK_CLUSTER_VENV": str(venv),
+        "SPARK_CLUSTER_DIR": str(folder),
+        "SPARK_MASTER_PORT": str(master.port),
+        "SPARK_MASTER_WEBUI_PORT": str(master.webui),
+        "SPARK_WORKER_WEBUI_PORT": str(free_port()),
+        "SPARK_WORKER_MEMORY": "2g",
+        "PYSPARK_PYTHON": str(venv / "bin" / "python"),
+    }
+    script = [str(ROOT / "scripts" / "spark-cluster.sh")]
+    try:
+        run([*script, "start"], env, timeout=300)
+        yield master
+    finally:
+        subprocess.run([*script, "stop"], env=env, capture_output=True, timeout=120, check=False)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_wheel_installed_into_a_fresh_venv_runs_a_teams_pipeline_dag(tmp_path):
@@ -157,15 +201,7 @@ def test_the_wheel_installed_into_a_fresh_venv_runs_a_teams_pipeline_dag(tmp_pat
     assert (ingested["appended"], ingested["quarantined"]) == (3, 1)
 
     run([str(bin_ / "airflow"), "db", "migrate"], env, base)
-    result = json.loads(
-        [
-            line
-            for line in run(
-                [str(python), "-c", DAG_TEST.replace("DAGS", str(base / "dags"))], env, base, 900
-            ).splitlines()
-            if line.startswith("RESULT ")
-        ][-1][len("RESULT ") :]
-    )
+    result = dag_test(python, base, env)
     assert result["errors"] == {}
     assert {"team_totals", "stream_team_totals", "reprocess_daily_team_totals", "clicks_per_region"} <= set(
         result["dags"]
@@ -183,4 +219,22 @@ def test_the_wheel_installed_into_a_fresh_venv_runs_a_teams_pipeline_dag(tmp_pat
     for pth in site.glob("*.pth"):
         assert str(ROOT) not in pth.read_text(), f"{pth} points into the checkout"
     assert not list(site.glob("__editable__*")), "an editable install"
-    print(f"install {installed - started:.0f} s, all {time.monotonic() - started:.0f} s")
+    local = time.monotonic()
+
+    # The same DAG on a Spark standalone cluster whose master and worker run that venv's Spark and Python: the next
+    # batch lands exactly once, and the master ran the job.
+    cluster = on_a_standalone_cluster(venv, base / "cluster")
+    with cluster as master:
+        env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(
+            {"conn_type": "spark", "host": "spark://127.0.0.1", "port": master.port, "extra": {"deploy-mode": "client"}}
+        )
+        events.write_text(json.dumps({"key": "b", "amount": 10, "event_time": "2026-01-01T00:01:00Z"}) + "\n")
+        run([str(bin_ / "streamtable"), "ingest", "team_events", str(events)], env, base)
+        second = dag_test(python, base, env)
+        assert second["state"] == "success" and second["tasks"]["run"] == "success", second
+        ran = [app["name"] for app in master.state()["completedapps"]]
+        assert ran == ["streamtable"], ran  # the run task's job (the gate is marked success)
+    shown = run([str(bin_ / "streamtable"), "show", "team_totals"], env, base)
+    assert [json.loads(line) for line in shown.splitlines()] == [{"key": "a", "amount": 5}, {"key": "b", "amount": 15}]
+    cluster_s = time.monotonic() - local
+    print(f"install {installed - started:.0f} s, local DAG run {local - installed:.0f} s, cluster {cluster_s:.0f} s")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import uuid
@@ -14,6 +13,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from helpers import ROOT
+from servers import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -73,12 +73,6 @@ def test_a_second_start_reuses_the_running_broker_and_prints_only_the_same_expor
     assert "already running" in again.stderr
     via_make = subprocess.run(["make", "-s", "kafka"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert (via_make.returncode, via_make.stdout) == (0, expected), via_make.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_broker_of_its_own_keeps_its_records_across_a_restart_and_a_taken_port_fails_clearly(

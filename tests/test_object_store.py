@@ -15,9 +15,9 @@ import uuid
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from servers import parse_exports
 
 from helpers import ROOT
+from servers import parse_exports
 
 pytestmark = pytest.mark.slow
 

@@ -28,7 +28,6 @@ import random
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,6 +41,7 @@ import pytest
 import requests
 
 from reference import word_count
+from servers import free_port
 from streamtable.airflow.supervise import find_drivers
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows
@@ -71,12 +71,6 @@ def unavailable(reason: str) -> None:
     if REQUIRE:
         pytest.fail(f"{reason} (STREAMTABLE_REQUIRE_INTEGRATION=1)")
     pytest.skip(reason)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(

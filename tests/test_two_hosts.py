@@ -24,9 +24,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from servers import parse_exports
 
 from helpers import CLI, ROOT
+from servers import parse_exports
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

@@ -50,7 +50,10 @@ LAKE_VARIABLE = "streamtable_lake"
 CONN_ID = "spark_default"
 
 # Rendered when the task runs (Jinja): the Variable, else the env of the task, else ~/streamtable/lake.
-LAKE = "{{ var.value.get('" + LAKE_VARIABLE + "', streamtable_env_lake()) }}"
+_LAKE_EXPRESSION = "var.value.get('" + LAKE_VARIABLE + "', streamtable_env_lake())"
+LAKE = "{{ " + _LAKE_EXPRESSION + " }}"
+# The driver's and executors' extra class path, rendered with the same lake: the s3a jars for an s3:// lake.
+LAKE_CLASS_PATH = "{{ streamtable_lake_class_path(" + _LAKE_EXPRESSION + ") }}"
 
 
 def env_lake() -> str:
@@ -59,8 +62,14 @@ def env_lake() -> str:
     return resolve_lake(os.environ.get("STREAMTABLE_LAKE") or str(Path.home() / "streamtable" / "lake"))
 
 
-# Pass as `user_defined_macros=MACROS` to every streamtable DAG (the `LAKE` template calls it).
-MACROS: dict[str, Any] = {"streamtable_env_lake": env_lake}
+def lake_class_path(lake: str) -> str:
+    """The class path a job on `lake` starts with (`settings.lake_launch_conf`): the s3a jars for an s3:// lake, else
+    nothing. Rendered when the task runs, so a lake set only through the Variable gets its jars too."""
+    return settings.lake_launch_conf(lake).get("spark.driver.extraClassPath", "")
+
+
+# Pass as `user_defined_macros=MACROS` to every streamtable DAG (the `LAKE` templates call them).
+MACROS: dict[str, Any] = {"streamtable_env_lake": env_lake, "streamtable_lake_class_path": lake_class_path}
 
 
 def job_jars() -> str | None:
@@ -226,11 +235,11 @@ def streamtable_task(
         conn_id=CONN_ID,
         jars=job_jars(),
         spark_binary=spark_submit_binary(),
-        # the driver's JVM options, and for an s3:// lake (the environment's: the class path is fixed when the DAG is
-        # parsed) the s3a jars on the class path; the job's session adds the s3a endpoint and credentials itself
-        # (`settings.lake_conf`) from the AWS variables it inherits, so no secret is on spark-submit's command line
+        # the driver's JVM options, and for an s3:// lake (the task's, rendered when it runs) the s3a jars on the class
+        # path; the job's session adds the s3a endpoint and credentials itself (`settings.lake_conf`) from the AWS
+        # variables it inherits, so no secret is on spark-submit's command line
         conf=settings.launch_conf(os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "warn"))
-        | settings.lake_launch_conf(env_lake()),
+        | {"spark.driver.extraClassPath": LAKE_CLASS_PATH, "spark.executor.extraClassPath": LAKE_CLASS_PATH},
         driver_memory=settings.driver_memory(),
         name=f"streamtable-{pipeline}-{command}",
         # the job logs each batch's stages and timings, its gate's result per suite and its commits into the task log

@@ -224,3 +224,65 @@ def test_make_demo(fresh_airflow_home, tmp_path):
         ]
     ]
     assert rows(moved, "clicks_per_region") == expected
+
+
+SOURCES = """
+from streamtable import Column, Pipeline, Type, changelog, table
+
+S, TS = Type.STRING, Type.TIMESTAMP
+ORDERS = changelog("shop_orders", [Column("id", S), Column("event_time", TS)], kafka_topic="orders")
+DROPS = changelog("shop_drops", [Column("id", S), Column("event_time", TS)], landing_folder="{landing}")
+COUNTS = table("shop_counts", [Column("id", S)], keys=["id"])
+PIPELINE = Pipeline("shop", "", streams=("shop_orders", "shop_drops"), outputs=(COUNTS,), process=print)
+"""
+
+
+@pytest.mark.slow
+def test_an_input_with_a_topic_or_a_folder_gets_an_ingest_dag_whose_copier_stops_on_sigterm(airflow_home, tmp_path):
+    """`kafka_topic=` and `landing_folder=` on a changelog make `ingest_TABLE` DAGs (one copy task, retried, no
+    schedule); the folder's task command, run as Airflow runs it, copies a dropped file once, then stops cleanly on
+    SIGTERM (what marking the task failed sends)."""
+    landing, folder, lake = tmp_path / "landing", tmp_path / "pipelines", tmp_path / "lake"
+    landing.mkdir()
+    folder.mkdir()
+    (folder / "shop.py").write_text(SOURCES.format(landing=landing))
+    env = airflow_env(airflow_home, lake) | {"STREAMTABLE_PIPELINES": str(folder)}
+    proc = run_python(
+        f"""
+import json, runpy
+dags = runpy.run_path({str(DAGS / "streamtable_dags.py")!r})
+found = {{}}
+for dag_id in ("ingest_shop_orders", "ingest_shop_drops"):
+    [copy] = dags[dag_id].tasks
+    found[dag_id] = {{"task": copy.task_id, "type": type(copy).__name__, "command": copy.bash_command,
+                     "env": copy.env, "retries": copy.retries, "schedule": str(dags[dag_id].schedule)}}
+print("RESULT " + json.dumps(found))
+""",
+        env,
+    )
+    found = last_json(proc)
+    orders, drops = found["ingest_shop_orders"], found["ingest_shop_drops"]
+    for dag in (orders, drops):
+        assert (dag["task"], dag["type"], dag["retries"], dag["schedule"]) == ("copy", "BashOperator", 3, "None")
+        assert dag["env"]["STREAMTABLE_PIPELINES"] == str(folder)
+    assert '--kafka "$TOPIC" --follow' in orders["command"] and orders["env"]["TOPIC"] == "orders"
+    assert '"$FOLDER" --follow' in drops["command"] and drops["env"]["FOLDER"] == str(landing)
+
+    (landing / "a.jsonl").write_text('{"id": "x", "event_time": "2026-01-01T00:00:00Z"}\n')
+    copier = subprocess.Popen(
+        ["bash", "-c", drops["command"]],
+        env=env | drops["env"] | {"LAKE": str(lake)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert copier.stdout is not None
+    first = json.loads(copier.stdout.readline())
+    assert (first["table"], first["appended"], first["source"]) == ("shop_drops", 1, "a.jsonl"), first
+    copier.send_signal(15)
+    _, err = copier.communicate(timeout=60)
+    assert copier.returncode == 0, err
+    shown = subprocess.run(
+        [str(BIN / "streamtable"), "show", "shop_drops", "--lake", str(lake)], env=env, capture_output=True, text=True
+    )
+    assert [json.loads(line)["id"] for line in shown.stdout.splitlines()] == ["x"], shown.stderr

@@ -6,7 +6,8 @@
 
 makes, for every registered pipeline (built-in, and the user's folders: the Variable `streamtable_pipelines`, else
 the env `STREAMTABLE_PIPELINES`), its micro-batch DAG `PIPELINE`, its `stream_PIPELINE` and its
-`reprocess_daily_PIPELINE`, plus the `reprocess` and `reset` DAGs of all of them; `report_load_errors()` (in a
+`reprocess_daily_PIPELINE`, plus the `reprocess` and `reset` DAGs of all of them, and an `ingest_TABLE` DAG for each
+input declared with a Kafka topic or a landing folder; `report_load_errors()` (in a
 file of its own) lists broken pipeline files under Airflow's import errors. Each family also has a function of its
 own (`micro_batch_dags`, ...). This repository's `dags/` is two files: `streamtable_dags.py` (the lines above) and
 `pipeline_errors.py`. Parsing costs one registry child process and no pyspark.
@@ -24,7 +25,7 @@ import pendulum
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, Param, task
 
-from streamtable.airflow.catalog import pipeline_names, registered, registered_pipelines
+from streamtable.airflow.catalog import pipeline_names, pipelines_env, registered, registered_pipelines
 from streamtable.airflow.stream import STREAM_PARAMS, stream_task
 from streamtable.airflow.tasks import LAKE, MACROS, pipeline_tasks, streamtable_task
 
@@ -59,6 +60,18 @@ makes its micro-batch, reprocess and reset take turns):
 LAKE is the Variable `streamtable_lake` if set, else the env `STREAMTABLE_LAKE` of the task, else
 `~/streamtable/lake`. Feed the inputs with `streamtable ingest INPUT FILE`; read the outputs with
 `streamtable show TABLE` or `streamtable query TABLE KEY...`.
+"""
+
+INGEST_DOC = """
+### ingest_TABLE: an input's records copied continuously from where they live, exactly once
+
+One DAG per input declared with `kafka_topic=` or `landing_folder=` (`changelog(...)`), made by `pipeline_dags`.
+No schedule: **Trigger** it once and its single task, **copy**, runs until it is stopped:
+`streamtable ingest TABLE --kafka TOPIC --follow` (the broker from the worker's env `STREAMTABLE_KAFKA`) or
+`streamtable ingest TABLE FOLDER --follow`, no Spark. Each commit appends the records and records how far it got
+(the topic's offsets, or the files' ids) in one Delta commit, so a crash, a retry (3, 15 s apart) or a second
+copier loses and duplicates nothing. **Stopping it**: mark the task *failed* or *success*; the copier gets SIGTERM,
+commits what it holds and exits. Its task log has one JSON line per commit.
 """
 
 STREAM_DOC = """
@@ -188,6 +201,7 @@ def pipeline_dags(namespace: Namespace) -> list[DAG]:
         *reprocess_dags(namespace),
         *reprocess_daily_dags(namespace),
         *reset_dags(namespace),
+        *ingest_dags(namespace),
     ]
 
 
@@ -252,6 +266,41 @@ def stream_dags(namespace: Namespace) -> list[DAG]:
             stream_task(pipeline)
         dags.append(dag)
     return _publish(namespace, dags)
+
+
+def ingest_dags(namespace: Namespace) -> list[DAG]:
+    """One `ingest_TABLE` DAG per input declared with a Kafka topic or a landing folder: its continuous copier."""
+    dags = []
+    for source in registered()["sources"]:
+        table, origin = source["table"], source["kafka_topic"] or source["landing_folder"]
+        with DAG(
+            dag_id=f"ingest_{table}",
+            doc_md=INGEST_DOC,
+            description=f"streamtable ingest {table} --follow: from {origin}",
+            schedule=None,
+            max_active_runs=1,
+            **(dag_defaults("ingest") | {"default_args": {}}),
+        ) as dag:
+            copy_task(table, kafka_topic=source["kafka_topic"], landing_folder=source["landing_folder"])
+        dags.append(dag)
+    return _publish(namespace, dags)
+
+
+def copy_task(table: str, kafka_topic: str | None, landing_folder: str | None) -> BashOperator:
+    """`streamtable ingest TABLE --kafka TOPIC --follow` (or `ingest TABLE FOLDER --follow`) until stopped; retried."""
+    source = '--kafka "$TOPIC"' if kafka_topic else '"$FOLDER"'
+    python = shlex.quote(sys.executable)
+    return BashOperator(
+        task_id="copy",
+        # exec: the copier is the task's process, so stopping the task sends it SIGTERM (it commits, then exits 0)
+        bash_command=f'exec {python} -m streamtable.cli.main ingest "$TABLE" {source} --follow --lake "$LAKE"',
+        env={"TABLE": table, "TOPIC": kafka_topic or "", "FOLDER": landing_folder or "", "LAKE": LAKE}
+        | pipelines_env(),
+        append_env=True,
+        retries=3,
+        retry_delay=pendulum.duration(seconds=15),
+        execution_timeout=None,
+    )
 
 
 def _reprocess_arguments(lake: str, params: dict) -> tuple[list[str], str]:

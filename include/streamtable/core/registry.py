@@ -237,6 +237,11 @@ def summary(registry: Registry) -> dict:
             }
             for p in sorted(registry.pipelines.values(), key=lambda p: p.name)
         ],
+        "sources": [  # the inputs whose records come from a declared Kafka topic or landing folder
+            {"table": t.name, "kafka_topic": t.kafka_topic, "landing_folder": t.landing_folder}
+            for t in sorted(registry.inputs.values(), key=lambda t: t.name)
+            if t.kafka_topic or t.landing_folder
+        ],
         "errors": registry.errors,
     }
 

@@ -80,6 +80,8 @@ class Table:
     rules: tuple[Rule, ...] = ()
     keep_raw: bool = False  # input only: also store the whole JSON object of each record in `raw`
     path: str | None = None  # input only: an existing Delta table of another job, read in place (`delta_table`)
+    kafka_topic: str | None = None  # input only: the Kafka topic its `ingest_TABLE` DAG copies, continuously
+    landing_folder: str | None = None  # input only: the folder its `ingest_TABLE` DAG watches for new files
     declared_at: str | None = field(default=None, compare=False, repr=False)  # "file:line" of the declaration
 
     def __post_init__(self) -> None:
@@ -99,6 +101,10 @@ class Table:
         elif self.kind == "input" and self.time_column is not None:
             if next(c for c in self.columns if c.name == self.time_column).type != TS:
                 problems.append(f"time column {self.time_column!r} is not a timestamp")
+        if self.kafka_topic is not None and self.landing_folder is not None:
+            problems.append("an input takes records from one source: kafka_topic or landing_folder, not both")
+        if (self.kafka_topic is not None or self.landing_folder is not None) and (self.kind != "input" or self.path):
+            problems.append("only an input changelog may have a kafka_topic or a landing_folder")
         if self.path is not None:
             if self.kind != "input":
                 problems.append("only an input may be an existing Delta table (path=...)")
@@ -139,12 +145,16 @@ def changelog(
     rules: Sequence[Rule] = (),
     time_column: str = "event_time",
     keep_raw: bool = False,
+    kafka_topic: str | None = None,
+    landing_folder: str | None = None,
 ) -> Table:
     """An input changelog users `ingest` JSON lines into: its columns, its key, its event time and its record rules.
 
     A record that lacks a non-nullable column, has a value of the wrong type, or breaks a rule goes to
     `quarantine` with the reason. `keys` make it the changelog of a table (a later record replaces the
-    earlier one of its key; a null value deletes it), as `user_regions` is.
+    earlier one of its key; a null value deletes it), as `user_regions` is. `kafka_topic` (or `landing_folder`)
+    names where its records live: Airflow then gets an `ingest_NAME` DAG that copies them continuously
+    (`streamtable ingest NAME --kafka TOPIC --follow`, or `ingest NAME FOLDER --follow`), exactly once.
 
         user_regions = changelog(
             "user_regions",
@@ -154,7 +164,15 @@ def changelog(
         )
     """
     return Table(
-        name, tuple(columns), "input", keys=tuple(keys), time_column=time_column, rules=tuple(rules), keep_raw=keep_raw
+        name,
+        tuple(columns),
+        "input",
+        keys=tuple(keys),
+        time_column=time_column,
+        rules=tuple(rules),
+        keep_raw=keep_raw,
+        kafka_topic=kafka_topic,
+        landing_folder=landing_folder,
     )
 
 

@@ -234,9 +234,9 @@ def test_two_racing_ingests_of_one_id_append_once(lake, tmp_path):
         (["user_clicks", "-", "--id", ""], "streamtable: --id must not be empty\n"),
     ],
 )
-def test_bad_arguments_are_one_line_on_stderr_and_exit_1(lake, argv, message):
+def test_bad_arguments_are_one_line_on_stderr_and_exit_2(lake, argv, message):
     code, out, err = run_main("ingest", *argv, "--lake", str(lake.root))
-    assert (code, out, err.count("\n")) == (1, "", 1) and err.startswith(message)
+    assert (code, out, err.count("\n")) == (2, "", 1) and err.startswith(message)  # 2: bad input
     assert not (Path(lake.root) / "tables").exists()
 
 
@@ -314,7 +314,7 @@ def test_any_arguments_give_one_json_line_or_one_error_line(table, file, ingest_
         elif code == 0:
             assert err == "" and set(json.loads(out)) == {"table", "appended", "quarantined", "version", "duplicate"}
         else:
-            assert (code, out, err.count("\n")) == (1, "", 1) and err.startswith("streamtable: "), err
+            assert (code, out, err.count("\n")) == (2, "", 1) and err.startswith("streamtable: "), err  # bad input
             assert "Traceback" not in err and not (Path(lake.root) / "tables").exists()
 
 

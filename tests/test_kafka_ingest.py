@@ -177,14 +177,14 @@ def test_a_tombstone_deletes_its_key_on_a_keyed_input(kafka_bootstrap, lake, tmp
 def test_a_topic_that_does_not_exist_is_one_line_and_is_not_created(kafka_bootstrap, lake, capsys, monkeypatch):
     topic = new_topic()
     code, printed, err = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)
-    assert (code, printed) == (1, [])
+    assert (code, printed) == (2, [])  # bad input
     assert err.count("\n") == 1 and topic in err and "does not exist" in err
     assert topic not in AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
     assert not os.path.exists(lake.table_path("user_clicks"))
 
     monkeypatch.delenv("STREAMTABLE_KAFKA", raising=False)  # no broker named anywhere
     code, _, err = ingest_kafka(lake, None, "user_clicks", topic, capsys)
-    assert code == 1 and err.count("\n") == 1 and "--bootstrap-servers" in err and "STREAMTABLE_KAFKA" in err
+    assert code == 2 and err.count("\n") == 1 and "--bootstrap-servers" in err and "STREAMTABLE_KAFKA" in err
 
 
 # Processes: crashes, copiers at once, --follow.

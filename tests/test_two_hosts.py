@@ -153,14 +153,14 @@ def test_clicks_per_region_on_two_hosts_and_a_host_lost_mid_batch(tmp_path):
             check=True,
         ).stdout
         env = {**base, **parse_exports(exports)}
-        subprocess.run(
+        started_master = subprocess.run(
             [str(ROOT / "scripts" / "spark-cluster.sh"), "start"],
             env={**base, **cluster_env},
             capture_output=True,
             text=True,
             timeout=180,
-            check=True,
         )
+        assert started_master.returncode == 0, started_master.stderr[-3000:]
         master = f"spark://{HOST}:{master_port}"
         for name, address in HOSTS.items():
             work = tmp_path / f"host-{name}"
@@ -215,7 +215,7 @@ def test_clicks_per_region_on_two_hosts_and_a_host_lost_mid_batch(tmp_path):
             for u in range(50)
         ]
         st("ingest", "user_regions", "-", stdin="\n".join(regions) + "\n")
-        lines, more = clicks_rows(200_000)
+        lines, more = clicks_rows(50_000)  # enough for the batch to be running when a task starts on host a
         st("ingest", "user_clicks", "-", stdin="\n".join(lines) + "\n")
         seen = {p: len(task_lines(p)) for p in executor_logs(tmp_path / "host-a")}
         run = subprocess.Popen(

@@ -28,8 +28,9 @@ endif
 
 DEMO_LAKE ?= $(ROOT)/build/demo_lake
 PYTEST_ARGS ?=
-# pytest-xdist: whole files on two workers, longest first (tests/conftest.py); WORKERS= runs them one by one.
-WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
+# pytest-xdist: whole files on three workers (on 2 cores: the tests wait on JVMs, Airflow and servers often enough),
+# longest first (tests/conftest.py); WORKERS= runs them one by one.
+WORKERS ?= -n 3 --dist loadfile --no-loadscope-reorder
 
 .PHONY: help setup wheel demo test test-quick test-all lint cluster-start cluster-stop kafka kafka-stop object-store object-store-stop bench env clean distclean
 

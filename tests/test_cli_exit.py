@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,7 @@ from streamtable.storage.lake import Lake
 FINALISED = "interpreter finalised"
 
 
-def run_entry(lake: Lake, *argv: str) -> subprocess.CompletedProcess:
+def run_entry(lake: Lake, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     code = (
         "import atexit, sys\n"
         f"atexit.register(lambda: sys.stderr.write({FINALISED!r}))\n"
@@ -33,6 +34,7 @@ def run_entry(lake: Lake, *argv: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=cwd,
     )
 
 
@@ -45,11 +47,23 @@ def test_a_command_without_spark_exits_with_its_code_and_is_not_finalised(lake):
 
 
 @pytest.mark.slow
-def test_a_spark_run_stops_spark_and_exits_0_without_being_finalised(lake):
-    done = run_entry(lake, "run", "word_count")
+def test_a_spark_run_stops_spark_and_exits_0_without_being_finalised_nor_litter(lake, tmp_path):
+    """...and leaves nothing in the working directory (no `spark-warehouse/`, no `metastore_db/`)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    done = run_entry(lake, "run", "word_count", cwd=work)
     assert done.returncode == 0, done.stderr[-2000:]
     assert FINALISED not in done.stderr
     assert '"pipeline": "word_count"' in done.stdout
+    assert list(work.iterdir()) == []
+
+
+def test_show_into_a_closed_pipe_ends_quietly(lake):
+    """`streamtable show TABLE | head -1` prints one line and nothing on stderr, as `cat FILE | head -1` does."""
+    ingest(lake, "text_lines", [{"line": "x" * 200, "event_time": "2026-01-01T00:00:00Z"} for _ in range(2000)])
+    command = f"{CLI} show text_lines --lake {lake.root} | head -1"
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.count("\n") == 1 and proc.stderr == "", proc.stderr
 
 
 @pytest.mark.slow

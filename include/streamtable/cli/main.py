@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 
 from streamtable.core.errors import BadInputError, QualityGateError, StreamtableError
@@ -321,6 +322,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 LOG_LEVELS = ("error", "warning", "info", "debug")
+# Commands that only read and print: a reader that closed their output (`| head`) ends them by SIGPIPE, as it ends
+# `cat`; the others keep Python's BrokenPipeError, so nothing of theirs stops between a commit and its report.
+QUIET_ON_A_CLOSED_PIPE = ("show", "query", "status", "pipelines")
 SPARK_LOG_LEVELS = {"error": "error", "warning": "warn", "info": "warn", "debug": "info"}  # the JVM's, per level
 
 
@@ -349,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_level is not None and args.log_level not in LOG_LEVELS:  # from $STREAMTABLE_LOG_LEVEL
         top.error(f"STREAMTABLE_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {args.log_level!r}")
     configure_logging(args)
+    if args.command in QUIET_ON_A_CLOSED_PIPE:  # `show TABLE | head`: end as Unix tools do, without a word
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     from streamtable.core.registry import current, use_folders
 
     use_folders(args.pipelines)

@@ -10,6 +10,7 @@ import configparser
 import glob
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 __version__ = "0.1.0"  # the package's version, in this one place (pyproject.toml reads it)
@@ -105,6 +106,9 @@ def session_conf() -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": "2",
         # staged batches are read back by delta-rs (pyarrow), which reads INT96, Spark's default, as nanoseconds
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        # tables are addressed by path, never through a catalog: Spark's default warehouse, ./spark-warehouse, would
+        # only litter the user's working directory
+        "spark.sql.warehouse.dir": os.path.join(tempfile.gettempdir(), f"streamtable-spark-warehouse-{os.getuid()}"),
     }
 
 

@@ -26,13 +26,20 @@ def compose() -> dict:
 
 
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
-SECRETS = ("POSTGRES_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET")
+SECRETS = (
+    "POSTGRES_PASSWORD",
+    "AIRFLOW_FERNET_KEY",
+    "AIRFLOW_JWT_SECRET",
+    "OBJECT_STORE_ACCESS_KEY",
+    "OBJECT_STORE_SECRET_KEY",
+)
+ONE_SHOT = ("airflow-init", "object-store-init")
 AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor")
 
 
 def test_compose_has_the_stack(compose):
     services = compose["services"]
-    assert {"postgres", "airflow-init", *AIRFLOW_SERVICES, "spark-master", "spark-worker"} <= set(services)
+    assert {"postgres", *ONE_SHOT, *AIRFLOW_SERVICES, "spark-master", "spark-worker", "object-store"} <= set(services)
     commands = {name: s.get("command") for name, s in services.items()}
     assert commands["airflow-apiserver"] == "api-server"
     assert commands["airflow-scheduler"] == "scheduler"
@@ -43,11 +50,15 @@ def test_compose_has_the_stack(compose):
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql")
         assert "spark://spark-master" in env["AIRFLOW_CONN_SPARK_DEFAULT"]
         mounts = {v.split(":")[1] for v in services[name]["volumes"]}
-        assert "/opt/streamtable/lake" in mounts
         assert not {"/opt/streamtable/include", "/opt/streamtable/dags"} & mounts, "the package comes from the wheel"
-        assert env["STREAMTABLE_LAKE"] == "/opt/streamtable/lake"
-        assert env["STREAMTABLE_JARS"] == "/opt/streamtable/jars"  # where the image's Delta jars are
-    assert "/opt/streamtable/lake" in {v.split(":")[1] for v in services["spark-worker"]["volumes"]}
+        assert env["STREAMTABLE_LAKE"] == "s3://streamtable/lake", "the lake is on the stack's object store"
+        assert env["STREAMTABLE_JARS"] == "/opt/streamtable/jars"  # where the image's Delta and s3a jars are
+    for name in (*AIRFLOW_SERVICES, "airflow-init", "spark-master", "spark-worker"):
+        env = services[name]["environment"]
+        assert env["AWS_ENDPOINT_URL"] == "http://object-store:7070" and env["AWS_ALLOW_HTTP"] == "true", name
+    store = services["object-store"]
+    assert store["entrypoint"] == ["/usr/local/bin/versitygw"] and "posix" in store["command"]
+    assert "ports" not in store, "the object store is reachable on the stack's network only"
     images = {name: (s["image"], s["build"]["dockerfile"]) for name, s in services.items() if name != "postgres"}
     assert set(images.values()) == {("streamtable:local", "docker/Dockerfile")}, "one image for Airflow and Spark"
     for name in ("spark-master", "spark-worker"):
@@ -57,6 +68,8 @@ def test_compose_has_the_stack(compose):
 def test_the_image_installs_the_wheel_under_the_projects_lock():
     text = DOCKERFILE.read_text()
     assert "FROM apache/airflow:3.3.2-python3.11" in text
+    assert "COPY --from=jars --chown=airflow:0 /jars/s3a/*.jar /opt/streamtable/jars/s3a/" in text
+    assert "github.com/versity/versitygw/cmd/versitygw@v1.8.0" in text  # the version `make setup` builds
     assert "pip wheel --no-cache-dir --no-deps --wheel-dir /dist /src" in text
     [install] = [run.split("&&")[0] for run in text.split("RUN ") if "streamtable-*.whl" in run]
     assert "[airflow,kafka]" in install and "-c /opt/streamtable/constraints.txt" in install
@@ -75,7 +88,7 @@ def test_secrets_are_required_and_ports_stay_on_loopback(compose):
     for name, service in compose["services"].items():
         for port in service.get("ports") or []:
             assert re.fullmatch(r"\$\{STREAMTABLE_BIND:-127\.0\.0\.1\}:\d+:\d+", str(port)), f"{name}: {port!r}"
-        if name != "airflow-init":
+        if name not in ONE_SHOT:
             assert "test" in service.get("healthcheck", {}), f"{name} has no healthcheck"
     example = (ROOT / "docker" / "env.example").read_text()
     assert all(f"\n{secret}=\n" in example for secret in SECRETS)

@@ -15,12 +15,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from streamtable.airflow.alerts import WebhookNotifier
     from streamtable.airflow.dags import pipeline_dags, report_load_errors
 
-__all__ = ["pipeline_dags", "report_load_errors"]
+__all__ = ["WebhookNotifier", "pipeline_dags", "report_load_errors"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "WebhookNotifier":
+        from streamtable.airflow import alerts
+
+        return alerts.WebhookNotifier
     if name in __all__:
         from streamtable.airflow import dags
 

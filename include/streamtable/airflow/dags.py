@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +25,7 @@ import pendulum
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, Param, task
 
+from streamtable.airflow.alerts import Callback, failure_callbacks
 from streamtable.airflow.catalog import pipeline_names, pipelines_env, registered, registered_pipelines
 from streamtable.airflow.stream import STREAM_PARAMS, stream_task
 from streamtable.airflow.tasks import LAKE, MACROS, pipeline_tasks, streamtable_task
@@ -176,13 +177,19 @@ From the command line: `streamtable reset PIPELINE --dry-run`, then `streamtable
 """
 
 
-def dag_defaults(*tags: str) -> dict[str, Any]:
-    """What every streamtable DAG shares: no catch-up, the LAKE macro, no retries unless a task says so, tags."""
+# The failure notifiers of every task (`streamtable.airflow.alerts`), set by `pipeline_dags` before it makes the DAGs.
+_ON_FAILURE: list[Callable[[Any], None]] = []
+
+
+def dag_defaults(*tags: str, retries: int | None = 0) -> dict[str, Any]:
+    """What every streamtable DAG shares: no catch-up, the LAKE macro, no retries unless a task says so (None: each
+    task says), the failure notifiers, tags."""
+    alerts = {"on_failure_callback": list(_ON_FAILURE)} if _ON_FAILURE else {}
     return dict(
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
         user_defined_macros=MACROS,
-        default_args={"retries": 0},
+        default_args=({"retries": retries} if retries is not None else {}) | alerts,
         tags=["streamtable", *tags],
     )
 
@@ -193,8 +200,10 @@ def _publish(namespace: Namespace, dags: list[DAG]) -> list[DAG]:
     return dags
 
 
-def pipeline_dags(namespace: Namespace) -> list[DAG]:
-    """Every streamtable DAG, put into `namespace` (a DAG file's `globals()`) under its dag_id."""
+def pipeline_dags(namespace: Namespace, on_failure: Callback | Sequence[Callback] | None = None) -> list[DAG]:
+    """Every streamtable DAG, put into `namespace` (a DAG file's `globals()`) under its dag_id; each task's failure
+    goes to the notifiers `on_failure` (default: a webhook at $STREAMTABLE_ALERT_WEBHOOK, if set; see `alerts`)."""
+    _ON_FAILURE[:] = failure_callbacks(on_failure)
     return [
         *micro_batch_dags(namespace),
         *stream_dags(namespace),
@@ -261,7 +270,7 @@ def stream_dags(namespace: Namespace) -> list[DAG]:
             schedule=None,
             max_active_runs=1,
             params=dict(STREAM_PARAMS),
-            **(dag_defaults("stream") | {"default_args": {}}),
+            **dag_defaults("stream", retries=None),
         ) as dag:
             stream_task(pipeline)
         dags.append(dag)
@@ -279,7 +288,7 @@ def ingest_dags(namespace: Namespace) -> list[DAG]:
             description=f"streamtable ingest {table} --follow: from {origin}",
             schedule=None,
             max_active_runs=1,
-            **(dag_defaults("ingest") | {"default_args": {}}),
+            **dag_defaults("ingest", retries=None),
         ) as dag:
             copy_task(table, kafka_topic=source["kafka_topic"], landing_folder=source["landing_folder"])
         dags.append(dag)

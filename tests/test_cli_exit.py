@@ -133,3 +133,34 @@ def test_each_kind_of_failure_has_its_own_exit_code():
             RuntimeError("crash"),
         )
     ] == [4, 2, 2, 2, 5, 5, 1, 1]
+
+
+@pytest.mark.slow
+def test_a_run_on_a_terminal_shows_a_status_line_and_the_same_json(lake):
+    """Under a pseudo-terminal, `run` rewrites one status line on stderr (elapsed, batches, records, stage) and
+    erases it at the end; stdout's final JSON line is what it is without a terminal."""
+    import os
+    import pty
+
+    ingest(lake, "text_lines", [{"line": "a b a", "event_time": "2026-01-01T00:00:00Z"}])
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [CLI, "run", "word_count", "--lake", str(lake.root)], stdout=subprocess.PIPE, stderr=slave, text=True
+    )
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the terminal's other end is closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out, _ = proc.communicate(timeout=600)
+    os.close(master)
+    assert proc.returncode == 0, seen.decode(errors="replace")
+    terminal = seen.decode(errors="replace")
+    assert "run: " in terminal and "1 batches, 1 records; committed" in terminal, terminal
+    assert terminal.endswith("\r\x1b[K"), terminal[-200:]
+    assert json.loads(out.splitlines()[-1])["pipeline"] == "word_count"

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 
+from streamtable.cli.terminal import StatusLine, show_progress
 from streamtable.core.errors import BadInputError, QualityGateError, StreamtableError
 from streamtable.core.exits import BAD_INPUT, OK, PIPELINE_CODE, exit_code
 from streamtable.core.settings import __version__
@@ -328,14 +329,19 @@ QUIET_ON_A_CLOSED_PIPE = ("show", "query", "status", "pipelines")
 SPARK_LOG_LEVELS = {"error": "error", "warning": "warn", "info": "warn", "debug": "info"}  # the JVM's, per level
 
 
-def configure_logging(args: argparse.Namespace) -> None:
+def configure_logging(args: argparse.Namespace) -> StatusLine | None:
     """Log streamtable's modules to stderr at `--log-level` (info with `--debug`), other libraries at warning or above,
     each line naming the pipeline (or table) of the command; without either flag, no logs at all (PySpark logs
-    failures itself, as JSON: the one line `main` prints is what a user needs)."""
+    failures itself, as JSON: the one line `main` prints is what a user needs), only a long command's status line on
+    a terminal (returned, to be closed when the command ends)."""
     level = args.log_level or ("info" if args.debug else None)
     if level is None:
-        logging.disable(logging.CRITICAL)
-        return
+        status = show_progress(sys.stderr, args.command)
+        if status is None:
+            logging.disable(logging.CRITICAL)
+        else:
+            logging.getLogger().addHandler(logging.NullHandler())  # other libraries' records: nowhere
+        return status
     os.environ.setdefault("STREAMTABLE_SPARK_LOG_LEVEL", SPARK_LOG_LEVELS[level])
     about = (getattr(args, "pipeline", None) or getattr(args, "table", None) or args.command).replace("%", "%%")
     numeric = logging.getLevelNamesMapping()[level.upper()]
@@ -345,6 +351,7 @@ def configure_logging(args: argparse.Namespace) -> None:
         stream=sys.stderr,
     )
     logging.getLogger("streamtable").setLevel(numeric)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -352,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     args = top.parse_args(argv)
     if args.log_level is not None and args.log_level not in LOG_LEVELS:  # from $STREAMTABLE_LOG_LEVEL
         top.error(f"STREAMTABLE_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {args.log_level!r}")
-    configure_logging(args)
+    status = configure_logging(args)
     if args.command in QUIET_ON_A_CLOSED_PIPE:  # `show TABLE | head`: end as Unix tools do, without a word
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     from streamtable.core.registry import current, use_folders
@@ -366,7 +373,11 @@ def main(argv: list[str] | None = None) -> int:
 
         import_gx_in_background()
     try:
-        code = args.func(args)  # None, or the exit code of a command that did part of its work (ingest DIR)
+        try:
+            code = args.func(args)  # None, or the exit code of a command that did part of its work (ingest DIR)
+        finally:
+            if status is not None:
+                status.close()
     except StreamtableError as e:
         if args.debug:
             raise

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from helpers import ROOT
+from helpers import CLI, ROOT
 from servers import free_port
 
 pytestmark = pytest.mark.slow
@@ -49,6 +51,52 @@ def consume(bootstrap: str, topic: str, count: int, timeout_s: float = 30) -> li
     return records
 
 
+def clicks(first: int, end: int) -> list[dict]:
+    return [{"user": f"u{i}", "clicks": i, "event_time": "2026-01-01T00:00:00Z"} for i in range(first, end)]
+
+
+class Follow:
+    """`streamtable ingest user_clicks --kafka TOPIC --follow` in a process of its own, on a lake of its own."""
+
+    def __init__(self, lake: Path, bootstrap: str, topic: str):
+        self.lake = str(lake)
+        self.process = subprocess.Popen(
+            [CLI, "ingest", "user_clicks", "--kafka", topic, "--follow", "--bootstrap-servers", bootstrap]
+            + ["--lake", self.lake],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def clicks(self) -> list[int]:
+        shown = subprocess.run([CLI, "show", "user_clicks", "--lake", self.lake], capture_output=True, text=True)
+        return [json.loads(line)["clicks"] for line in shown.stdout.splitlines()]
+
+    def wait(self, rows: int, timeout_s: float = 120) -> list[int]:
+        deadline = time.monotonic() + timeout_s
+        while len(landed := self.clicks()) < rows:
+            assert self.process.poll() is None, self.process.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, f"{len(landed)} of {rows} rows after {timeout_s} s"
+            time.sleep(0.5)
+        return landed
+
+    def stop(self, when_rows: int) -> list[int]:
+        """Wait for `when_rows` rows, SIGTERM the copier (it commits and exits 0), return the `clicks` that landed."""
+        self.wait(when_rows)
+        self.process.send_signal(signal.SIGTERM)
+        _, err = self.process.communicate(timeout=120)
+        assert self.process.returncode == 0, err[-3000:]
+        return self.clicks()
+
+
+def follow(lake: Path, bootstrap: str, topic: str, records: int) -> Follow:
+    """A copier that has copied `records` records of `clicks(0, records)`, produced here before it starts."""
+    produce(bootstrap, topic, clicks(0, records))
+    copier = Follow(lake, bootstrap, topic)
+    copier.wait(records)
+    return copier
+
+
 def new_topic() -> str:
     return f"streamtable-test-{uuid.uuid4().hex[:12]}"
 
@@ -78,6 +126,7 @@ def test_a_second_start_reuses_the_running_broker_and_prints_only_the_same_expor
 def test_a_broker_of_its_own_keeps_its_records_across_a_restart_and_a_taken_port_fails_clearly(
     tmp_path, kafka_bootstrap
 ):
+    """...and a `--follow` copier running across the restart lands every record exactly once."""
     port = free_port()
     env = {**os.environ, "STREAMTABLE_KAFKA_DIR": str(tmp_path / "kafka"), "STREAMTABLE_KAFKA_PORT": str(port)}
 
@@ -94,12 +143,17 @@ def test_a_broker_of_its_own_keeps_its_records_across_a_restart_and_a_taken_port
         assert (started.returncode, started.stdout) == (0, f"export STREAMTABLE_KAFKA=127.0.0.1:{port}\n"), (
             started.stderr
         )
-        produce(f"127.0.0.1:{port}", topic, [{"n": 1}, {"n": 2}])
-        assert kafka_sh("stop").returncode == 0
+        bootstrap = f"127.0.0.1:{port}"
+        produce(bootstrap, topic, [{"n": 1}, {"n": 2}])
+        copier = follow(tmp_path / "lake", bootstrap, topic, 200)
+        assert kafka_sh("stop").returncode == 0  # mid-copy: the copier waits for the broker to come back
         assert kafka_sh("status").returncode == 3
         restarted = kafka_sh("start")
         assert (restarted.returncode, restarted.stdout) == (0, started.stdout), restarted.stderr
-        assert sorted(r["n"] for r in consume(f"127.0.0.1:{port}", topic, 2)) == [1, 2]
+        assert sorted(r["n"] for r in consume(bootstrap, topic, 2)) == [1, 2]
+        produce(bootstrap, topic, clicks(200, 400))
+        landed = copier.stop(when_rows=400)
+        assert sorted(landed) == list(range(400)), "every record of both sides of the restart, once"
     finally:
         assert kafka_sh("stop").returncode == 0
     assert kafka_sh("status").returncode == 3

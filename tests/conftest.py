@@ -108,6 +108,7 @@ LONGEST_FIRST = (
     "test_two_hosts.py",
     "test_user_pipelines.py",
     "test_s3_lake.py",
+    "test_s3_pipelines.py",
     "test_fault_campaign.py",
     "test_cli_exit.py",
     "test_external_delta.py",

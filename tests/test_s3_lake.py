@@ -1,5 +1,6 @@
 """A lake on S3-compatible object storage (`--lake s3://streamtable/PREFIX`, the local server of
-`make -s object-store`) behaves as a local one for the Spark-free commands: ingest, show, query, status, pipelines.
+`make -s object-store`) behaves as a local one for the Spark-free commands: ingest, show, query, status, pipelines;
+writers racing on one table lose nothing. (Runs, reprocesses and serve on s3: tests/test_s3_pipelines.py.)
 """
 
 from __future__ import annotations
@@ -7,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 
 import pytest
@@ -84,73 +84,6 @@ def test_racing_ingests_into_one_table_on_s3_both_land_once(env, tmp_path):
     assert sorted(r["version"] for r in results if not r["duplicate"]) == [0, 1, 2, 3]
     rows = [json.loads(line) for line in st(env, lake, "show", "user_clicks").splitlines()]
     assert sorted((r["user"], r["clicks"]) for r in rows) == [(f"u{n}", i) for n in range(4) for i in range(5)]
-
-
-# One driver runs every step on both lakes (a JVM start is most of a run's time): the s3a jars are on its class path
-# from the start, and a local lake needs none of them.
-STEPS_JOB = r"""
-import json, sys
-from streamtable.ingest.files import ingest_lines
-from streamtable.runtime.lifecycle import reprocess, run
-from streamtable.runtime.spark import get_spark
-from streamtable.storage.lake import Lake
-
-steps = json.load(sys.stdin)
-get_spark(lake=sys.argv[-1])
-for root in sys.argv[1:]:
-    lake = Lake(root)
-    for step in steps:
-        if step[0] == "ingest":
-            ingest_lines(lake, step[1], step[2])
-        elif step[0] == "run":
-            run(lake, step[1])
-        else:
-            print(json.dumps(reprocess(lake, step[1], step[2]).as_dict()["rows_after"]), flush=True)
-"""
-
-
-def jsonl(rows: list[dict]) -> list[str]:
-    return [json.dumps(r) for r in rows]
-
-
-def test_runs_and_a_reprocess_on_an_s3_lake_give_what_they_give_on_a_local_one(env, tmp_path):
-    """word_count and clicks_per_region, two runs each with ingests between, then a reprocess from version 1: the
-    outputs and late_events on s3 (Spark through s3a, commits through delta-rs, staging and checkpoints on the store)
-    equal those of a local lake."""
-    clicks = (EXAMPLE / "user_clicks.jsonl").read_text().splitlines()
-    late = {"user": "alice", "clicks": 1000, "event_time": "2026-01-01T00:00:00.000Z"}  # hours behind: late
-    steps = [
-        ["ingest", "user_regions", (EXAMPLE / "user_regions.jsonl").read_text().splitlines()],
-        ["ingest", "user_clicks", clicks[:4]],
-        ["ingest", "text_lines", jsonl([{"line": "the cat and the hat", "event_time": "2026-01-01T00:00:00Z"}])],
-        ["run", "clicks_per_region"],
-        ["run", "word_count"],
-        ["ingest", "user_clicks", [*clicks[4:], json.dumps(late)]],
-        ["ingest", "text_lines", jsonl([{"line": "The hat, the bat", "event_time": "2026-01-01T00:01:00Z"}])],
-        ["run", "clicks_per_region"],
-        ["run", "word_count"],
-        ["reprocess", "clicks_per_region", 1],
-    ]
-    local, remote = str(tmp_path / "lake"), s3_lake()
-    proc = subprocess.run(
-        [sys.executable, "-c", STEPS_JOB, local, remote],
-        env=env,
-        input=json.dumps(steps),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    reprocessed_local, reprocessed_remote = proc.stdout.splitlines()
-    assert reprocessed_local == reprocessed_remote
-    for name in ("word_counts", "clicks_per_region", "late_events"):
-        assert st(env, remote, "show", name) == st(env, local, "show", name), name
-    counts = {
-        json.loads(r)["word"]: json.loads(r)["count"] for r in st(env, remote, "show", "word_counts").splitlines()
-    }
-    assert counts == {"the": 4, "cat": 1, "and": 1, "hat": 2, "bat": 1}
-    status = {s["pipeline"]: s for s in map(json.loads, st(env, remote, "status").splitlines())}
-    assert status["clicks_per_region"]["records_behind"] == 0 and status["word_count"]["records_behind"] == 0
 
 
 def test_two_runs_of_one_pipeline_and_ingests_of_another_table_at_once_on_s3(env):

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 
 from streamtable.cli.terminal import StatusLine, show_progress
 from streamtable.core.errors import BadInputError, QualityGateError, StreamtableError
@@ -360,8 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_level is not None and args.log_level not in LOG_LEVELS:  # from $STREAMTABLE_LOG_LEVEL
         top.error(f"STREAMTABLE_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {args.log_level!r}")
     status = configure_logging(args)
-    if args.command in QUIET_ON_A_CLOSED_PIPE:  # `show TABLE | head`: end as Unix tools do, without a word
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if args.command in QUIET_ON_A_CLOSED_PIPE and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `show TABLE | head`: end as Unix tools do, without a word
     from streamtable.core.registry import current, use_folders
 
     use_folders(args.pipelines)

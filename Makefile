@@ -38,7 +38,7 @@ help:
 	@echo "make setup     install everything into the project (.venv, jars/, airflow_home/); fast when done"
 	@echo "make wheel     build the wheel and sdist into dist/ (uv build): what a team installs"
 	@echo "make demo      run the clicks_per_region example through Airflow on a fresh demo lake"
-	@echo "make test      every test, on two workers (what CI runs); the integration test needs PostgreSQL (skipped"
+	@echo "make test      every test, on three workers (what CI runs); the integration test needs PostgreSQL (skipped"
 	@echo "               without it unless STREAMTABLE_REQUIRE_INTEGRATION=1); WORKERS= runs them one by one"
 	@echo "make test-quick the tests that start no Spark process of their own (-m \"not slow\"): unit, DAGs, in-process Spark"
 	@echo "make lint      ruff check, ruff format --check, mypy (config: pyproject.toml); seconds (mypy's first run ~30 s)"

@@ -96,8 +96,8 @@ def migrated_airflow_home(home: Path) -> Path:
     return home
 
 
-# The longest files first, so that `-n 2 --dist loadfile --no-loadscope-reorder` (make test) starts them at once and
-# ends with the short ones on both workers. xdist gives the first file to the first worker, the second to the other,
+# The longest files first, so that `-n 3 --dist loadfile --no-loadscope-reorder` (make test) starts them at once and
+# ends with the short ones on every worker (written for two workers; three keep the order's point). xdist gives the first file to the first worker, the second to the other,
 # and the third to the first worker again, queued behind the integration test (ten minutes, mostly waiting on
 # Airflow and a stall timeout): so the third is a short one, and the other worker takes the DAG runs and the kills.
 LONGEST_FIRST = (

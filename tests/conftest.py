@@ -97,9 +97,9 @@ def migrated_airflow_home(home: Path) -> Path:
 
 
 # The longest files first, so that `-n 3 --dist loadfile --no-loadscope-reorder` (make test) starts them at once and
-# ends with the short ones on every worker (written for two workers; three keep the order's point). xdist gives the first file to the first worker, the second to the other,
-# and the third to the first worker again, queued behind the integration test (ten minutes, mostly waiting on
-# Airflow and a stall timeout): so the third is a short one, and the other worker takes the DAG runs and the kills.
+# ends with the short ones on every worker. xdist hands the files out in this order, each to the next free worker; the
+# first, the integration test (ten minutes, mostly waiting on Airflow and a stall timeout), keeps one worker while the
+# others take the DAG runs and the kills.
 LONGEST_FIRST = (
     "test_stream_integration.py",
     "test_crash_recovery.py",

@@ -230,7 +230,13 @@ def test_a_copy_killed_at_a_crash_point_then_run_again_loses_and_doubles_nothing
 
 
 @pytest.mark.slow
-def test_two_copiers_started_at_once_copy_each_offset_exactly_once(kafka_bootstrap, lake):
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_two_copiers_started_at_once_copy_each_offset_exactly_once(kafka_bootstrap, lake, where, request, monkeypatch):
+    """Two copies race for each commit (Delta's put-if-absent: on S3 a conditional write); each offset lands once."""
+    if where == "s3":
+        for key, value in request.getfixturevalue("object_store_env").items():
+            monkeypatch.setenv(key, value)  # the copiers (this env) and this process's reads reach the store
+        lake = Lake(f"s3://streamtable/tests/kafka-{uuid.uuid4().hex[:12]}")
     topic, count = new_topic(), 600
     send(kafka_bootstrap, topic, numbered(count))
     copiers = [cli_process(lake, topic, kafka_bootstrap, STREAMTABLE_KAFKA_COMMIT_ROWS="25") for _ in range(2)]

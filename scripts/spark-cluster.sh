@@ -69,6 +69,17 @@ print(state.get("status", "?"), state.get("aliveworkers", 0))
 EOF
 }
 
+# True while the process launched as NAME lives. The wait after a launch uses this, not daemon_pid: between
+# the fork and nohup's exec, /proc/PID/cmdline is still this script's, and a busy machine showed that
+# window (a healthy master reported as exited, with an empty log).
+launched_alive() {
+  local pid stat
+  pid="$(cat "$DIR/$1.pid" 2>/dev/null)" && [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  stat="$(cat "/proc/$pid/stat" 2>/dev/null)" || return 1
+  stat="${stat##*) }"
+  [[ "${stat%% *}" != Z ]]  # a daemon that exited but is not yet reaped is a zombie: not alive
+}
+
 port_busy() {  # true when something listens on 127.0.0.1:$1 (bash's /dev/tcp: no extra tool needed)
   (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null
 }
@@ -136,8 +147,8 @@ cmd_start() {
 
   local deadline=$((SECONDS + WAIT_S)) state=""
   while ((SECONDS < deadline)); do
-    daemon_pid master "$MASTER_CLASS" >/dev/null || { tail -30 "$DIR/master.log" >&2; die "the master exited (log above: $DIR/master.log)"; }
-    ((WORKERS == 0)) || daemon_pid worker "$WORKER_CLASS" >/dev/null || { tail -30 "$DIR/worker.log" >&2; die "the worker exited (log above: $DIR/worker.log)"; }
+    launched_alive master || { tail -30 "$DIR/master.log" >&2; die "the master exited (log above: $DIR/master.log)"; }
+    ((WORKERS == 0)) || launched_alive worker || { tail -30 "$DIR/worker.log" >&2; die "the worker exited (log above: $DIR/worker.log)"; }
     if state="$(master_state)" && [[ "$state" == ALIVE* ]] && (("${state#* }" >= WORKERS)); then
       say "ready: master ALIVE, ${state#* } worker(s) registered"
       echo "$MASTER_URL"

@@ -7,11 +7,17 @@ pipelines are files of a folder of this module, run in-process on the session's 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
+from helpers import CLI
 from streamtable.core import registry
 from streamtable.core.errors import BadInputError
 from streamtable.ingest.files import ingest_lines
@@ -288,3 +294,59 @@ def test_a_schema_that_does_not_fit_is_refused_naming_the_column(spark, base, tm
     assert table_version(lake.table_path("ext_missing")) is None  # nothing made in the lake for them
     with pytest.raises(BadInputError, match="ext_missing is a Delta table of another job .*it takes no records"):
         ingest_lines(lake, "ext_missing", order_lines(ORDERS[0]))
+
+
+S3_PIPELINE = """
+from streamtable import Column, Pipeline, Type, add_to_totals, at_least, delta_table, non_empty, table
+
+S, L, TS = Type.STRING, Type.LONG, Type.TIMESTAMP
+COLUMNS = [Column("order_id", S), Column("customer", S), Column("amount", L), Column("event_time", TS)]
+ORDERS = delta_table("s3_orders", path={path!r}, columns=COLUMNS, rules=[non_empty("customer"), at_least("amount", 0)])
+
+
+def totals(batch):
+    orders = batch.new("s3_orders").select("customer", "amount")
+    batch.upsert("s3_revenue", add_to_totals(batch.current("s3_revenue"), orders, ["customer"], "amount"))
+
+
+S3_TOTALS = Pipeline(
+    name="s3_totals", doc="", streams=("s3_orders",),
+    outputs=(table("s3_revenue", [Column("customer", S), Column("amount", L)], keys=["customer"]),), process=totals,
+)
+"""
+
+
+def test_a_table_of_another_job_on_s3_is_read_by_a_pipeline_on_a_local_lake(object_store_env, tmp_path):
+    """The job gets s3a (its class path and endpoint) for the input alone; the log and schema are read from S3 too."""
+    path = f"s3://streamtable/tests/other-job-{uuid.uuid4().hex[:12]}/orders"
+    schema = pa.schema(
+        [
+            ("order_id", pa.string()),
+            ("customer", pa.string()),
+            ("amount", pa.int32()),
+            ("event_time", pa.timestamp("us", "UTC")),
+            ("note", pa.string()),
+        ]
+    )
+    for version in ORDERS[:2]:  # the other job (delta-rs here) appends two versions
+        columns = list(zip(*order_rows(version), strict=True))
+        write_deltalake(path, pa.table(list(columns), schema=schema), mode="append", storage_options=object_store_env)
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "s3_orders.py").write_text(S3_PIPELINE.format(path=path))
+    env = {**os.environ, **object_store_env, registry.ENV: str(folder)}
+    env.pop("STREAMTABLE_LAKE", None)
+    lake = tmp_path / "lake"
+
+    def streamtable(*args: str) -> str:
+        proc = subprocess.run([CLI, *args, "--lake", str(lake)], env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
+    streamtable("run", "s3_totals")
+    shown = [json.loads(line) for line in streamtable("show", "s3_revenue").splitlines()]
+    assert shown == [{"customer": "ann", "amount": 155}, {"customer": "bob", "amount": 30}]
+    bad = [json.loads(line) for line in streamtable("show", "quarantine").splitlines()]
+    assert [(r["table"], r["reason"], r["source"], r["line"]) for r in bad] == [
+        ("s3_orders", "customer is empty", path, 1)
+    ]

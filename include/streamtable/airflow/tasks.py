@@ -41,7 +41,7 @@ from typing import Any, TypeVar, overload
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset
 
-from streamtable.airflow.catalog import pipelines_env, registered_pipelines
+from streamtable.airflow.catalog import pipelines_env, registered, registered_pipelines
 from streamtable.core import settings
 from streamtable.storage.lake import Lake, resolve_lake
 
@@ -63,9 +63,12 @@ def env_lake() -> str:
 
 
 def lake_class_path(lake: str) -> str:
-    """The class path a job on `lake` starts with (`settings.lake_launch_conf`): the s3a jars for an s3:// lake, else
-    nothing. Rendered when the task runs, so a lake set only through the Variable gets its jars too."""
-    return settings.lake_launch_conf(lake).get("spark.driver.extraClassPath", "")
+    """The class path a job on `lake` starts with (`settings.lake_launch_conf`): the s3a jars for an s3:// lake or
+    an input table of another job on S3, else nothing. Rendered when the task runs, so a lake set only through the
+    Variable gets its jars too."""
+    return settings.lake_launch_conf(lake, *registered().get("external_paths", [])).get(
+        "spark.driver.extraClassPath", ""
+    )
 
 
 # Pass as `user_defined_macros=MACROS` to every streamtable DAG (the `LAKE` templates call them).

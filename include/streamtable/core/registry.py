@@ -102,6 +102,12 @@ def get_input(name: str) -> Table:
     return current().input(name)
 
 
+def external_paths(registry: Registry | None = None) -> list[str]:
+    """Where the declared Delta tables of other jobs are (a job reading one on S3 needs s3a, whatever its lake)."""
+    inputs = (registry or current()).inputs.values()
+    return sorted({t.path for t in inputs if t.external and t.path})
+
+
 def load(user_folders: Sequence[Path]) -> Registry:
     """The built-in declarations, then each folder's files in name order; errors are collected, not raised."""
     registry = Registry()
@@ -242,6 +248,7 @@ def summary(registry: Registry) -> dict:
             for t in sorted(registry.inputs.values(), key=lambda t: t.name)
             if t.kafka_topic or t.landing_folder
         ],
+        "external_paths": external_paths(registry),
         "errors": registry.errors,
     }
 

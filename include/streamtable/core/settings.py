@@ -171,33 +171,40 @@ def s3a_jars() -> list[str]:
     return sorted(glob.glob(str(jar_dir() / "s3a" / "*.jar")))
 
 
-def lake_launch_conf(lake: str) -> dict[str, str]:
-    """What a driver on `lake` needs when its JVM starts: for an s3:// lake the s3a jars on the driver's and the
-    executors' class path (not `spark.jars`, which would copy the 640 MB SDK bundle into every session; the jars
-    must be at the same path on every host of a cluster). Nothing for a local lake; no secrets (spark-submit's
-    command line shows them)."""
-    if not lake.startswith(S3_SCHEMES):
+def on_object_store(*paths: str) -> str | None:
+    """The first of `paths` on S3 (a lake, or a Delta table of another job read as an input), or None."""
+    return next((p for p in paths if p.startswith(S3_SCHEMES)), None)
+
+
+def lake_launch_conf(lake: str, *inputs: str) -> dict[str, str]:
+    """What a driver on `lake`, reading the tables of other jobs at `inputs`, needs when its JVM starts: when any of
+    them is on S3, the s3a jars on the driver's and the executors' class path (not `spark.jars`, which would copy
+    the 640 MB SDK bundle into every session; the jars must be at the same path on every host of a cluster).
+    Nothing when all are local; no secrets (spark-submit's command line shows them)."""
+    remote = on_object_store(lake, *inputs)
+    if remote is None:
         return {}
     jars = s3a_jars()
     if not any("hadoop-aws" in os.path.basename(j) for j in jars):
         from streamtable.core.errors import SetupError
 
-        raise SetupError(f"{lake} is on S3: Spark needs the s3a jars in {jar_dir() / 's3a'}: run `make setup`")
+        raise SetupError(f"{remote} is on S3: Spark needs the s3a jars in {jar_dir() / 's3a'}: run `make setup`")
     return {"spark.driver.extraClassPath": ":".join(jars), "spark.executor.extraClassPath": ":".join(jars)}
 
 
-def lake_conf(lake: str) -> dict[str, str]:
-    """The Spark conf of a job on `lake`: for an s3:// lake, s3a reaching the same endpoint with the same
-    credentials as delta-rs and the store (`aws_settings`), plus `lake_launch_conf`; {} for a local lake.
+def lake_conf(lake: str, *inputs: str) -> dict[str, str]:
+    """The Spark conf of a job on `lake` reading the tables of other jobs at `inputs`: when any is on S3, s3a
+    reaching the same endpoint with the same credentials as delta-rs and the store (`aws_settings`), plus
+    `lake_launch_conf`; {} when all are local.
 
     Keys are set only when configured: without them s3a uses AWS's defaults (its credentials chain, the
     region's endpoint). A custom endpoint (a local or S3-compatible server) gets path-style requests.
     """
-    if not lake.startswith(S3_SCHEMES):
+    if on_object_store(lake, *inputs) is None:
         return {}
     aws = aws_settings()
     hadoop = "spark.hadoop.fs.s3a."
-    conf = lake_launch_conf(lake)
+    conf = lake_launch_conf(lake, *inputs)
     conf[hadoop + "impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"  # s3a, for the tables' own paths
     conf["spark.hadoop.fs.s3.impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"  # an s3:// path that reaches Spark
     endpoint = aws.get("aws_endpoint_url")

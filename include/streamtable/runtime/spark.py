@@ -7,7 +7,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from streamtable.core import settings
+from streamtable.core import registry, settings
 from streamtable.core.errors import SetupError
 
 
@@ -22,12 +22,13 @@ def delta_jars() -> list[str]:
 
 
 def get_spark(app_name: str = "streamtable", lake: str | None = None) -> SparkSession:
-    """Return the process's SparkSession, creating it with Delta configured (and s3a, for a `lake` on S3).
+    """Return the process's SparkSession, creating it with Delta configured (and s3a, for a `lake` on S3 or an
+    input table of another job there).
 
     The master comes from spark-submit when there is one, else from $STREAMTABLE_SPARK_MASTER
     (default `local[2]`). Tables are always addressed by path, so no Derby metastore is created.
     """
-    lake_conf = settings.lake_conf(lake or "")
+    lake_conf = settings.lake_conf(lake or "", *registry.external_paths())
     spark = SparkSession.getActiveSession()
     if spark is None:
         spark = _new_session(app_name, lake_conf)

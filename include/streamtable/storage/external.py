@@ -9,22 +9,20 @@ updates or deletes needs declared keys and the table's Change Data Feed, on sinc
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs
-from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake import CommitProperties, Transaction
 from deltalake.exceptions import CommitFailedError
 
 from streamtable.core.errors import BadInputError, UnknownTableError
 from streamtable.core.registry import get_input
 from streamtable.core.schema import arrow_schema, widens
 from streamtable.core.tables import QUARANTINE, Table
-from streamtable.storage.delta_rs import COMMIT_RETRIES, open_table, staged_rows
+from streamtable.storage.delta_rs import COMMIT_RETRIES, delta_table, log_entry, open_table, staged_rows, write
 from streamtable.storage.lake import Lake
 
 CHANGE_FEED = "delta.enableChangeDataFeed"
@@ -66,15 +64,9 @@ def commit(path: str, version: int) -> Commit:
     """The commit `version` of the Delta table at `path` (its `_delta_log/<version>.json`)."""
     key = (path, version)
     if key not in _COMMITS:
-        fs, root = pyarrow.fs.FileSystem.from_uri(path if "://" in path else Path(path).as_uri())
-        entry = f"{root}/_delta_log/{version:020d}.json"
-        try:
-            with fs.open_input_stream(entry) as stream:
-                actions = [json.loads(line) for line in stream.read().decode().splitlines() if line.strip()]
-        except FileNotFoundError:
-            raise BadInputError(
-                f"{path}: version {version} is no longer in the table's log (log retention or VACUUM)"
-            ) from None
+        actions = log_entry(path, version)
+        if actions is None:
+            raise BadInputError(f"{path}: version {version} is no longer in the table's log (log retention or VACUUM)")
         info: dict = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         metadata = next((a["metaData"] for a in actions if "metaData" in a), None)
         feed = None
@@ -159,9 +151,7 @@ def check(table: Table, start: int, stream: bool) -> bool:
 
 def _feed_at(path: str, version: int) -> bool:
     """Whether the table's Change Data Feed is on at `version`."""
-    from deltalake import DeltaTable
-
-    configuration = DeltaTable(path, version=version).metadata().configuration
+    configuration = delta_table(path, version).metadata().configuration
     return str(configuration.get(CHANGE_FEED, "false")).lower() == "true"
 
 
@@ -197,7 +187,7 @@ def record_quarantined(lake: Lake, staged: str, offsets: dict[str, int]) -> int:
         if selected.num_rows == 0:
             return 0
         try:
-            write_deltalake(
+            write(
                 delta if delta is not None else path,
                 selected,
                 mode="append",

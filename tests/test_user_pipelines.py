@@ -156,6 +156,22 @@ BROKEN = {
         "pipeline 'word_count' is already declared",
     ),
     "an error at import": (GOOD.replace("S, L, TS =", "1 / 0\nS, L, TS ="), "ZeroDivisionError"),
+    "an expectation on a column that is not there": (
+        GOOD.replace('expect.unique("customer", "window_start")', 'expect.unique("customer", "windowstart")'),
+        r"suite of 'hourly_orders': unique on 'windowstart', which is not a column of 'hourly_orders' \(its columns: ",
+    ),
+    "an undeclared input in process": (
+        GOOD.replace('batch.new("orders")', 'batch.new("order")'),
+        r"batch\.new\('order'\): 'order' is not a stream input \(streams=\) of the pipeline \(declared: orders\)",
+    ),
+    "an undeclared output in process": (
+        GOOD.replace('batch.current("revenue")', 'batch.current("revenu")'),
+        r"batch\.current\('revenu'\): 'revenu' is not an output table or state store",
+    ),
+    "an undeclared metric": (
+        GOOD.replace('batch.metric("amount"', 'batch.metric("amounts"'),
+        r"batch\.metric\('amounts'\): 'amounts' is not a declared metric",
+    ),
 }
 
 
@@ -243,8 +259,10 @@ def test_an_error_in_process_names_the_line_of_the_users_file(spark, use_folder,
     registry.current.cache_clear()
     lake = Lake(tmp_path / "lake")
     ingest_lines(lake, "orders", [order("o1", "ann", 1, "10:00:00")])
-    with pytest.raises(PipelineCodeError, match=rf"^{re.escape(str(path))}:\d+: AnalysisException: .*client"):
+    with pytest.raises(PipelineCodeError, match=rf"^{re.escape(str(path))}:\d+: AnalysisException: .*client") as e:
         run(lake, "orders")
+    assert str(e.value).endswith("(pipeline orders)")
+    assert "`o`." not in str(e.value) and "`customer`" in str(e.value), "Spark's hint, without internal aliases"
     assert rows(lake, "revenue") == []
 
 

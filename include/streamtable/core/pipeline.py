@@ -93,6 +93,16 @@ class Pipeline:
             for e in s.expectations
             if e.metric is not None and e.metric not in self.metrics
         ]
+        columns = {t.name: [c.name for c in t.columns] for t in self.outputs + self.state}
+        problems += [
+            f"suite of {s.table!r}: {e.kind} on {c!r}, which is not a column of {s.table!r} "
+            f"(its columns: {', '.join(columns[s.table])})"
+            for s in self.suites
+            if s.table in columns
+            for e in s.expectations
+            for c in e.columns
+            if c not in columns[s.table]
+        ]
         if self.ticks is not None and self.ticks.into not in self.inputs:
             problems.append(f"ticks go into {self.ticks.into!r}, which is not an input of the pipeline")
         return problems

@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from streamtable.core.errors import UnknownPipelineError, UnknownTableError
 from streamtable.core.pipeline import Pipeline
+from streamtable.core.source_check import undeclared_names
 from streamtable.core.tables import SYSTEM, Table
 
 ENV = "STREAMTABLE_PIPELINES"
@@ -204,7 +205,8 @@ def _add(registry: Registry, kind: str, name: str, value: Pipeline | Table, file
 
 
 def _check(registry: Registry) -> None:
-    """The declarations fit together: known inputs, keyed tables, one writer per table."""
+    """The declarations fit together: known inputs, keyed tables, one writer per table, and the names `process`
+    passes to its batch are declared ones (`source_check`)."""
     writers: dict[str, str] = {}
     reserved = set(SYSTEM) | set(registry.inputs)
     for pipeline in list(registry.pipelines.values()):
@@ -224,6 +226,10 @@ def _check(registry: Registry) -> None:
                 writers[table.name] = pipeline.name
         if problems:
             registry.errors.append(f"{where}: pipeline {pipeline.name!r} " + "; ".join(problems))
+            registry.broken.add(registry.files[("pipeline", pipeline.name)])
+        misnamed = [] if problems else undeclared_names(pipeline)  # one line for a file: its declarations' first
+        if misnamed:
+            registry.errors.extend(misnamed)
             registry.broken.add(registry.files[("pipeline", pipeline.name)])
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -253,6 +254,9 @@ class BatchHandler:
         return commit_time(self.ctx.lake, stats[SOURCE], stats["first"]) or as_utc(stats["committed"])
 
 
+INTERNAL_ALIAS = re.compile(r"`\w+`\.(`[^`]+`)")  # a column qualified by a DataFrame alias in Spark's messages
+
+
 def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
     """`pipeline.process(batch)`; an error raised in the pipeline's own file names that file and line."""
     try:
@@ -264,8 +268,9 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
         line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == file), None)
         if line is None:
             raise
-        text = str(e).strip()
-        raise PipelineCodeError(f"{file}:{line}: {type(e).__name__}: {text.splitlines()[0] if text else ''}") from e
+        text = INTERNAL_ALIAS.sub(r"\1", str(e).strip())  # `v`.`plan` in Spark's hints: operators' own aliases
+        first = text.splitlines()[0] if text else ""
+        raise PipelineCodeError(f"{file}:{line}: {type(e).__name__}: {first} (pipeline {pipeline.name})") from e
 
 
 class Stopping(Exception):

@@ -32,7 +32,7 @@ PYTEST_ARGS ?=
 # longest first (tests/conftest.py); WORKERS= runs them one by one.
 WORKERS ?= -n 3 --dist loadfile --no-loadscope-reorder
 
-.PHONY: help setup wheel demo test test-quick test-all lint cluster-start cluster-stop kafka kafka-stop object-store object-store-stop bench env clean distclean
+.PHONY: help setup wheel demo test test-quick test-all reference lint cluster-start cluster-stop kafka kafka-stop object-store object-store-stop bench env clean distclean
 
 help:
 	@echo "make setup     install everything into the project (.venv, jars/, airflow_home/); fast when done"
@@ -41,6 +41,7 @@ help:
 	@echo "make test      every test, on three workers (what CI runs); the integration test needs PostgreSQL (skipped"
 	@echo "               without it unless STREAMTABLE_REQUIRE_INTEGRATION=1); WORKERS= runs them one by one"
 	@echo "make test-quick the tests that start no Spark process of their own (-m \"not slow\"): unit, DAGs, in-process Spark"
+	@echo "make reference docs/reference.md, the API reference, from the docstrings (Sphinx autodoc; scripts/reference.sh)"
 	@echo "make lint      ruff check, ruff format --check, mypy (config: pyproject.toml); seconds (mypy's first run ~30 s)"
 	@echo "make cluster-start / cluster-stop   a Spark standalone master + worker (scripts/spark-cluster.sh)"
 	@echo "make kafka / kafka-stop   a local Kafka broker (scripts/kafka.sh): eval \"\$$(make -s kafka)\" sets STREAMTABLE_KAFKA"
@@ -69,6 +70,9 @@ test-quick: setup
 	$(PY) -m pytest -m "not slow" $(WORKERS) $(PYTEST_ARGS)
 
 test-all: test
+
+reference: setup
+	@bash scripts/reference.sh
 
 lint: setup
 	$(PY) -m ruff check .

@@ -8,7 +8,9 @@ One process, one SparkSession, fresh lakes. Each round ingests one line and runs
 of `--inventory-events` events follow, the same events into two lakes: one whose `inventory` output holds
 that many keys (filled by one batch first) and one whose output starts empty; the events update random
 keys of the big output. Each lake's first such batch is left out; `ratio` is the big output's median
-batch over the empty one's. Results go to `bench/results/batch_stages.json`.
+batch over the empty one's. Then `--driver-scenarios` times of a pipeline's test as a user writes it with
+`streamtable.testing` on the warm session: a new driver, three rounds of `pipe`, `run` and `output`
+(`driver_three_runs_s`, each scenario's seconds). Results go to `bench/results/batch_stages.json`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +32,7 @@ from streamtable.runtime.lifecycle import run
 from streamtable.runtime.progress import history
 from streamtable.runtime.spark import get_spark
 from streamtable.storage.lake import Lake
+from streamtable.testing import PipelineDriver
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STORES = 100
@@ -55,6 +59,17 @@ def measure(batches: int, root: Path) -> dict:
         )
         run(lake, "word_count")
     return medians(history(lake, "word_count")[1:])
+
+
+def driver_scenario(root: Path) -> float:
+    """Seconds of a three-run word_count test written with `streamtable.testing` (a fresh driver and lake)."""
+    started = time.perf_counter()
+    driver = PipelineDriver("word_count", root / f"driver-{time.monotonic_ns()}")
+    for n in range(3):
+        driver.pipe("text_lines", [{"line": f"to be or not {n}", "event_time": f"2026-01-01T00:00:0{n}Z"}])
+        driver.run()
+        assert driver.output("word_counts"), "the test driver's run wrote no counts"
+    return round(time.perf_counter() - started, 2)
 
 
 def key_events(keys: np.ndarray, rng: np.random.Generator) -> workloads.Columns:
@@ -89,11 +104,14 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=12, help="batches to run, the first one not counted")
     parser.add_argument("--inventory-keys", type=int, default=0, help="keys of the big inventory output (0: none)")
     parser.add_argument("--inventory-events", type=int, default=1000, help="events of each inventory batch")
+    parser.add_argument("--driver-scenarios", type=int, default=3, help="three-run test driver scenarios (0: none)")
     parser.add_argument("--out", default=str(RESULTS / "batch_stages.json"))
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="streamtable-bench-"))
     try:
         summary = measure(max(args.batches, 2), root)
+        if args.driver_scenarios:
+            summary["driver_three_runs_s"] = [driver_scenario(root) for _ in range(args.driver_scenarios)]
         if args.inventory_keys:
             keys, events = args.inventory_keys, args.inventory_events
             summary["output_size"] = output_size_cost(keys, events, max(args.batches, 2), root)

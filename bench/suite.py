@@ -54,6 +54,15 @@ def fixed_cost(results: dict) -> Verdict:
     return Verdict(target, f"{seconds:.2f} s (median of {results['batch_stages']['warm_batches']})", seconds <= 1.5)
 
 
+def driver_test(results: dict) -> Verdict:
+    target = "a warm three-run pipeline test with streamtable.testing takes seconds (<= 10 s)"
+    scenarios = results.get("batch_stages", {}).get("driver_three_runs_s")
+    if not scenarios:
+        return Verdict(target, "not measured", None)
+    seconds = sorted(scenarios)[len(scenarios) // 2]
+    return Verdict(target, f"{seconds:.1f} s (median of {len(scenarios)})", seconds <= 10)
+
+
 def serve_latency(summary: dict) -> Verdict:
     target = f"{summary['pipeline']} under serve at {TARGET_RATE:,} events/s: p50 <= 3 s, p99 <= 6 s"
     phase = next((p for p in summary["phases"] if p["rate_per_s"] == TARGET_RATE), None)
@@ -125,6 +134,7 @@ def peak_rss(results: dict) -> Verdict:
 def verdicts(results: dict) -> list[Verdict]:
     return [
         fixed_cost(results),
+        driver_test(results),
         *map(serve_latency, results["latency"]),
         output_size(results),
         big_drain(results),

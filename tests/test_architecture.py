@@ -25,6 +25,7 @@ LAYERS = {
     "airflow": 6,
     "cli": 6,
     "deploy": 6,
+    "testing": 6,
     "facade": 7,
     "pipelines": 8,
 }

@@ -53,7 +53,10 @@ from streamtable.storage.reader import rows
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-PAGES = [README, *sorted(DOCS.glob("*.md"))]
+# docs/reference.md is generated from the docstrings, its examples are fragments of a `process`:
+# tests/test_api_reference.py checks it.
+GENERATED = {DOCS / "reference.md"}
+PAGES = [README, *sorted(p for p in DOCS.glob("*.md") if p not in GENERATED)]
 RUNNABLE = {"console", "bash", "sh", "python"}
 ILLUSTRATIONS = {"text", "json"}
 SPARK_COMMANDS = {"run", "serve", "reprocess", "reset", "validate"}
@@ -68,6 +71,9 @@ RUN_ELSEWHERE = {
         "CI: `make test` runs tests/test_windows.py"
     ),
     "make lint": "CI: .ci/run runs `make lint`",
+    ".venv/bin/python -m pytest -q ~/my_pipelines/test_orders.py": (
+        "tests/test_testing_driver.py::test_the_guides_test_of_its_pipeline_passes (in this process)"
+    ),
     "STREAMTABLE_PIPELINES=~/my_pipelines .venv/bin/airflow dags test orders": (
         "tests/test_user_pipelines.py::test_the_guide_pipeline_runs_under_airflow_dag_test"
     ),
@@ -101,6 +107,9 @@ RUN_ELSEWHERE = {
     "scripts/spark-cluster.sh start": "tests/test_stream_integration.py",
     "make bench": "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)",
     ".venv/bin/python bench/batch_stages.py --batches 12": "nothing: a benchmark (docs/benchmarks.md has its figures)",
+    ".venv/bin/python bench/batch_stages.py --batches 6 --driver-scenarios 5": (
+        "nothing: a benchmark (docs/benchmarks.md has its figures)"
+    ),
     ".venv/bin/python bench/latency.py --rates 1000 10000 30000 100000 --seconds 60": (
         "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
     ),

@@ -50,34 +50,34 @@ PIPELINE = Pipeline(
 )
 '''
 
-TEST = '''"""{name}: ingest, run and show through the `streamtable` command on a lake of the test's own."""
+TEST = '''"""{name}: its records piped in, its runs, its outputs, with streamtable.testing's driver (in-process).
 
-import json
-import subprocess
-import sys
+Run with `pytest` (the `streamtable[testing]` extra brings it and the `streamtable_driver` fixture).
+"""
+
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
 
-def streamtable(lake, *args):
-    command = [sys.executable, "-m", "streamtable.cli.main", *args, "--lake", str(lake), "--pipelines", str(HERE)]
-    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
-
-
-def test_{name}_totals_per_key(tmp_path):
-    events = tmp_path / "events.jsonl"
-    events.write_text(
-        '{{"key": "a", "amount": 2, "event_time": "2026-01-01T00:00:00Z"}}\\n'
-        '{{"key": "b", "amount": 5, "event_time": "2026-01-01T00:00:01Z"}}\\n'
-        '{{"key": "a", "amount": 3, "event_time": "2026-01-01T00:00:02Z"}}\\n'
-        '{{"key": "", "amount": 1, "event_time": "2026-01-01T00:00:03Z"}}\\n'
+def test_{name}_totals_per_key(streamtable_driver):
+    driver = streamtable_driver("{name}", pipelines=HERE)
+    piped = driver.pipe(
+        "{name}_events",
+        [
+            {{"key": "a", "amount": 2, "event_time": "2026-01-01T00:00:00Z"}},
+            {{"key": "b", "amount": 5, "event_time": "2026-01-01T00:00:01Z"}},
+            {{"key": "", "amount": 1, "event_time": "2026-01-01T00:00:03Z"}},
+        ],
     )
-    lake = tmp_path / "lake"
-    assert json.loads(streamtable(lake, "ingest", "{name}_events", str(events)))["quarantined"] == 1
-    streamtable(lake, "run", "{name}")
-    rows = [json.loads(line) for line in streamtable(lake, "show", "{name}").splitlines()]
-    assert rows == [{{"key": "a", "amount": 5}}, {{"key": "b", "amount": 5}}]
+    assert piped["quarantined"] == 1
+    assert [r["reason"] for r in driver.quarantine()] == ["key is empty"]
+    driver.run()
+    assert driver.output("{name}") == [{{"key": "a", "amount": 2}}, {{"key": "b", "amount": 5}}]
+
+    driver.pipe("{name}_events", [{{"key": "a", "amount": 3, "event_time": "2026-01-01T00:00:02Z"}}])
+    driver.run()  # the next run adds only the new record
+    assert driver.output("{name}") == [{{"key": "a", "amount": 5}}, {{"key": "b", "amount": 5}}]
 '''
 
 

@@ -23,6 +23,13 @@ class Batch(Protocol):
         windows close, and records are late, against it.
     next_stream_time: the stream time once this run's records are consumed.
     versions: each stream input -> the newest Delta version (offset) this run consumes.
+
+    A pipeline's `process(batch)` reads with `new`, `table`, `consumed` and `current`, and stages with `upsert`,
+    `append`, `late` and `metric`; nothing is written before the run's commit:
+
+        def process(batch):
+            words = batch.new("text_lines").select(F.explode(F.split("line", " ")).alias("word"), F.lit(1).alias("n"))
+            batch.upsert("word_counts", add_to_totals(batch.current("word_counts"), words, ["word"], "n"))
     """
 
     spark: SparkSession

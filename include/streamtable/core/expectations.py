@@ -21,6 +21,10 @@ class Expectation:
       sum_equals        the sum of columns[0] equals the run's metric named `metric` (a reconciliation)
       column_pair_le    columns[0] <= columns[1] on every row where both are present
       any_not_null      on every row at least one of columns is not null
+
+    Made by the functions of `streamtable.expect`, never directly:
+
+        expect.unique("user", "window_start") == Expectation("unique", ("user", "window_start"))
     """
 
     kind: str
@@ -33,40 +37,74 @@ class Expectation:
 
 
 def not_null(column: str) -> Expectation:
-    """`column` has no nulls: `expect.not_null("region")`."""
+    """`column` has no nulls in the output.
+
+    In the output's `expect.Suite`:
+
+        expect.not_null("region")
+    """
     return Expectation("not_null", (column,))
 
 
 def unique(*columns: str) -> Expectation:
-    """No two rows share these columns' values: `expect.unique("user", "window_start")`."""
+    """No two rows of the output share these columns' values (a table's keys are unique by construction).
+
+    In the output's `expect.Suite`:
+
+        expect.unique("user", "window_start")
+    """
     return Expectation("unique", tuple(columns))
 
 
 def between(column: str, min_value: float | None = None, max_value: float | None = None) -> Expectation:
-    """`column` is within [min_value, max_value], either bound optional: `expect.between("clicks", min_value=0)`."""
+    """`column` is within [min_value, max_value] on every row, either bound optional.
+
+    In the output's `expect.Suite`:
+
+        expect.between("clicks", min_value=0)
+    """
     return Expectation("between", (column,), min_value=min_value, max_value=max_value)
 
 
 def in_set(column: str, values: tuple) -> Expectation:
-    """`column` takes only these values: `expect.in_set("source", ("close", "tick"))`."""
+    """`column` takes only these values.
+
+    In the output's `expect.Suite`:
+
+        expect.in_set("source", ("close", "tick"))
+    """
     return Expectation("in_set", (column,), value_set=tuple(values))
 
 
 def sum_equals(column: str, metric: str) -> Expectation:
     """The sum of `column` over the table equals the total of the metric the runs reported (`batch.metric`).
 
-    A reconciliation: `expect.sum_equals("clicks", metric="clicks")` with `metrics=("clicks",)` on the pipeline.
+    A reconciliation: declare the metric in the pipeline's `metrics=` and report, each run, what that run added
+    to the column. Records that go to `late_events` count in no window: leave them out of the metric.
+
+        expect.sum_equals("clicks", metric="clicks")      # Pipeline(..., metrics=("clicks",))
+        batch.metric("clicks", clicks.count() - late.count())
     """
     return Expectation("sum_equals", (column,), metric=metric)
 
 
 def column_pair_le(left: str, right: str) -> Expectation:
-    """`left` <= `right` on every row where both are present: `expect.column_pair_le("window_start", "window_end")`."""
+    """`left` <= `right` on every row where both are present.
+
+    In the output's `expect.Suite`:
+
+        expect.column_pair_le("window_start", "window_end")
+    """
     return Expectation("column_pair_le", (left, right))
 
 
 def any_not_null(*columns: str) -> Expectation:
-    """On every row at least one of the columns is not null: `expect.any_not_null("analytics", "metrics")`."""
+    """On every row at least one of the columns is not null.
+
+    In the output's `expect.Suite`:
+
+        expect.any_not_null("analytics", "metrics")
+    """
     return Expectation("any_not_null", tuple(columns))
 
 
@@ -74,7 +112,9 @@ def any_not_null(*columns: str) -> Expectation:
 class Suite:
     """The rules of one output table, checked before every batch is published; named `<pipeline>.<table>`.
 
-    expect.Suite("clicks_per_region", (expect.unique("region"), expect.sum_equals("clicks", metric="clicks")))
+    A batch whose changes break one is not published: the run fails (exit 4) and the outputs stay as they were.
+
+        expect.Suite("clicks_per_region", (expect.unique("region"), expect.sum_equals("clicks", metric="clicks")))
     """
 
     table: str

@@ -31,6 +31,10 @@ class Type:
     """A column's type: a scalar (`Type.STRING`, `LONG` (64-bit), `INT` (32-bit), `DOUBLE`, `FLOAT`, `BOOLEAN`,
     `TIMESTAMP` (UTC, microseconds), `DATE`, `BINARY`, `Type.decimal(p, s)`) or a nested one of any of these,
     to any depth: `Type.array(Type.LONG)`, `Type.map(Type.DOUBLE)` (string keys), `Type.struct([Column(...)])`.
+
+        Column("price", Type.decimal(10, 2))
+        Column("tags", Type.array(Type.STRING), nullable=True)
+        Column("address", Type.struct([Column("city", Type.STRING), Column("zip", Type.STRING, nullable=True)]))
     """
 
     kind: str
@@ -152,7 +156,7 @@ class Column:
     """A column of a table (or a field of a struct): a record without a value for it is quarantined unless it is
     `nullable`.
 
-    Column("region", Type.STRING, nullable=True)
+        Column("region", Type.STRING, nullable=True)
     """
 
     name: str

@@ -44,7 +44,13 @@ def declaration_site() -> str | None:
 
 @dataclass(frozen=True)
 class Rule:
-    """A check on one field beyond its type: `non_empty`, `at_least` (value) or `one_of` (values)."""
+    """A check on one field beyond its type: `non_empty`, `at_least` (value) or `one_of` (values).
+
+    Made by those three functions and given to an input's `rules=`; a record that breaks one is quarantined with
+    the rule's reason:
+
+        rules=[non_empty("user"), at_least("amount", 0), one_of("action", ["Open", "Close"])]
+    """
 
     kind: str
     column: str
@@ -70,6 +76,11 @@ class Table:
 
     kind: `input` (an append-only changelog users ingest into), `table` (an output keyed by `keys`,
     kept by MERGE), or `stream` (an append-only output ordered by `time_column`).
+
+    Made by `changelog`, `delta_table`, `table`, `stream` and `join_store`, never directly; a pipeline reads its
+    declared outputs back with `PIPELINE.output(name)`:
+
+        PIPELINE.output("revenue").keys == ("customer",)
     """
 
     name: str
@@ -210,7 +221,9 @@ def delta_table(
 def table(name: str, columns: Sequence[Column], keys: Sequence[str]) -> Table:
     """An output (or state store) kept by key: a batch's rows replace the rows with the same keys.
 
-    clicks = table("clicks_per_region", [Column("region", Type.STRING), Column("clicks", Type.LONG)], keys=["region"])
+    A pipeline stages its rows with `batch.upsert` (and reads them back with `batch.current`):
+
+        clicks = table("clicks_per_region", [Column("region", S), Column("clicks", Type.LONG)], keys=["region"])
     """
     return Table(name, tuple(columns), "table", keys=tuple(keys))
 
@@ -218,7 +231,9 @@ def table(name: str, columns: Sequence[Column], keys: Sequence[str]) -> Table:
 def stream(name: str, columns: Sequence[Column], time_column: str | None = None) -> Table:
     """An append-only output: every batch adds rows, none is ever changed (`show` orders by `time_column`).
 
-    calls = stream("calls", [Column("user1", Type.STRING), Column("ts", Type.TIMESTAMP)], time_column="ts")
+    A pipeline stages its rows with `batch.append`:
+
+        calls = stream("calls", [Column("user1", Type.STRING), Column("ts", Type.TIMESTAMP)], time_column="ts")
     """
     return Table(name, tuple(columns), "stream", time_column=time_column)
 
@@ -238,22 +253,39 @@ def join_store(name: str) -> Table:
 
     Each row is one distinct record (`record`, its JSON text) of a side with its `copies`, and whether it
     `matched` yet. Declare it in the pipeline's `state=`, and upsert the operator's `waiting` changes into it.
+
+        Pipeline(..., state=(join_store("order_payments"),))
     """
     return table(name, JOIN_STORE_COLUMNS, keys=["side", "record_id"])
 
 
 def non_empty(column: str) -> Rule:
-    """Rule: the string `column` is not `""` (a record with an empty one is quarantined)."""
+    """Rule: the string `column` is not `""` (a record with an empty one is quarantined, reason "user is empty").
+
+    Given to an input's `rules=`:
+
+        changelog("clicks", COLUMNS, rules=[non_empty("user")])
+    """
     return Rule("non_empty", column)
 
 
 def at_least(column: str, value: Any) -> Rule:
-    """Rule: `column` >= `value` (a record below it is quarantined)."""
+    """Rule: `column` >= `value` (a record below it is quarantined, reason "amount is -1, below 0").
+
+    Given to an input's `rules=`:
+
+        changelog("orders", COLUMNS, rules=[at_least("amount", 0)])
+    """
     return Rule("at_least", column, value)
 
 
 def one_of(column: str, values: Sequence[Any]) -> Rule:
-    """Rule: `column` is one of `values` (a record with another value is quarantined)."""
+    """Rule: `column` is one of `values` (a record with another value is quarantined, naming them).
+
+    Given to an input's `rules=`:
+
+        changelog("user_presence", COLUMNS, rules=[one_of("action", ["Open", "Close"])])
+    """
     return Rule("one_of", column, tuple(values))
 
 

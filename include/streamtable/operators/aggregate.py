@@ -14,8 +14,9 @@ class Aggregate:
     """An output column: `combine` (associative and commutative: sum, min, max) over each record's `value`.
 
     The same `combine` merges a key's current value with the new records' values (and, in session windows,
-    the values of the sessions a record bridges): a count is `Aggregate("count", F.lit(1))`, a sum
-    `Aggregate("amount", F.col("amount"))`, a reduce to the largest `Aggregate("largest", F.col("v"), F.max)`.
+    the values of the sessions a record bridges). A count, a sum and a reduce to the largest:
+
+        [Aggregate("orders", F.lit(1)), Aggregate("amount", F.col("amount")), Aggregate("top", F.col("amount"), F.max)]
     """
 
     column: str
@@ -28,7 +29,12 @@ def aggregate(
 ) -> DataFrame:
     """The new rows of the keys in `records`: each aggregate's `combine` over the key's current value and its records.
 
-    Keys without records are left out (they do not change); a key not in `current` starts from its records.
+    Returns the keys' columns and one column per `Aggregate`, one row per key in `records`. Keys without records
+    are left out (they do not change); a key not in `current` starts from its records. Per store and item:
+
+        moved = batch.new("stock_moves")
+        stock = aggregate(batch.current("stock"), moved, ["store", "item"], [Aggregate("quantity", F.col("delta"))])
+        batch.upsert("stock", stock)
     """
     keys = list(keys)
     new = records.groupBy(*keys).agg(*[a.combine(a.value).alias(a.column) for a in aggregates])
@@ -43,6 +49,10 @@ def add_to_totals(current: DataFrame, deltas: DataFrame, keys: Sequence[str], va
 
     A total keeps its deltas' type family: a sum of INT or LONG is a LONG, of FLOAT or DOUBLE a DOUBLE, of
     DECIMAL(p, s) a DECIMAL(38, s) (exact: the output column's declared type then holds it, or the batch fails).
+    Returns `keys` and `value`, one row per key in `deltas`. Revenue per customer:
+
+        orders = batch.new("orders").select("customer", "amount")
+        batch.upsert("revenue", add_to_totals(batch.current("revenue"), orders, ["customer"], "amount"))
     """
     summed = deltas.groupBy(*keys).agg(F.sum(value).alias("_delta"))
     return summed.join(current.select(*keys, F.col(value).alias("_old")), list(keys), "left").select(

@@ -28,7 +28,13 @@ def asof_join(
 ) -> DataFrame:
     """Each stream row gets `values` of the table's latest record for its key with time <= its own, or nulls if none.
 
-    Of records with equal times the later ingest wins; a null value is a delete.
+    Of records with equal times the later ingest wins; a record whose `values` are null deletes its key from then
+    on. Returns every column of `stream` plus `values`, one row per stream row (a left join). `changelog` is an
+    input's whole changelog, `batch.table(NAME)` (its `_commit_version` and `_line` order ties), declared in the
+    pipeline's `tables=`. Each click with its user's region at the click's time:
+
+        clicks = batch.new("user_clicks")
+        enriched = asof_join(clicks, batch.table("user_regions"), key="user", values=["region"])
     """
     table = versioned(changelog, key, values, time).alias("v")
     s = stream.alias("s")

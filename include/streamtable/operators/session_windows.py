@@ -26,7 +26,9 @@ class SessionWindows:
     """A key's records are one session while each is within `gap` (inclusive) of the next in time order.
 
     A session is closed once stream time (the largest event time consumed by earlier runs) reaches its
-    end + gap + grace; its row never changes again.
+    end + gap + grace; its row never changes again. Sessions of plays at most 30 minutes apart:
+
+        SessionWindows(gap=timedelta(minutes=30), grace=timedelta(minutes=5))
     """
 
     gap: timedelta
@@ -58,6 +60,21 @@ def aggregate_sessions(
     A record is late when its event time + gap + grace <= `stream_time`, or when it lies within the gap of
     a closed session; the other records and the open sessions are swept per key in time order, and pieces
     within the gap of each other become one session (a record bridging two sessions merges them).
+
+    `current` and the returned `upserts` have the keys, `session_start`, `session_end` and one column per
+    `Aggregate`; `deletes` are the open sessions merged into one that starts earlier (their keys and
+    `session_start`: delete them); `late` has `Batch.late`'s columns (`table`, `raw`, `reason`, `event_time`,
+    as `aggregate_in_windows`). Plays and seconds per user session:
+
+        events = batch.new("play_events").select("user", "duration", "event_time")
+        changes = aggregate_sessions(
+            events, batch.current("play_sessions"), ["user"], SessionWindows(gap=GAP, grace=GRACE),
+            [Aggregate("plays", F.lit(1)), Aggregate("seconds", F.col("duration"))], batch.stream_time,
+            table="play_events",
+        )
+        batch.upsert("play_sessions", changes.upserts.withColumn("_delete", F.lit(False)).unionByName(
+            changes.deletes.withColumn("_delete", F.lit(True))), delete="_delete")
+        batch.late(changes.late)
     """
     checked = _near_closed(records, current, keys, sessions, stream_time).withColumn(
         "_reason", _late_reason(sessions, stream_time)

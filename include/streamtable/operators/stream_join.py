@@ -33,7 +33,10 @@ EVENT_COLUMNS = ("side", "event_time", "payload", "raw", "_commit_version", "_li
 class JoinWindow:
     """Records of two streams whose event times differ by at most `within` (T) join; `grace` waits for late ones.
 
-    A record's window closes once stream time is past its time + T + grace.
+    A record's window closes once stream time is past its time + T + grace. Orders and their payments within
+    an hour, late ones waited for 10 minutes:
+
+        JoinWindow(within=timedelta(hours=1), grace=timedelta(minutes=10))
     """
 
     within: timedelta  # T: events whose times differ by at most T match
@@ -115,9 +118,19 @@ def outer_join_within(
 
     An unmatched event closes once `ts + T + grace` has passed by stream time or by wall clock.
 
-    Returns (matched events of both sides, with `partner_time` and `partner_payload`; closed unmatched
-    events; events still open; late events). A new event that matches nothing while an event of the
-    other side within T was emitted by an earlier run is late: its call is already closed.
+    `new` and `open_` (the open events kept from earlier runs) have the keys and `side` ("left" or "right"),
+    `event_time`, `payload` (a side's value, as text), `raw`, `_commit_version` and `_line`; `history` has the
+    keys, `side` and `event_time` of the events emitted by earlier runs. Returns (matched events of both sides,
+    those columns plus `partner_time` and `partner_payload`; closed unmatched events; events still open; late
+    events), each but the first with the columns of `new`. A new event that matches nothing while an event of
+    the other side within T was emitted by an earlier run is late: its call is already closed. As
+    `call_analytics` calls it (its events of both inputs, in these columns):
+
+        matched, closed, still_open, late = outer_join_within(
+            events("call_analytics").unionByName(events("call_metrics")), batch.current("open_call_events"),
+            batch.current("call_history"), ["user1", "user2"],
+            JoinWindow(timedelta(seconds=60), timedelta(seconds=180)), batch.next_stream_time, batch.wall_clock,
+        )
     """
     cols = [*keys, *EVENT_COLUMNS]
     candidates = (
@@ -159,7 +172,16 @@ PIECE = ("_record", "_id", "_copies", "_matched", "_new")  # what join_within ad
 
 
 class JoinedWithin(NamedTuple):
-    """What `join_within` returns for one run: the joined rows, the join store's changes, the late records."""
+    """What `join_within` returns for one run: the joined rows, the join store's changes, the late records.
+
+    `joined`: the keys, both sides' columns (the right's null in a left row that never matched) and
+    `event_time`; `waiting`: the join store's changes, to upsert with `delete=RETRACT`; `late`: the records
+    that came after their window closed, in `Batch.late`'s columns. A pipeline stages all three:
+
+        batch.append("paid_orders", paid.joined)
+        batch.upsert("order_payments", paid.waiting, delete=RETRACT)
+        batch.late(paid.late)
+    """
 
     joined: DataFrame  # keys, both sides' columns (the right's null in a left row that never matched), event_time
     waiting: DataFrame  # changes of the join store: upsert them, deleting the rows whose RETRACT is true

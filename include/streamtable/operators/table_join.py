@@ -38,7 +38,14 @@ def table_left_join(
     and `flag`: false with the recomputed row if it passes `keep` (and the left side has the key),
     true (a retraction) otherwise; when `result` (the committed result table) is given, retractions
     are only returned for keys it holds. Stage it with `batch.upsert(table, rows, delete=flag)`.
-    The two sides' non-key columns must not share names.
+    The two sides' non-key columns must not share names. Browsers with 5 actions or more, not verified:
+
+        requests = table_left_join(
+            batch.current("browser_action_counts"), counted, batch.current("verified_browsers"), verifications,
+            ["browser_hash"], keep=(F.col("actions") >= 5) & F.col("verified_at").isNull(),
+            result=batch.current("captcha_requests"),
+        )
+        batch.upsert("captcha_requests", requests, delete=RETRACT)
     """
     keys = list(keys)
     left_values = [c for c in left.columns if c not in keys]

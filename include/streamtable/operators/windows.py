@@ -53,7 +53,10 @@ class Windows:
     No window starts before the epoch.
 
     A window is final once stream time (the largest event time consumed by earlier runs) reaches its
-    end plus `grace`.
+    end plus `grace`. Hopping windows of 10 minutes every minute, and tumbling hours:
+
+        Windows(size=timedelta(minutes=10), advance=timedelta(minutes=1), grace=timedelta(minutes=5))
+        Windows(size=timedelta(hours=1), advance=timedelta(hours=1), grace=timedelta(minutes=10))
     """
 
     size: timedelta
@@ -93,15 +96,21 @@ def aggregate_in_windows(
     """Each record adds to the aggregates of its key in each of its windows that is still open, and is late in the
     others; returns (new rows for the windows that changed, late records).
 
-    `current` holds the committed rows (keys, `window_start`, `window_end`, one column per `Aggregate`). A
-    record's windows already final at `stream_time` do not get it: it goes to the late records with the
-    windows it missed in the reason (as does a record before the epoch, which is in no window). A sum and a
-    reduce per customer and hour:
+    `current` holds the committed rows (keys, `window_start`, `window_end`, one column per `Aggregate`); the
+    changed rows have the same columns. A record's windows already final at `stream_time` do not get it: it goes
+    to the late records with the windows it missed in the reason (as does a record before the epoch, which is
+    in no window). The late records have `Batch.late`'s columns: `table` (the `table` argument: name the input),
+    `raw` (the `raw` column, else the record's columns as JSON text, without `_` bookkeeping columns: select
+    what a reader of `late_events` needs before calling), `reason` and `event_time`. A sum and a reduce per
+    customer and hour:
 
         hourly, late = aggregate_in_windows(
             orders, batch.current("hourly_amounts"), ["customer"], HOURS,
             [Aggregate("amount", F.col("amount")), Aggregate("largest", F.col("amount"), F.max)], batch.stream_time,
+            table="orders",
         )
+        batch.upsert("hourly_amounts", hourly)
+        batch.late(late)
     """
     tagged = records.withColumn("_raw", raw if raw is not None else record_json(records)).withColumn(
         "_record", F.monotonically_increasing_id()
@@ -137,5 +146,19 @@ def count_in_windows(
     raw: Column | None = None,
     table: str = "",
 ) -> tuple[DataFrame, DataFrame]:
-    """Count records per key and window into `current`: `aggregate_in_windows` with one count, column `count`."""
+    """Count records per key and window into `current`: `aggregate_in_windows` with one count, in column `count`.
+
+    Returns (changed rows: keys, `window_start`, `window_end`, `count`; late records, as `aggregate_in_windows`).
+    `count=` names the count's column (the output's), `table=` the input named in the late records' `table`, and
+    `raw=` a column to store as the late records' `raw` (default: the record's columns as JSON). Orders per
+    customer and hour:
+
+        orders = batch.new("orders").select("order_id", "customer", "amount", "event_time")
+        hourly, late = count_in_windows(
+            orders, batch.current("hourly_orders"), ["customer"], HOURS, batch.stream_time,
+            count="orders", table="orders",
+        )
+        batch.upsert("hourly_orders", hourly)
+        batch.late(late)
+    """
     return aggregate_in_windows(records, current, keys, windows, [Aggregate(count, F.lit(1))], stream_time, raw, table)

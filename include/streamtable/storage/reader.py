@@ -56,14 +56,26 @@ def _sorted(data: pa.Table, spec: Table) -> pa.Table:
 
 
 def rows(lake: str | Path | Lake, table: str) -> list[dict]:
-    """The table's rows as dicts, sorted by its key columns (a stream by its time column, then the others)."""
+    """The table's rows as dicts, sorted by its key columns (a stream by its time column, then the others).
+
+    Read without Spark (delta-rs), as `streamtable show` reads them; values are Python's (datetime, Decimal, ...).
+
+        rows("lake", "clicks_per_region")  # [{"region": "EU", "clicks": 3}, ...]
+    """
     lake = lake if isinstance(lake, Lake) else Lake(resolve_lake(str(lake)))
     spec = table_spec(table)
     return _pylist(_sorted(_read(lake, spec), spec))
 
 
 def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
-    """The current rows of `table` whose leading key columns equal `key` (an interactive query)."""
+    """The current rows of `table` whose leading key columns equal `key` (an interactive query).
+
+    Kafka Streams' interactive query of a store, without Spark (`streamtable query` prints the same rows);
+    `key` values are given as text and read in the key columns' types.
+
+        query("lake", "inventory", "berlin", "apples")  # [{"store": "berlin", "item": "apples", "quantity": 3}]
+        query("lake", "inventory", "berlin")            # every item of the store
+    """
     lake = lake if isinstance(lake, Lake) else Lake(resolve_lake(str(lake)))
     spec = table_spec(table)
     keys = spec.keys if spec.kind == "table" else spec.sort_columns

@@ -1,0 +1,78 @@
+"""`streamtable.testing`: a pipeline's test in this process, with the package's own fixture (`streamtable_driver`).
+
+The driver runs `run`'s code, so its answers are the CLI's: word counts over three runs (a bad record quarantined
+on the way), and presence notifications whose ticks come from the driver's wall clock, a back-dated Close late.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from test_docs import blocks
+
+from helpers import ROOT
+from streamtable.core.errors import UnknownPipelineError
+from streamtable.testing import PipelineDriver
+
+
+def line(text: str, second: int) -> dict:
+    return {"line": text, "event_time": f"2026-01-01T00:00:{second:02d}Z"}
+
+
+def test_three_runs_count_each_record_once_and_a_bad_one_is_quarantined(streamtable_driver):
+    driver = streamtable_driver("word_count")
+    assert driver.pipe("text_lines", [line("a b", 1), {"line": "no time"}])["quarantined"] == 1
+    driver.run()
+    assert driver.output("word_counts") == [{"word": "a", "count": 1}, {"word": "b", "count": 1}]
+    driver.pipe("text_lines", [line("b c", 2)])
+    driver.pipe("text_lines", [line("b c", 2)])  # the same record piped again is a second record
+    assert driver.run()["records"] == 2
+    driver.run()  # nothing new: nothing changes
+    assert driver.output("word_counts") == [
+        {"word": "a", "count": 1},
+        {"word": "b", "count": 3},
+        {"word": "c", "count": 2},
+    ]
+    [bad] = driver.quarantine()
+    assert bad["table"] == "text_lines" and "event_time" in bad["reason"]
+
+
+def test_the_wall_clock_emits_ticks_and_a_back_dated_close_is_late(streamtable_driver):
+    start = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    driver = streamtable_driver("presence_notifications", wall_clock=start)
+    driver.pipe("user_presence", [{"user": "ann", "action": "Close", "event_time": "2026-01-01T12:00:00Z"}])
+    driver.run()
+    driver.advance_wall_clock(timedelta(minutes=30))  # a tick for ann at 12:30, while she is closed
+    driver.run()
+    sent = [(n["user"], n["source"], n["event_time"]) for n in driver.output("notifications")]
+    assert sent == [("ann", "close", start), ("ann", "tick", start + timedelta(minutes=30))]
+    # a Close at 12:05 of bob arrives after stream time passed 12:30: its windows closed, so it is late
+    driver.pipe("user_presence", [{"user": "bob", "action": "Close", "event_time": "2026-01-01T12:05:00Z"}])
+    driver.run()
+    assert [(r["table"], r["pipeline"]) for r in driver.late_events()] == [("user_presence", "presence_notifications")]
+    with pytest.raises(ValueError, match="only moves forward"):
+        driver.advance_wall_clock(timedelta(seconds=-1))
+
+
+def test_an_unknown_pipeline_fails_at_once_naming_the_known_ones(tmp_path):
+    with pytest.raises(UnknownPipelineError, match="word_count"):
+        PipelineDriver("word_cont", tmp_path / "lake")
+
+
+def test_the_guides_test_of_its_pipeline_passes(streamtable_driver, tmp_path):
+    """docs/your-own-pipeline.md's orders.py and test_orders.py, as a user writes them; the test run here."""
+    folder = tmp_path / "my_pipelines"
+    folder.mkdir()
+    for block in blocks(ROOT / "docs" / "your-own-pipeline.md"):
+        if block.user_file in ("~/my_pipelines/orders.py", "~/my_pipelines/test_orders.py"):
+            (folder / Path(block.user_file).name).write_text(block.code)
+    spec = importlib.util.spec_from_file_location("guide_test_orders", folder / "test_orders.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tests = [getattr(module, name) for name in dir(module) if name.startswith("test_")]
+    assert len(tests) == 1
+    tests[0](streamtable_driver)

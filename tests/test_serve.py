@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from datetime import UTC
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 
 from helpers import CLI, cli, ingest, table
 from reference import word_count as expected
+from servers import free_port
 from streamtable.core.registry import pipelines
 from streamtable.runtime.lifecycle import run
 from streamtable.runtime.progress import history
@@ -171,6 +173,14 @@ def test_progress_rows_and_status_follow_each_batch(spark, lake):
 
 
 @pytest.mark.slow
+def scrape(port: int) -> dict[str, float]:
+    """`serve --metrics-port`'s metrics: each sample line of /metrics, `name{labels}` -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = [line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")]
+    return {name: float(value) for name, value in samples}
+
+
 def test_serve_and_run_take_turns_and_sigterm_finishes_the_batch_in_flight(spark, lake):
     first, second, third, fourth = (
         lines("the cat", "a cat"),
@@ -181,11 +191,18 @@ def test_serve_and_run_take_turns_and_sigterm_finishes_the_batch_in_flight(spark
     ingest(lake, "text_lines", first)
     run(lake, P)  # run, then serve goes on from its checkpoint
 
-    served = Served(lake, "--interval", "1 second")
+    port = free_port()
+    served = Served(lake, "--interval", "1 second", "--metrics-port", str(port))
     try:
         ingest(lake, "text_lines", second)
         progress = served.next_output()["progress"]
         assert (progress["mode"], progress["batch_id"], progress["input_rows"]) == ("serve", 1, 2)
+        metrics = scrape(port)  # Prometheus' text format, as a scraper reads it
+        assert metrics['streamtable_batches_total{pipeline="word_count"}'] == 1
+        assert metrics['streamtable_input_records_total{pipeline="word_count"}'] == 2
+        assert metrics['streamtable_batch_duration_seconds_count{pipeline="word_count"}'] == 1
+        assert metrics['streamtable_batch_stage_seconds{pipeline="word_count",stage="compute"}'] > 0
+        assert metrics['streamtable_batch_lag_seconds{pipeline="word_count"}'] > 0
         assert table(lake, "word_counts", "word", "count") == expected([r["line"] for r in first + second])
         status = json.loads(cli(lake, "status", P).stdout)  # show/status/ingest work while serve runs
         assert status["busy"] and not status["behind"] and status["last_batch"]["batch_id"] == 1

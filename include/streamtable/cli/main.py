@@ -85,8 +85,16 @@ def cmd_run(args: argparse.Namespace) -> None:
 def cmd_serve(args: argparse.Namespace) -> None:
     from streamtable.runtime.lifecycle import run_continuously
 
+    observe = None
+    if args.metrics_port is not None:
+        from streamtable.cli.metrics import ServeMetrics
+
+        observe = ServeMetrics(args.metrics_port, args.metrics_host).observe
+
     def show(progress) -> None:
         print(json.dumps({"progress": progress.as_dict()}), flush=True)
+        if observe is not None:
+            observe(progress)
 
     report = run_continuously(_lake(args), args.pipeline, args.interval, args.stop_timeout, on_progress=show)
     print(json.dumps(report.as_dict()))
@@ -282,6 +290,8 @@ def parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="after SIGTERM, how long the batch in flight may take before exiting without it (code 3; default: 600)",
     )
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="batch metrics at http://HOST:PORT/metrics")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="with --metrics-port: the address (default: 127.0.0.1)")
     p = command("reprocess", cmd_reprocess, "rebuild outputs from a version (or time) of the primary input")
     p.add_argument("pipeline")
     start = p.add_mutually_exclusive_group(required=True)

@@ -110,7 +110,7 @@ print("RESULT " + json.dumps({{
     assert set(dag["tasks"]) == {"run", "quality_gate"}
     assert run["downstream"] == ["quality_gate"] and gate["downstream"] == []
     for task, command in ((run, "run"), (gate, "validate")):
-        assert task["type"] == {"run": "SparkSubmitOperator", "validate": "PublishingSubmitOperator"}[command]
+        assert task["type"] == {"run": "StreamtableSubmitOperator", "validate": "PublishingSubmitOperator"}[command]
         assert task["application"] == str(settings.JOB_SCRIPT) and Path(task["application"]).is_file()
         assert task["conn_id"] == "spark_default"
         assert task["args"][:3] == [command, "clicks_per_region", "--lake"]
@@ -206,9 +206,13 @@ def test_make_demo(fresh_airflow_home, tmp_path):
     moved = Lake(tmp_path / "moved_lake")
     for table in ("user_regions", "user_clicks"):
         ingest(moved, table, [json.loads(line) for line in (EXAMPLE / f"{table}.jsonl").read_text().splitlines()])
+    lineage = tmp_path / "openlineage.jsonl"  # Airflow's OpenLineage provider, to a file transport
+    transport = {
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage), "append": True})
+    }
     second = subprocess.run(
         [str(BIN / "airflow"), "dags", "test", "clicks_per_region"],
-        env=airflow_env(fresh_airflow_home, moved.root),
+        env=airflow_env(fresh_airflow_home, moved.root) | transport,
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -224,6 +228,20 @@ def test_make_demo(fresh_airflow_home, tmp_path):
         ]
     ]
     assert rows(moved, "clicks_per_region") == expected
+
+    # The run task's COMPLETE event names what it read and wrote, with the Delta versions: the two inputs as ingested
+    # (one commit each), the output after its first batch (version 0 created, version 1 its commit).
+    events = [json.loads(line) for line in lineage.read_text().splitlines() if line.strip()]
+    [complete] = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"] == "clicks_per_region.run"]
+
+    def named(datasets: list[dict]) -> list[tuple]:
+        return sorted((d["namespace"], d["name"], d["facets"]["version"]["datasetVersion"]) for d in datasets)
+
+    assert named(complete["inputs"]) == [
+        ("file", moved.table_path("user_clicks"), "0"),
+        ("file", moved.table_path("user_regions"), "0"),
+    ]
+    assert named(complete["outputs"]) == [("file", moved.table_path("clicks_per_region"), "1")]
 
 
 SOURCES = """

@@ -42,6 +42,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset
 
 from streamtable.airflow.catalog import pipelines_env, registered, registered_pipelines
+from streamtable.airflow.lineage import operator_lineage
 from streamtable.core import settings
 from streamtable.storage.lake import Lake, resolve_lake
 
@@ -138,7 +139,8 @@ PROCESS_LOG = "_process_spark_submit_log"
 
 
 class StreamtableSubmitOperator(SparkSubmitOperator):
-    """A SparkSubmitOperator that returns the JSON report the command prints (its XCom `return_value`, also logged).
+    """A SparkSubmitOperator that returns the JSON report the command prints (its XCom `return_value`, also logged),
+    and gives Airflow's OpenLineage provider the datasets the report names (`streamtable.airflow.lineage`).
 
     With `args_from`, the arguments an upstream task checked and pushed as its XCom `args` (a list of
     strings) are appended to the command line when the task runs (see `streamtable.storage.offsets`).
@@ -171,8 +173,13 @@ class StreamtableSubmitOperator(SparkSubmitOperator):
             self.application_args = args  # as rendered, should this operator object run again (dag.test)
         if not reports:
             return None
-        self.log.info("streamtable report:\n%s", json.dumps(reports[-1], indent=2))
-        return reports[-1]
+        self.report = reports[-1]
+        self.log.info("streamtable report:\n%s", json.dumps(self.report, indent=2))
+        return self.report
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The datasets the command read and wrote, with their versions, for Airflow's OpenLineage provider."""
+        return operator_lineage(getattr(self, "report", None))
 
 
 def json_objects(lines: Any, found: Callable[[dict], Any]) -> Any:
@@ -265,7 +272,7 @@ def pipeline_tasks(pipeline: str, **kwargs: Any) -> tuple[SparkSubmitOperator, S
     quality gate is not retried: the data, not the try, is wrong.
     """
     retry: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=30)}
-    run = streamtable_task("run", "run", pipeline, **(retry | kwargs))
+    run = streamtable_task("run", "run", pipeline, operator=StreamtableSubmitOperator, **(retry | kwargs))
     outlets = output_assets(pipeline)
     gate = streamtable_task(
         "quality_gate", "validate", pipeline, outlets=outlets, operator=PublishingSubmitOperator, **kwargs

@@ -5,19 +5,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from streamtable.core.pipeline import Pipeline
-from streamtable.core.schema import spark_ddl
-from streamtable.core.tables import HEARTBEAT, LATE_EVENTS, Table
+from streamtable.core.schema import arrow_schema, spark_ddl
+from streamtable.core.tables import HEARTBEAT, LATE_EVENTS
 from streamtable.runtime.progress import committed
-from streamtable.storage import delta_io, delta_rs
+from streamtable.storage import delta_rs
+from streamtable.storage.external import path_of
 from streamtable.storage.lake import PROGRESS, Lake
 from streamtable.storage.store import join, spark_path
 
-PROGRESS_DDL = (
-    "batch_id BIGINT, run_started_at TIMESTAMP, stream_time TIMESTAMP, records BIGINT, "
-    "input_versions MAP<STRING, BIGINT>, metrics MAP<STRING, BIGINT>"
+PROGRESS_SCHEMA = pa.schema(  # a generation's committed batches (`summary.progress_row`)
+    [
+        ("batch_id", pa.int64()),
+        ("run_started_at", pa.timestamp("us", "UTC")),
+        ("stream_time", pa.timestamp("us", "UTC")),
+        ("records", pa.int64()),
+        ("input_versions", pa.map_(pa.string(), pa.int64())),
+        ("metrics", pa.map_(pa.string(), pa.int64())),
+    ]
 )
 
 
@@ -73,15 +81,11 @@ class RunContext:
     def prepare(self) -> None:
         """Create this generation's outputs, stores and progress table if they do not exist."""
         for table in self.pipeline.outputs + (LATE_EVENTS,):
-            delta_io.ensure_table(self.spark, self.path(table.name), table)
-        for table in self.pipeline.state + (Table(PROGRESS, (), "stream"),):
-            delta_io.ensure_table(
-                self.spark,
-                self.path(table.name),
-                table,
-                change_feed=False,
-                ddl=PROGRESS_DDL if table.name == PROGRESS else None,
-            )
+            partitions = ("pipeline",) if table.name == LATE_EVENTS.name else ()
+            delta_rs.ensure_table(self.path(table.name), arrow_schema(table.columns), partition_by=partitions)
+        for table in self.pipeline.state:
+            delta_rs.ensure_table(self.path(table.name), arrow_schema(table.columns), change_feed=False)
+        delta_rs.ensure_table(self.path(PROGRESS), PROGRESS_SCHEMA, change_feed=False)
 
     def progress(self) -> list[dict]:
         """The progress rows of the committed runs of this generation (read with delta-rs: no Spark job)."""
@@ -99,3 +103,25 @@ class RunContext:
             for name, value in row["metrics"] or ():
                 totals[name] = totals.get(name, 0) + value
         return totals
+
+    def lineage(self) -> dict[str, list[dict]]:
+        """What this generation read and wrote, for OpenLineage: each input with the newest version its committed
+        runs consumed (a table read whole: its latest), each output with its version, by URI."""
+        consumed: dict[str, int] = {}
+        for row in self.progress():
+            for name, version in row["input_versions"] or ():
+                consumed[name] = max(version, consumed.get(name, -1))
+        inputs = []
+        for name in self.pipeline.inputs:
+            path = path_of(self.lake, name)
+            version = consumed.get(name) if name in self.pipeline.streams else delta_rs.table_version(path)
+            inputs.append({"table": name, "uri": self.lake.uri(path), "version": version})
+        outputs = [
+            {
+                "table": t.name,
+                "uri": self.lake.uri(self.path(t.name)),
+                "version": delta_rs.table_version(self.path(t.name)),
+            }
+            for t in self.pipeline.outputs
+        ]
+        return {"inputs": inputs, "outputs": outputs}

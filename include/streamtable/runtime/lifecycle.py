@@ -158,6 +158,9 @@ def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, c
         else:
             lake.store.write_json(join(lake.pipeline_dir(name), SWAP), {"generation": ctx.generation})
             finish_swap(lake, pipeline)
+        result.run["lineage"] = RunContext(
+            ctx.spark, lake, pipeline, lake.generation(name)
+        ).lineage()  # the live tables
         return result
 
 

@@ -57,6 +57,7 @@ class RunReport:
     records: int = 0
     stream_time: datetime | None = None
     changes: dict[str, int] = field(default_factory=dict)
+    lineage: dict[str, list[dict]] = field(default_factory=dict)  # `RunContext.lineage` once the run ended
 
     def as_dict(self) -> dict:
         return {
@@ -66,6 +67,7 @@ class RunReport:
             "records": self.records,
             "stream_time": format_time(self.stream_time) if self.stream_time else None,
             "changes": self.changes,
+            "lineage": self.lineage,
         }
 
 
@@ -315,6 +317,7 @@ def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int]
     await_query(query, handler)
     if report.stream_time is None:
         report.stream_time = ctx.stream_time()
+    report.lineage = ctx.lineage()
     return report
 
 
@@ -353,6 +356,7 @@ def serve(
     query.stop()
     await_query(query, handler)
     deadline.cancel()
+    report.lineage = ctx.lineage()
     return report
 
 

@@ -64,8 +64,9 @@ class Lake:
         return spark_path(path)
 
     def uri(self, path: str) -> str:
-        """`path` as a URI (`file://...` for a local lake; an `s3://` path is one already)."""
-        return path if self.on_object_store else Path(path).as_uri()
+        """`path` as a URI (`file://...` for a local path; an `s3://` path, of the lake or of another job's table,
+        is one already)."""
+        return path if self.on_object_store or "://" in path else Path(path).as_uri()
 
     def table_path(self, table: str) -> str:
         return self.path("tables", table)

@@ -50,8 +50,8 @@ OUTPUT_TABLE_PROPERTIES = {
 def ensure_table(path: str, schema: pa.Schema, change_feed: bool = True, partition_by: Sequence[str] = ()) -> None:
     """Create the Delta table at `path` with `schema` (and the outputs' properties) if it has no commit yet.
 
-    With delta-rs, in milliseconds (Delta Spark's CREATE took 2 to 3 s a table, most of a cold one-record run's
-    preparation), and its first commit is a put-if-absent like every other. A table exists once its first
+    With delta-rs, in milliseconds (Delta Spark's CREATE took 2 to 3 s a table in a cold driver, though most of
+    that was the JVM's warm-up, which the first query now pays), its first commit a put-if-absent like any other. A table exists once its first
     commit does: a process killed while creating one can leave a `_delta_log` without a commit, which is
     removed. Creators of one path take turns on a lease beside it (`late_events` is created by every pipeline).
     Internal state stores have no change feed (they may keep their records' `_commit_version`).

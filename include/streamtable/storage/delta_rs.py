@@ -51,10 +51,11 @@ def ensure_table(path: str, schema: pa.Schema, change_feed: bool = True, partiti
     """Create the Delta table at `path` with `schema` (and the outputs' properties) if it has no commit yet.
 
     With delta-rs, in milliseconds (Delta Spark's CREATE took 2 to 3 s a table in a cold driver, though most of
-    that was the JVM's warm-up, which the first query now pays), its first commit a put-if-absent like any other. A table exists once its first
-    commit does: a process killed while creating one can leave a `_delta_log` without a commit, which is
-    removed. Creators of one path take turns on a lease beside it (`late_events` is created by every pipeline).
-    Internal state stores have no change feed (they may keep their records' `_commit_version`).
+    that was the JVM's warm-up, which the first query now pays); its first commit is a put-if-absent like any
+    other. A table exists once its first commit does: a process killed while creating one can leave a
+    `_delta_log` without a commit, which is removed. Creators of one path take turns on a lease beside it
+    (`late_events` is created by every pipeline). Internal state stores have no change feed (they may keep
+    their records' `_commit_version`).
     """
     parent, name = path.rstrip("/").rsplit("/", 1)
     store = Store.for_lake(parent)

@@ -56,17 +56,27 @@ def clicks(first: int, end: int) -> list[dict]:
 
 
 class Follow:
-    """`streamtable ingest user_clicks --kafka TOPIC --follow` in a process of its own, on a lake of its own."""
+    """`streamtable ingest user_clicks --kafka TOPIC --follow` in a process of its own, on a lake of its own.
+
+    Its output goes to files beside the lake, never to pipes nobody reads while it runs: a copier blocked on a full
+    pipe (librdkafka logs every failed reconnect to stderr while the broker is down) would look like one that
+    stopped copying.
+    """
 
     def __init__(self, lake: Path, bootstrap: str, topic: str):
         self.lake = str(lake)
-        self.process = subprocess.Popen(
-            [CLI, "ingest", "user_clicks", "--kafka", topic, "--follow", "--bootstrap-servers", bootstrap]
-            + ["--lake", self.lake],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.stderr_path = lake.parent / f"{lake.name}-copier.stderr"
+        with open(lake.parent / f"{lake.name}-copier.stdout", "w") as out, open(self.stderr_path, "w") as err:
+            self.process = subprocess.Popen(
+                [CLI, "ingest", "user_clicks", "--kafka", topic, "--follow", "--bootstrap-servers", bootstrap]
+                + ["--lake", self.lake],
+                stdout=out,
+                stderr=err,
+                text=True,
+            )
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()[-3000:]
 
     def clicks(self) -> list[int]:
         shown = subprocess.run([CLI, "show", "user_clicks", "--lake", self.lake], capture_output=True, text=True)
@@ -75,8 +85,8 @@ class Follow:
     def wait(self, rows: int, timeout_s: float = 120) -> list[int]:
         deadline = time.monotonic() + timeout_s
         while len(landed := self.clicks()) < rows:
-            assert self.process.poll() is None, self.process.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, f"{len(landed)} of {rows} rows after {timeout_s} s"
+            assert self.process.poll() is None, self.stderr()
+            assert time.monotonic() < deadline, f"{len(landed)} of {rows} rows after {timeout_s} s; {self.stderr()}"
             time.sleep(0.5)
         return landed
 
@@ -84,8 +94,8 @@ class Follow:
         """Wait for `when_rows` rows, SIGTERM the copier (it commits and exits 0), return the `clicks` that landed."""
         self.wait(when_rows)
         self.process.send_signal(signal.SIGTERM)
-        _, err = self.process.communicate(timeout=120)
-        assert self.process.returncode == 0, err[-3000:]
+        self.process.wait(timeout=120)
+        assert self.process.returncode == 0, self.stderr()
         return self.clicks()
 
 
@@ -154,6 +164,7 @@ def test_a_broker_of_its_own_keeps_its_records_across_a_restart_and_a_taken_port
         produce(bootstrap, topic, clicks(200, 400))
         landed = copier.stop(when_rows=400)
         assert sorted(landed) == list(range(400)), "every record of both sides of the restart, once"
+        assert "rdkafka" not in copier.stderr_path.read_text(), "librdkafka's reconnect lines go to the debug log"
     finally:
         assert kafka_sh("stop").returncode == 0
     assert kafka_sh("status").returncode == 3

@@ -39,6 +39,7 @@ until SIGTERM; a partition added to the topic meanwhile is found within `METADAT
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -80,6 +81,20 @@ METADATA_REFRESH_S = 10.0  # --follow: how often it looks for partitions added t
 STALL_S = 60.0  # a bounded copy that gets nothing from the broker for this long fails
 LOST_RACES = 100  # commits lost to other copiers in a row before giving up
 BROKER_TIMEOUT_S = 15.0
+
+log = logging.getLogger("streamtable.ingest.kafka")
+
+
+class _LibrdkafkaLog:
+    """Where librdkafka's own lines go (confluent-kafka's `logger`): to streamtable's debug log, not stderr.
+
+    By default librdkafka writes a line to stderr for every failed reconnect while a broker is down, about 20 a
+    second: a long outage would flood an Airflow task's log, and block a copier whose stderr nobody reads. An
+    outage is said once instead, at warning (`_Copier._on_error`).
+    """
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        log.debug(fmt, *args)
 
 
 def records_app_id(topic: str, partition: int) -> str:
@@ -191,7 +206,8 @@ class _Copier:
                 "auto.offset.reset": "earliest",
                 "allow.auto.create.topics": False,
                 "isolation.level": "read_committed",
-                "error_cb": lambda error: self.errors.append(str(error)),
+                "error_cb": self._on_error,
+                "logger": _LibrdkafkaLog(),
             }
         )
         self.partitions = self._partitions()
@@ -201,6 +217,12 @@ class _Copier:
 
     def close(self) -> None:
         self.consumer.close()
+
+    def _on_error(self, error: KafkaError) -> None:
+        """Keep the broker's errors (a stalled copy names the last), and say once that every broker is down."""
+        if error.code() == KafkaError._ALL_BROKERS_DOWN and self.errors[-1:] != [str(error)]:
+            log.warning("%s: every Kafka broker of %s is down; retrying until it is back", self.topic, self.bootstrap)
+        self.errors = [*self.errors[-99:], str(error)]  # a copier may follow for months
 
     def _partitions(self) -> list[int]:
         try:

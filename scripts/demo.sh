@@ -26,7 +26,7 @@ say "ingesting the example: regions (alice moves asia -> europe at 10:02), then 
 "$ST" ingest user_clicks "$EXAMPLE/user_clicks.jsonl" --lake "$DEMO_LAKE"
 
 say "running the clicks_per_region DAG through Airflow: airflow dags test clicks_per_region (run >> quality_gate)"
-echo "   (two spark-submits, one to a few minutes each on 2 cores; Airflow's log: $LOG)"
+echo "   (one spark-submit: the run, then its quality suites in the same job; a minute or two on 2 cores; Airflow's log: $LOG)"
 started=$(date +%s)
 export STREAMTABLE_LAKE="$DEMO_LAKE" AIRFLOW_VAR_STREAMTABLE_LAKE="$DEMO_LAKE"
 status=0

@@ -87,6 +87,51 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(lines[-1][len("RESULT ") :])
 
 
+def dag_tests(env: dict, runs: list[dict], timeout: float = 1800) -> tuple[list[dict], str]:
+    """`dag.test()` each run in one subprocess; return each run's state, task states and XComs, and the output.
+
+    A run is {"file", "dag_id", "conf", "logical_date", "run_after", "mark_success"}. Each run parses its DAG
+    file again: in one process dag.test() would otherwise carry one run's params over into the next run.
+    A run refused before it starts (its conf breaks the params' schema) gives {"refused": message}.
+    """
+    proc = run_python(
+        f"""
+import json
+from datetime import datetime
+from sqlalchemy import select
+from airflow.dag_processing.dagbag import DagBag
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.xcom import XComModel
+from airflow.utils.session import create_session
+
+results = []
+for spec in json.loads({json.dumps(json.dumps(runs))}):
+    dag = DagBag(dag_folder=str({str(DAGS)!r} + "/" + spec["file"])).get_dag(spec["dag_id"])
+    kwargs = {{"run_conf": spec.get("conf")}}
+    for key in ("logical_date", "run_after"):
+        if spec.get(key):
+            kwargs[key] = datetime.fromisoformat(spec[key])
+    if spec.get("mark_success"):
+        kwargs["mark_success_pattern"] = spec["mark_success"]
+    try:
+        run = dag.test(**kwargs)
+    except Exception as e:
+        results.append({{"refused": f"{{type(e).__name__}}: {{e}}"}})
+        continue
+    with create_session() as session:
+        where = (TaskInstance.dag_id == spec["dag_id"], TaskInstance.run_id == run.run_id)
+        states = {{ti.task_id: str(ti.state) for ti in session.scalars(select(TaskInstance).where(*where))}}
+        xcoms = {{f"{{x.task_id}}.{{x.key}}": x.value for x in session.scalars(
+            select(XComModel).where(XComModel.dag_id == spec["dag_id"], XComModel.run_id == run.run_id))}}
+    results.append({{"state": str(run.state), "tasks": states, "xcom": xcoms}})
+print("RESULT " + json.dumps(results, default=str))
+""",
+        env,
+        timeout=timeout,
+    )
+    return last_json(proc), proc.stdout + proc.stderr
+
+
 def local_frame(spark, rows: list[tuple], schema: pa.Schema):
     """A DataFrame of `rows` made through Arrow: a local relation, which Spark plans without Python workers."""
     return spark.createDataFrame(

@@ -82,7 +82,8 @@ def test_dag_file_does_not_import_pyspark(dag_file, heavy_imports):
 
 
 def test_clicks_per_region_dag_shape(airflow_home, tmp_path):
-    """Two spark-submits of the job, run >> quality_gate, the lake templated, the output table an Asset."""
+    """One spark-submit of the job (run, then its suites), run >> quality_gate (the verdict read without Spark), the
+    lake templated, the output table an Asset."""
     lake = tmp_path / "lake"
     proc = run_python(
         f"""
@@ -91,11 +92,14 @@ dag = runpy.run_path({str(DAGS / "streamtable_dags.py")!r})["clicks_per_region"]
 tasks = {{}}
 for t in dag.tasks:
     tasks[t.task_id] = {{
-        "type": type(t).__name__, "application": t.application, "args": t.application_args,
-        "conn_id": t._conn_id, "jars": t.jars, "binary": t._spark_binary,
-        "downstream": sorted(t.downstream_task_ids),
+        "type": type(t).__name__, "downstream": sorted(t.downstream_task_ids),
         "outlets": [{{"uri": a.uri, "name": a.name}} for a in t.outlets],
     }}
+    if hasattr(t, "application"):
+        tasks[t.task_id] |= {{
+            "application": t.application, "args": t.application_args,
+            "conn_id": t._conn_id, "jars": t.jars, "binary": t._spark_binary,
+        }}
 print("RESULT " + json.dumps({{
     "schedule": str(dag.schedule), "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
     "macros": sorted(dag.user_defined_macros or {{}}), "tasks": tasks,
@@ -109,15 +113,15 @@ print("RESULT " + json.dumps({{
     run, gate = dag["tasks"]["run"], dag["tasks"]["quality_gate"]
     assert set(dag["tasks"]) == {"run", "quality_gate"}
     assert run["downstream"] == ["quality_gate"] and gate["downstream"] == []
-    for task, command in ((run, "run"), (gate, "validate")):
-        assert task["type"] == {"run": "StreamtableSubmitOperator", "validate": "PublishingSubmitOperator"}[command]
-        assert task["application"] == str(settings.JOB_SCRIPT) and Path(task["application"]).is_file()
-        assert task["conn_id"] == "spark_default"
-        assert task["args"][:3] == [command, "clicks_per_region", "--lake"]
-        assert "{{" in task["args"][3], "the lake is chosen when the task runs (a template), not at parse time"
-        jars = task["jars"].split(",")
-        assert any("delta-spark" in Path(j).name for j in jars) and all(Path(j).is_file() for j in jars)
-        assert task["binary"] == str(BIN / "spark-submit")
+    assert run["type"] == "StreamtableSubmitOperator" and gate["type"] == "QualityGateOperator"
+    assert "application" not in gate, "the gate reads the run's verdict: no spark-submit of its own"
+    assert run["application"] == str(settings.JOB_SCRIPT) and Path(run["application"]).is_file()
+    assert run["conn_id"] == "spark_default"
+    assert run["args"][:3] == ["run", "clicks_per_region", "--lake"] and run["args"][4:] == ["--validate"]
+    assert "{{" in run["args"][3], "the lake is chosen when the task runs (a template), not at parse time"
+    jars = run["jars"].split(",")
+    assert any("delta-spark" in Path(j).name for j in jars) and all(Path(j).is_file() for j in jars)
+    assert run["binary"] == str(BIN / "spark-submit")
     assert run["outlets"] == []
     assert gate["outlets"] == [
         {"uri": "streamtable://tables/clicks_per_region", "name": "streamtable.clicks_per_region"}
@@ -169,7 +173,7 @@ with create_session() as session:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # four cold spark-submits: ~3 min on an idle 2-core machine, 7 under load
+@pytest.mark.timeout(1800)  # two cold spark-submits and two Airflow runs: minutes on 2 cores, more under load
 def test_make_demo(fresh_airflow_home, tmp_path):
     """`make demo`'s script on a fresh lake: the DAG run succeeds, the table is the hand-computed one, the Asset
     is updated and the Data Docs are there (the README's first command). Then the lake moves and a second DAG run
@@ -304,3 +308,34 @@ print("RESULT " + json.dumps(found))
         [str(BIN / "streamtable"), "show", "shop_drops", "--lake", str(lake)], env=env, capture_output=True, text=True
     )
     assert [json.loads(line)["id"] for line in shown.stdout.splitlines()] == ["x"], shown.stderr
+
+
+@pytest.mark.slow
+def test_a_published_table_that_fails_its_suite_fails_the_quality_gate_not_the_run(spark, airflow_home, tmp_path):
+    """The micro-batch's `run` (one spark-submit: the batch, then the full suites on the published tables) commits and
+    reports the verdict; `quality_gate` reads it without Spark and fails, with the failed expectations in its log."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from helpers import dag_tests
+    from streamtable.runtime.lifecycle import run
+    from streamtable.storage.reader import rows
+
+    lake = Lake(tmp_path / "lake")
+    ingest(lake, "text_lines", [{"line": "a b a", "event_time": "2026-01-01T00:00:00Z"}])
+    run(lake, "word_count")
+    path = lake.table_path("word_counts")
+    bad = DeltaTable(path).to_pyarrow_table().slice(0, 1)
+    bad = bad.set_column(bad.schema.get_field_index("count"), "count", pa.array([0], pa.int64()))
+    write_deltalake(path, bad, mode="append")  # a word twice, once with a count of 0: the table's suite fails
+    ingest(lake, "text_lines", [{"line": "c", "event_time": "2026-01-01T00:01:00Z"}])
+
+    [result], output = dag_tests(
+        airflow_env(airflow_home, lake.root), [{"file": "streamtable_dags.py", "dag_id": "word_count"}]
+    )
+    assert result["tasks"] == {"run": "success", "quality_gate": "failed"}, output[-3000:]
+    verdict = result["xcom"]["run.return_value"]["validation"]
+    assert verdict["suites"] == {"word_count.word_counts": False} and verdict["data_docs"], verdict
+    assert any("count" in failure for failure in verdict["failures"]), verdict
+    assert f"word_count: {verdict['failures'][0]}" in output, "the gate's log says which expectation failed"
+    assert {"word": "c", "count": 1} in rows(lake, "word_counts"), "the run committed its batch before the verdict"

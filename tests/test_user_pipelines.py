@@ -423,7 +423,7 @@ print("RESULT " + json.dumps({{"errors": list(bag.import_errors), "env": run.env
 
 @pytest.mark.slow
 def test_the_guide_pipeline_runs_under_airflow_dag_test(airflow_home, use_folder, tmp_path):
-    """`airflow dags test orders`: run and quality_gate, two spark-submits, then the tables equal the model."""
+    """`airflow dags test orders`: run (one spark-submit) and quality_gate, then the tables equal the model."""
     lake = Lake(tmp_path / "lake")
     env = airflow_env(airflow_home, lake.root) | {registry.ENV: str(use_folder)}
     ingest_lines(lake, "orders", order_lines(RUNS[0], 1))

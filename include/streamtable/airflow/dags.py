@@ -44,19 +44,20 @@ One DAG per registered pipeline, built-in or the user's (the folders of the Vari
 scheduled as the pipeline declares (`Pipeline.schedule`, every 5 minutes unless it says otherwise).
 Its documentation is the pipeline's own, followed by this text.
 
-Tasks, each a `spark-submit` of streamtable's job script with the Delta jars (`$STREAMTABLE_JARS`) on the
-`spark_default` connection's master (Airflow runs one of its runs at a time; the pipeline's lock in the lake
-makes its micro-batch, reprocess and reset take turns):
+Tasks (Airflow runs one of its runs at a time; the pipeline's lock in the lake makes its micro-batch, reprocess
+and reset take turns); one spark-submit per run, of streamtable's job script with the Delta jars
+(`$STREAMTABLE_JARS`) on the `spark_default` connection's master:
 
 1. **emit_ticks** (only for a pipeline that declares `Ticks`): `streamtable emit-ticks --at RUN_AFTER
    --lake LAKE` appends one tick per key ever seen, at the run's scheduled time (`dag_run.run_after`).
    No Spark: delta-rs, a second. Emitting at an instant is idempotent, so a retry never doubles a tick.
-2. **run**: `streamtable run PIPELINE --lake LAKE` processes everything the inputs hold now and resumes
-   from where the last run stopped (a second run with no new input changes nothing).
-3. **quality_gate**: `streamtable validate PIPELINE --lake LAKE` runs the pipeline's Great Expectations
-   suites on its whole outputs and writes the Data Docs under `LAKE/_quality/`. It fails the DAG run when
-   a check fails; on success it updates the Assets of the outputs, so DAGs scheduled on them run after
-   each good batch.
+2. **run**: the spark-submit of `streamtable run PIPELINE --validate --lake LAKE`: it processes everything
+   the inputs hold now and resumes from where the last run stopped (a second run with no new input changes
+   nothing), then, in the same job, runs the pipeline's Great Expectations suites on its whole outputs and
+   writes the Data Docs under `LAKE/_quality/`; its XCom is the report, with the suites' verdict.
+3. **quality_gate**: reads that verdict, without Spark. It fails the DAG run when a check failed (the failed
+   expectations and the Data Docs page in its log; not retried); on success it updates the Assets of the
+   outputs, so DAGs scheduled on them run after each good batch.
 
 LAKE is the Variable `streamtable_lake` if set, else the env `STREAMTABLE_LAKE` of the task, else
 `~/streamtable/lake`. Feed the inputs with `streamtable ingest INPUT FILE`; read the outputs with

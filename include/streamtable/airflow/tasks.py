@@ -3,7 +3,7 @@
 Only files in dags/ import this module. It imports Airflow's Task SDK and the Spark provider, and from
 streamtable only `lake`: never pyspark, nor the pipelines. What a DAG file needs of the registry (names,
 docs, schedules, outputs) it reads with `registered()`, from a child process, so a broken or heavy pipeline
-file of the user's never breaks or slows the DAG processor. Every task is a `SparkSubmitOperator` that runs
+file of the user's never breaks or slows the DAG processor. Every Spark task is a `SparkSubmitOperator` that runs
 the package's job script (`settings.JOB_SCRIPT`: `streamtable COMMAND PIPELINE --lake LAKE`) with the Delta jars of
 `settings.jar_dir()` (`$STREAMTABLE_JARS`, filled by `streamtable jars fetch`), on the master of the
 `spark_default` connection (`local[2]` for `make setup`, `spark://spark-master:7077` in docker-compose.yaml).
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset
+from airflow.sdk import Asset, BaseOperator
 
 from streamtable.airflow.catalog import pipelines_env, registered, registered_pipelines
 from streamtable.airflow.lineage import operator_lineage
@@ -118,14 +118,31 @@ def output_assets(pipeline: str) -> list[Asset]:
     ]
 
 
-class PublishingSubmitOperator(SparkSubmitOperator):
-    """A SparkSubmitOperator whose asset events say where each output table is: the lake the task ran with (its
-    rendered `--lake`) and the table's URI in it."""
+class QualityGateOperator(BaseOperator):
+    """The micro-batch's quality gate: it reads the verdict the `run` task's job reported (`streamtable run --validate`:
+    the full suites on the published outputs, in the same spark-submit) and starts no Spark itself. It fails, unretried,
+    with the failed expectations and the Data Docs page in its log when a suite failed; else it publishes the output
+    Assets, each event saying where the table is: the lake the run used and the table's URI in it."""
+
+    template_fields = ("lake",)
+
+    def __init__(self, *, pipeline: str, run_task: str, lake: str = LAKE, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.pipeline, self.run_task, self.lake = pipeline, run_task, lake
 
     def execute(self, context: Any) -> None:
-        super().execute(context)
-        args = list(self.application_args or [])
-        lake = Lake(args[args.index("--lake") + 1])
+        from airflow.sdk.exceptions import AirflowFailException
+
+        report = context["ti"].xcom_pull(task_ids=self.run_task)
+        verdict = report.get("validation") if isinstance(report, dict) else None
+        if not isinstance(verdict, dict):
+            raise AirflowFailException(f"task {self.run_task} reported no validation verdict: {report!r}")
+        for suite, success in verdict["suites"].items():
+            self.log.info("suite %s %s", suite, "passed" if success else "FAILED")
+        self.log.info("Data Docs: %s", verdict.get("data_docs"))
+        if verdict["failures"]:
+            raise AirflowFailException(f"{self.pipeline}: " + "; ".join(verdict["failures"]))
+        lake = Lake(self.lake)
         for asset in self.outlets:
             if isinstance(asset, Asset) and asset.uri.startswith(ASSET_PREFIX):
                 table = asset.uri.removeprefix(ASSET_PREFIX)
@@ -265,17 +282,19 @@ def streamtable_task(
     return SparkSubmitOperator(task_id=task_id, **options)
 
 
-def pipeline_tasks(pipeline: str, **kwargs: Any) -> tuple[SparkSubmitOperator, SparkSubmitOperator]:
+def pipeline_tasks(pipeline: str, **kwargs: Any) -> tuple[StreamtableSubmitOperator, QualityGateOperator]:
     """The two tasks of a pipeline's micro-batch DAG: `run` >> `quality_gate` (which publishes the Assets).
 
-    `run` is retried once, 30 s later (a killed run is finished by the next, exactly once); a failed
-    quality gate is not retried: the data, not the try, is wrong.
+    `run` is one spark-submit of `streamtable run PIPELINE --validate`: the batch, then the full suites on the
+    published outputs, in one job. `quality_gate` reads that verdict without Spark (`QualityGateOperator`). `run` is
+    retried once, 30 s later (a killed run is finished by the next, exactly once); a failed quality gate is not
+    retried: the data, not the try, is wrong.
     """
     retry: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=30)}
     run = streamtable_task("run", "run", pipeline, operator=StreamtableSubmitOperator, **(retry | kwargs))
-    outlets = output_assets(pipeline)
-    gate = streamtable_task(
-        "quality_gate", "validate", pipeline, outlets=outlets, operator=PublishingSubmitOperator, **kwargs
+    run.application_args = [*(run.application_args or []), "--validate"]
+    gate = QualityGateOperator(
+        task_id="quality_gate", pipeline=pipeline, run_task=run.task_id, outlets=output_assets(pipeline), **kwargs
     )
     run >> gate
     return run, gate

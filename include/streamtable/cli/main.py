@@ -75,11 +75,13 @@ def cmd_ingest_folder(args: argparse.Namespace, limit: int) -> int:
 
 def cmd_run(args: argparse.Namespace) -> None:
     from streamtable.quality.validation import build_docs
-    from streamtable.runtime.lifecycle import run
+    from streamtable.runtime.lifecycle import run, validate
 
     lake = _lake(args)
-    report = run(lake, args.pipeline)
-    print(json.dumps(report.as_dict() | {"data_docs": build_docs(lake.quality_dir)}))
+    report = run(lake, args.pipeline).as_dict()
+    if args.validate:  # in the same job: a scheduled micro-batch is one spark-submit, its DAG's gate reads this verdict
+        report["validation"] = verdict(args.pipeline, validate(lake, args.pipeline))
+    print(json.dumps(report | {"data_docs": build_docs(lake.quality_dir)}))
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -137,19 +139,22 @@ def cmd_reset(args: argparse.Namespace) -> None:
 def cmd_validate(args: argparse.Namespace) -> None:
     from streamtable.runtime.lifecycle import validate
 
-    reports = validate(_lake(args), args.pipeline)
-    print(
-        json.dumps(
-            {
-                "pipeline": args.pipeline,
-                "suites": {r.suite: r.success for r in reports},
-                "data_docs": next((r.docs_path for r in reports if r.docs_path), None),
-            }
-        )
-    )
-    failures = [f for r in reports for f in r.failures]
+    report = verdict(args.pipeline, validate(_lake(args), args.pipeline))
+    failures = report.pop("failures")
+    print(json.dumps(report))
     if failures:
         raise QualityGateError(f"{args.pipeline}: " + "; ".join(failures))
+
+
+def verdict(pipeline: str, reports: list) -> dict:
+    """The full suites' verdict on a pipeline's published outputs: each suite's success, the failed expectations
+    (one line each) and the Data Docs page."""
+    return {
+        "pipeline": pipeline,
+        "suites": {r.suite: r.success for r in reports},
+        "data_docs": next((r.docs_path for r in reports if r.docs_path), None),
+        "failures": [f for r in reports for f in r.failures],
+    }
 
 
 def cmd_show(args: argparse.Namespace) -> None:
@@ -279,7 +284,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="with a folder and --follow: how often to look for new files (default: 1)",
     )
-    command("run", cmd_run, "process everything the inputs hold now, then exit").add_argument("pipeline")
+    p = command("run", cmd_run, "process everything the inputs hold now, then exit")
+    p.add_argument("pipeline")
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="then run the full quality suites on the published outputs in the same job and add their verdict to "
+        "the report (`validation`); the exit status stays the run's (`streamtable validate` fails on a refusal)",
+    )
     p = command("serve", cmd_serve, "run continuously, one run per micro-batch, until SIGTERM")
     p.add_argument("pipeline")
     p.add_argument("--interval", default="2 seconds", help="processing-time trigger (default: 2 seconds)")

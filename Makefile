@@ -58,6 +58,7 @@ setup:
 wheel: setup
 	rm -rf dist
 	$(PY) -m uv build -q --out-dir dist
+	rm -rf include/streamtable.egg-info  # setuptools' copy of the metadata, on the import path (scripts/setup.sh)
 	@ls dist
 
 demo: setup

@@ -3,7 +3,8 @@
 #
 #   1. checks Java >= 17 and python3.11 (says what is missing; installs nothing system-wide itself,
 #      except Maven when it is root and Maven is missing);
-#   2. .venv with requirements.txt (the editable package with every extra) under the constraints.txt lock;
+#   2. .venv with requirements.txt (the editable package with every extra) under the constraints.txt lock, and
+#      the Data Docs pages' CSS, scripts and fonts from npm (scripts/fetch_web_assets.py);
 #   3. Delta's jars in jars/ (mvn, from jars/pom.xml) when they are missing, and the class archive Spark's
 #      drivers start from (jars/spark-classes.jsa, include/streamtable/deploy/class_archive.py);
 #   4. an Airflow home in airflow_home/ (SQLite, `airflow db migrate`) with the spark_default connection (no
@@ -90,8 +91,10 @@ object_store_present() {
   [[ "${STREAMTABLE_SETUP_OBJECT_STORE:-1}" == 0 ]] && return 0
   [[ -x build/bin/versitygw && -f "jars/s3a/hadoop-aws-${hadoop_aws_version}.jar" ]] && compgen -G "jars/s3a/bundle-*.jar" >/dev/null
 }
+web_assets_present() { [[ -f include/streamtable/airflow/data_docs_assets/jquery@3.7.1/dist/jquery.min.js ]]; }  # step 2b
 if [[ "${SETUP_FORCE:-0}" != 1 && -f "$STAMP" && "$(cat "$STAMP")" == "$inputs_hash" \
-      && -x "$VENV/bin/streamtable" && -f "$AIRFLOW_HOME/airflow.db" ]] && jars_present && kafka_jars_present && object_store_present; then
+      && -x "$VENV/bin/streamtable" && -f "$AIRFLOW_HOME/airflow.db" ]] && jars_present && kafka_jars_present && object_store_present \
+      && web_assets_present; then
   say "up to date (java $java_version, $("$VENV/bin/python" -V), Delta $delta_version jars, AIRFLOW_HOME=$AIRFLOW_HOME); SETUP_FORCE=1 to redo"
   postgres
   exit 0
@@ -111,7 +114,16 @@ say "installing requirements.txt under the constraints.txt lock with uv (a few m
 # uv installs the same lock as pip would, in parallel and from its cache: 50 s instead of pip's 108 s here.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
 "$VENV/bin/python" -m uv pip install -q --compile-bytecode --python "$VENV/bin/python" -r requirements.txt -c constraints.txt
+# setuptools leaves the package's metadata in include/streamtable.egg-info, which is on the import path beside the
+# installed metadata: Airflow would load the Data Docs plugin's entry point twice and show "Plugin Import Error".
+rm -rf include/streamtable.egg-info
 "$VENV/bin/python" -m pip check >/dev/null || say "warning: 'pip check' reports conflicts (see .venv/bin/pip check)"
+
+# ---------------------------------------------------------------- 2b. the Data Docs pages' CDN assets
+# The CSS, scripts and fonts GX's Data Docs load from CDNs, from their npm tarballs (pinned integrity), so the Data
+# Docs plugin serves pages that work without the internet (include/streamtable/airflow/web_assets.py). Seconds.
+"$VENV/bin/python" scripts/fetch_web_assets.py \
+  || die "could not fetch the Data Docs assets from registry.npmjs.org (scripts/fetch_web_assets.py)"
 
 # ---------------------------------------------------------------- 3. Delta jars
 if jars_present; then

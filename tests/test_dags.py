@@ -318,6 +318,7 @@ def test_a_published_table_that_fails_its_suite_fails_the_quality_gate_not_the_r
     from deltalake import DeltaTable, write_deltalake
 
     from helpers import dag_tests
+    from streamtable.airflow.data_docs import MOUNT, site_page
     from streamtable.runtime.lifecycle import run
     from streamtable.storage.reader import rows
 
@@ -339,3 +340,8 @@ def test_a_published_table_that_fails_its_suite_fails_the_quality_gate_not_the_r
     assert any("count" in failure for failure in verdict["failures"]), verdict
     assert f"word_count: {verdict['failures'][0]}" in output, "the gate's log says which expectation failed"
     assert {"word": "c", "count": 1} in rows(lake, "word_counts"), "the run committed its batch before the verdict"
+    # the gate's "Data Docs" link (and the run's) opens the failed validation's page under Airflow's Data Docs plugin
+    page = verdict["pages"]["word_count.word_counts"]
+    assert Path(page).is_file() and "word_count.word_counts" in Path(page).read_text()
+    for task in ("quality_gate", "run"):
+        assert f"{MOUNT}/{site_page(page)}" in result["xcom"][f"{task}._link_DataDocsLink"], result["xcom"]

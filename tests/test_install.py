@@ -14,10 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ import pytest
 
 from helpers import ROOT
 from servers import free_port
+from streamtable.airflow.web_assets import WEB_ASSETS
 from streamtable.core import settings
 
 UV = [sys.executable, "-m", "uv"]
@@ -70,6 +73,7 @@ from airflow.utils.session import create_session
 from sqlalchemy import select
 
 import streamtable
+from streamtable.airflow.web_assets import WEB_ASSETS
 from streamtable.core import settings
 
 bag = DagBag(dag_folder="DAGS")
@@ -150,8 +154,16 @@ def test_the_wheel_installed_into_a_fresh_venv_runs_a_teams_pipeline_dag(tmp_pat
     started = time.monotonic()
     base = tmp_path / "team"  # nothing of the team's environment is inside the checkout
     assert not base.resolve().is_relative_to(ROOT)
-    run([*UV, "build", "-q", "--wheel", "--out-dir", str(base / "dist")], cwd=ROOT)
+    try:
+        run([*UV, "build", "-q", "--wheel", "--out-dir", str(base / "dist")], cwd=ROOT)
+    finally:  # setuptools' copy of the metadata, on the checkout's import path (see scripts/setup.sh)
+        shutil.rmtree(ROOT / "include" / "streamtable.egg-info", ignore_errors=True)
     [wheel] = (base / "dist").glob("streamtable-*.whl")
+    with zipfile.ZipFile(wheel) as archive:  # the Data Docs plugin, registered for Airflow, with its offline assets
+        names = archive.namelist()
+        [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        assert "streamtable.airflow.plugin:DataDocsPlugin" in archive.read(entry_points).decode()
+    assert {f"streamtable/airflow/data_docs_assets/{a.local}" for a in WEB_ASSETS} <= set(names)
     venv = base / "venv"
     run([*UV, "venv", "-q", str(venv), "--python", sys._base_executable])  # type: ignore[attr-defined]
     python, bin_ = venv / "bin" / "python", venv / "bin"

@@ -64,10 +64,14 @@ def test_passing_suite_builds_docs_under_the_quality_dir(spark, tmp_path, engine
 
     report = validate(df, "shop", ALL_KINDS, str(quality_dir), {"amount_in": 30}, engine=engine)
 
-    assert report == Report("shop.orders", True, (), report.docs_path, 3)
+    assert report == Report("shop.orders", True, (), report.docs_path, 3, report.page)
     assert report.docs_path == docs_index(str(quality_dir))
     assert Path(report.docs_path).is_file() and Path(report.docs_path).is_relative_to(quality_dir)
     assert "shop.orders" in Path(report.docs_path).read_text()
+    # this validation's own page, beside the index
+    assert report.page and Path(report.page).is_file()
+    assert Path(report.page).relative_to(Path(report.docs_path).parent).parts[0] == "validations"
+    assert "shop.orders" in Path(report.page).read_text()
     assert _datasources(quality_dir) == [quality.ENGINES[engine]]
 
 

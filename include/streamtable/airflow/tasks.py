@@ -42,6 +42,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset, BaseOperator
 
 from streamtable.airflow.catalog import pipelines_env, registered, registered_pipelines
+from streamtable.airflow.data_docs import DataDocsLink, docs_url, report_page
 from streamtable.airflow.lineage import operator_lineage
 from streamtable.core import settings
 from streamtable.storage.lake import Lake, resolve_lake
@@ -125,21 +126,24 @@ class QualityGateOperator(BaseOperator):
     Assets, each event saying where the table is: the lake the run used and the table's URI in it."""
 
     template_fields = ("lake",)
+    operator_extra_links = (DataDocsLink(),)
 
     def __init__(self, *, pipeline: str, run_task: str, lake: str = LAKE, **kwargs: Any):
         super().__init__(**kwargs)
         self.pipeline, self.run_task, self.lake = pipeline, run_task, lake
+        self.data_docs: str | None = None  # the Data Docs page of the verdict read (DataDocsLink)
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
         report = context["ti"].xcom_pull(task_ids=self.run_task)
+        self.data_docs = report_page(report)
         verdict = report.get("validation") if isinstance(report, dict) else None
         if not isinstance(verdict, dict):
             raise AirflowFailException(f"task {self.run_task} reported no validation verdict: {report!r}")
         for suite, success in verdict["suites"].items():
             self.log.info("suite %s %s", suite, "passed" if success else "FAILED")
-        self.log.info("Data Docs: %s", verdict.get("data_docs"))
+        self.log.info("Data Docs: %s (in the lake: %s)", docs_url(self.data_docs), self.data_docs)
         if verdict["failures"]:
             raise AirflowFailException(f"{self.pipeline}: " + "; ".join(verdict["failures"]))
         lake = Lake(self.lake)
@@ -163,9 +167,12 @@ class StreamtableSubmitOperator(SparkSubmitOperator):
     strings) are appended to the command line when the task runs (see `streamtable.storage.offsets`).
     """
 
+    operator_extra_links = (DataDocsLink(),)
+
     def __init__(self, *, args_from: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.args_from = args_from
+        self.data_docs: str | None = None  # the Data Docs page the report names (DataDocsLink)
 
     # Returns the report, which Airflow pushes as XCom: BaseOperator.execute returns Any, but the provider
     # annotates SparkSubmitOperator.execute `-> None` (it returns nothing), which no override may widen.
@@ -191,6 +198,7 @@ class StreamtableSubmitOperator(SparkSubmitOperator):
         if not reports:
             return None
         self.report = reports[-1]
+        self.data_docs = report_page(self.report)
         self.log.info("streamtable report:\n%s", json.dumps(self.report, indent=2))
         return self.report
 

@@ -148,11 +148,12 @@ def cmd_validate(args: argparse.Namespace) -> None:
 
 def verdict(pipeline: str, reports: list) -> dict:
     """The full suites' verdict on a pipeline's published outputs: each suite's success, the failed expectations
-    (one line each) and the Data Docs page."""
+    (one line each), the Data Docs index and each suite's page of this validation."""
     return {
         "pipeline": pipeline,
         "suites": {r.suite: r.success for r in reports},
         "data_docs": next((r.docs_path for r in reports if r.docs_path), None),
+        "pages": {r.suite: r.page for r in reports if r.page},
         "failures": [f for r in reports for f in r.failures],
     }
 

@@ -80,6 +80,7 @@ class Report:
     failures: tuple[str, ...]  # one short human line per failed expectation
     docs_path: str | None  # the Data Docs index.html showing this validation, or None without docs
     rows: int
+    page: str | None = None  # this validation's own Data Docs page (beside docs_path), or None without docs
 
 
 def docs_index(quality_dir: str) -> str:
@@ -176,10 +177,11 @@ def _check(
         ctx = _context(quality_dir)
         prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
         result = _run_checkpoint(ctx, name, suite.expectations, build_docs, engine, data, params)
-        docs = None
+        docs = page = None
         if build_docs:
             _publish_docs(quality_dir)
             docs = docs_index(quality_dir) if is_object_store(quality_dir) else _docs_path(ctx)
+            page = _page_path(ctx, next(iter(result.run_results)), quality_dir)
     (validation,) = result.run_results.values()
     failed = sorted((r for r in validation.results if not r.success), key=lambda r: r.expectation_config.meta[_RULE])
     failures = tuple(
@@ -201,7 +203,7 @@ def _check(
         rows,
         "".join(f"; {f}" for f in failures),
     )
-    return Report(suite=name, success=bool(result.success), failures=failures, docs_path=docs, rows=rows)
+    return Report(suite=name, success=bool(result.success), failures=failures, docs_path=docs, rows=rows, page=page)
 
 
 def _is_pandas(data: Any) -> bool:
@@ -491,6 +493,16 @@ def _docs_path(ctx: Any) -> str | None:
         url = site.get("site_url")
         if url and url.startswith("file://"):
             return unquote(urlparse(url).path)
+    return None
+
+
+def _page_path(ctx: Any, validation: Any, quality_dir: str) -> str | None:
+    """Where the Data Docs page of one validation result is: a local path, or its URI in a lake on object storage."""
+    for site in ctx.get_docs_sites_urls(resource_identifier=validation, site_name=SITE, only_if_exists=False):
+        url = site.get("site_url")
+        if url and url.startswith("file://"):
+            relative = unquote(urlparse(url).path).partition(SITE_DIR)[2]
+            return os.path.join(docs_index(quality_dir).rpartition("/")[0], relative)
     return None
 
 

@@ -88,7 +88,7 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
 
 
 def dag_tests(env: dict, runs: list[dict], timeout: float = 1800) -> tuple[list[dict], str]:
-    """`dag.test()` each run in one subprocess; return each run's state, task states and XComs, and the output.
+    """`dag.test()` each run in one subprocess; return each run's state, id, task states and XComs, and the output.
 
     A run is {"file", "dag_id", "conf", "logical_date", "run_after", "mark_success"}. Each run parses its DAG
     file again: in one process dag.test() would otherwise carry one run's params over into the next run.
@@ -123,7 +123,7 @@ for spec in json.loads({json.dumps(json.dumps(runs))}):
         states = {{ti.task_id: str(ti.state) for ti in session.scalars(select(TaskInstance).where(*where))}}
         xcoms = {{f"{{x.task_id}}.{{x.key}}": x.value for x in session.scalars(
             select(XComModel).where(XComModel.dag_id == spec["dag_id"], XComModel.run_id == run.run_id))}}
-    results.append({{"state": str(run.state), "tasks": states, "xcom": xcoms}})
+    results.append({{"state": str(run.state), "run_id": run.run_id, "tasks": states, "xcom": xcoms}})
 print("RESULT " + json.dumps(results, default=str))
 """,
         env,

@@ -121,6 +121,7 @@ LONGEST_FIRST = (
     "test_external_delta.py",
     "test_ingest.py",
     "test_install.py",
+    "test_airflow_ui.py",
     "test_serve.py",
     "test_docs.py",
     "test_presence_notifications.py",

@@ -25,6 +25,22 @@ def ingest(lake: Lake, table: str, records: list[dict | str]) -> IngestResult:
     return ingest_lines(lake, table, [r if isinstance(r, str) else json.dumps(r) for r in records])
 
 
+def word_count_refusing_its_next_batch(lake: Lake) -> None:
+    """A lake whose `word_count` has run one batch, then got a row that breaks `word_counts`' suite (a word twice, once
+    counted 0), and has one more line waiting: its next micro-batch commits, and the full suites refuse the table."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from streamtable.runtime.lifecycle import run
+
+    ingest(lake, "text_lines", [{"line": "a b a", "event_time": "2026-01-01T00:00:00Z"}])
+    run(lake, "word_count")
+    path = lake.table_path("word_counts")
+    bad = DeltaTable(path).to_pyarrow_table().slice(0, 1)
+    bad = bad.set_column(bad.schema.get_field_index("count"), "count", pa.array([0], pa.int64()))
+    write_deltalake(path, bad, mode="append")
+    ingest(lake, "text_lines", [{"line": "c", "event_time": "2026-01-01T00:01:00Z"}])
+
+
 def table(lake: Lake, name: str, key: str, value: str) -> dict:
     """A table output as {key: value}."""
     return {r[key]: r[value] for r in rows(lake, name)}

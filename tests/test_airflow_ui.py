@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from helpers import BIN, ROOT, airflow_env, ingest
+from helpers import BIN, ROOT, airflow_env
 from servers import free_port
 from streamtable.storage.lake import Lake
 
@@ -40,20 +40,10 @@ def _shot(driver, name: str) -> None:
 @pytest.fixture
 def refused_run(spark, fresh_airflow_home, tmp_path) -> tuple[Path, Lake, dict]:
     """An AIRFLOW_HOME holding one run of the `word_count` DAG whose quality_gate failed, and its lake."""
-    import pyarrow as pa
-    from deltalake import DeltaTable, write_deltalake
-
-    from helpers import dag_tests
-    from streamtable.runtime.lifecycle import run
+    from helpers import dag_tests, word_count_refusing_its_next_batch
 
     lake = Lake(tmp_path / "lake")
-    ingest(lake, "text_lines", [{"line": "a b a", "event_time": "2026-01-01T00:00:00Z"}])
-    run(lake, "word_count")
-    path = lake.table_path("word_counts")
-    bad = DeltaTable(path).to_pyarrow_table().slice(0, 1)
-    bad = bad.set_column(bad.schema.get_field_index("count"), "count", pa.array([0], pa.int64()))
-    write_deltalake(path, bad, mode="append")  # a word twice, once counted 0: word_counts' suite fails
-    ingest(lake, "text_lines", [{"line": "c", "event_time": "2026-01-01T00:01:00Z"}])
+    word_count_refusing_its_next_batch(lake)
     [result], output = dag_tests(
         airflow_env(fresh_airflow_home, lake.root), [{"file": "streamtable_dags.py", "dag_id": "word_count"}]
     )

@@ -314,22 +314,12 @@ print("RESULT " + json.dumps(found))
 def test_a_published_table_that_fails_its_suite_fails_the_quality_gate_not_the_run(spark, airflow_home, tmp_path):
     """The micro-batch's `run` (one spark-submit: the batch, then the full suites on the published tables) commits and
     reports the verdict; `quality_gate` reads it without Spark and fails, with the failed expectations in its log."""
-    import pyarrow as pa
-    from deltalake import DeltaTable, write_deltalake
-
-    from helpers import dag_tests
+    from helpers import dag_tests, word_count_refusing_its_next_batch
     from streamtable.airflow.data_docs import MOUNT, site_page
-    from streamtable.runtime.lifecycle import run
     from streamtable.storage.reader import rows
 
     lake = Lake(tmp_path / "lake")
-    ingest(lake, "text_lines", [{"line": "a b a", "event_time": "2026-01-01T00:00:00Z"}])
-    run(lake, "word_count")
-    path = lake.table_path("word_counts")
-    bad = DeltaTable(path).to_pyarrow_table().slice(0, 1)
-    bad = bad.set_column(bad.schema.get_field_index("count"), "count", pa.array([0], pa.int64()))
-    write_deltalake(path, bad, mode="append")  # a word twice, once with a count of 0: the table's suite fails
-    ingest(lake, "text_lines", [{"line": "c", "event_time": "2026-01-01T00:01:00Z"}])
+    word_count_refusing_its_next_batch(lake)
 
     [result], output = dag_tests(
         airflow_env(airflow_home, lake.root), [{"file": "streamtable_dags.py", "dag_id": "word_count"}]

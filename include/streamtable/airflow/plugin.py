@@ -53,11 +53,11 @@ def deployment_lake() -> str:
 
 def site_file(lake: str, path: str) -> bytes | None:
     """A file of the lake's Data Docs site (path relative to the site), or None."""
-    from streamtable.quality.validation import docs_index
+    from streamtable.quality.validation import site_dir
     from streamtable.storage.lake import Lake
 
-    site = docs_index(Lake(lake).quality_dir).rpartition("/")[0]
-    found = Lake(lake).store.read("/".join([site, *_parts(path)]))
+    where = Lake(lake)
+    found = where.store.read("/".join([site_dir(where.quality_dir), *_parts(path)]))
     return None if found is None else found.data
 
 

@@ -83,12 +83,17 @@ class Report:
     page: str | None = None  # this validation's own Data Docs page (beside docs_path), or None without docs
 
 
-def docs_index(quality_dir: str) -> str:
-    """Where `validate` writes the Data Docs index.html of a lake's quality_dir (no GX import): a local path, or the
-    `s3://` URI of the mirrored site for a lake on object storage."""
+def site_dir(quality_dir: str) -> str:
+    """The folder of a lake's Data Docs site (no GX import): a local path, or the `s3://` URI of the mirrored site
+    for a lake on object storage."""
     if is_object_store(quality_dir):
-        return join(quality_dir, "gx", SITE_DIR, "index.html")
-    return str(Path(quality_dir).resolve() / "gx" / SITE_DIR / "index.html")
+        return join(quality_dir, "gx", SITE_DIR.rstrip("/"))
+    return str(Path(quality_dir).resolve() / "gx" / SITE_DIR)
+
+
+def docs_index(quality_dir: str) -> str:
+    """Where `validate` writes the Data Docs index.html of a lake's quality_dir (in `site_dir`)."""
+    return f"{site_dir(quality_dir)}/index.html"
 
 
 def project_dir(quality_dir: str) -> str:
@@ -487,9 +492,9 @@ def prune_results(quality_dir: str, suite: str, keep: int = KEEP_RESULTS) -> int
     return removed
 
 
-def _docs_path(ctx: Any) -> str | None:
-    """The local path of the site's index.html, or None if it was not built."""
-    for site in ctx.get_docs_sites_urls(site_name=SITE):
+def _docs_path(ctx: Any, **resource: Any) -> str | None:
+    """The local path of a page of the site (its index.html without `resource`), or None if it was not built."""
+    for site in ctx.get_docs_sites_urls(site_name=SITE, **resource):
         url = site.get("site_url")
         if url and url.startswith("file://"):
             return unquote(urlparse(url).path)
@@ -498,12 +503,8 @@ def _docs_path(ctx: Any) -> str | None:
 
 def _page_path(ctx: Any, validation: Any, quality_dir: str) -> str | None:
     """Where the Data Docs page of one validation result is: a local path, or its URI in a lake on object storage."""
-    for site in ctx.get_docs_sites_urls(resource_identifier=validation, site_name=SITE, only_if_exists=False):
-        url = site.get("site_url")
-        if url and url.startswith("file://"):
-            relative = unquote(urlparse(url).path).partition(SITE_DIR)[2]
-            return os.path.join(docs_index(quality_dir).rpartition("/")[0], relative)
-    return None
+    local = _docs_path(ctx, resource_identifier=validation, only_if_exists=False)
+    return None if local is None else f"{site_dir(quality_dir)}/{local.partition(SITE_DIR)[2]}"
 
 
 def _count(n: int, noun: str = "row") -> str:

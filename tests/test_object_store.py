@@ -167,3 +167,27 @@ def test_spark_s3a_and_delta_rs_share_tables(object_store_env):
     table = DeltaTable(f"s3://streamtable/{base}/t2", storage_options=object_store_env)
     assert table.version() == 1
     assert sorted(table.to_pyarrow_table()["id"].to_pylist()) == list(range(150))
+
+
+def test_mirroring_a_folder_puts_only_what_is_new_changed_or_missing(object_store_env, tmp_path, monkeypatch):
+    """How a lake on s3:// gets its Data Docs site after each run: the files of the run's pages, not the whole site."""
+    from streamtable.storage.store import Store
+
+    for key, value in object_store_env.items():
+        monkeypatch.setenv(key, value)
+    site = tmp_path / "site"
+    (site / "pages").mkdir(parents=True)
+    for name in ("index.html", "pages/a.html", "pages/b.html"):
+        (site / name).write_text(name)
+    target = f"s3://streamtable/{prefix()}/site"
+    store = Store.for_lake(target)
+
+    assert store.mirror_dir(str(site), target) == 3
+    assert store.mirror_dir(str(site), target) == 0  # nothing changed
+    (site / "pages" / "c.html").write_text("c")
+    (site / "index.html").write_text("index, with c")
+    (site / "pages" / "a.html").unlink()
+    store.delete(f"{target}/pages/b.html")  # lost in the lake: put again
+    assert store.mirror_dir(str(site), target) == 3
+    assert store.objects(target) == [f"{target}/{name}" for name in ("index.html", "pages/b.html", "pages/c.html")]
+    assert [store.read(f"{target}/{name}").data for name in ("index.html", "pages/c.html")] == [b"index, with c", b"c"]

@@ -172,6 +172,30 @@ def test_only_the_newest_results_and_their_pages_are_kept(spark, tmp_path, monke
     assert all(p.parent.name in index for p in kept)
 
 
+def test_building_the_docs_renders_the_pages_not_yet_built_and_leaves_the_others(spark, tmp_path):
+    """What a run does after its gates (validations without pages): it renders their pages and the index, not every
+    page of the history again, so a run's cost does not grow with the batches before it."""
+    df = spark.createDataFrame([(1, "eu")], "id int, region string")
+    quality_dir = tmp_path / "_quality"
+    suite = expect.Suite("t", (expect.unique("id"),))
+    validate(df, "p", suite, str(quality_dir), engine="pandas")  # with its page, as `validate` does
+    site = quality_dir / "gx" / quality.SITE_DIR
+    [old] = sorted((site / "validations").rglob("*.html"))
+    built = old.stat().st_mtime_ns
+    for _ in range(2):  # the gates' validations: stored, no page
+        validate(df, "p", suite, str(quality_dir), build_docs=False, engine="pandas")
+    assert len(_validations(quality_dir)) == 3 and len(list((site / "validations").rglob("*.html"))) == 1
+
+    index = quality.build_docs(str(quality_dir))
+
+    pages = sorted((site / "validations").rglob("*.html"))
+    assert [p.parent.name for p in pages] == [p.parent.name for p in _validations(quality_dir)]
+    assert old.stat().st_mtime_ns == built  # left alone
+    assert all(p.parent.name in Path(index).read_text() for p in pages)
+    before = Path(index).stat().st_mtime_ns
+    assert quality.build_docs(str(quality_dir)) == index and Path(index).stat().st_mtime_ns == before  # up to date
+
+
 def test_nullable_ints_longs_bools_and_timestamps_compare_as_in_spark(spark, tmp_path, engine):
     # as float64 (what toPandas makes of an int column with nulls) the two longs would be equal
     big, t = 2**53, dt.datetime(2024, 1, 1, 12)

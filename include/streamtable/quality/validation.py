@@ -260,11 +260,30 @@ def _arrow_to_pandas(table: pa.Table, rules: tuple[Expectation, ...] | None, zon
 
 
 def build_docs(quality_dir: str) -> str:
-    """Build the lake's Data Docs from its stored validation results (the gate's too); return the index path."""
+    """Bring the lake's Data Docs up to date: the pages of stored validation results that have none yet (the gates')
+    and the index are built, pages already built are left alone (a run renders its own, not the history); return the
+    index path."""
     with _locked(quality_dir):
-        _context(quality_dir).build_data_docs(site_names=[SITE])
-        _publish_docs(quality_dir)
+        ctx = _context(quality_dir)
+        site = os.path.join(project_dir(quality_dir), "gx", SITE_DIR)
+        missing = _results_without_pages(ctx, site)
+        if missing or not os.path.isfile(os.path.join(site, "index.html")):
+            ctx.build_data_docs(site_names=[SITE], resource_identifiers=missing or None)
+            _publish_docs(quality_dir)
     return docs_index(quality_dir)
+
+
+def _results_without_pages(ctx: Any, site: str) -> list[Any]:
+    """The stored validation results whose page is not in the local Data Docs `site` folder (a file listing each).
+
+    GX files a result as `<suite as path>/<run name>/<run time>/<batch>.json` and its page under the same path.
+    """
+    pages = os.path.join(site, "validations")
+    return [
+        key
+        for key in ctx.validation_results_store.list_keys()
+        if not os.path.isfile(os.path.join(pages, *key.to_tuple()) + ".html")
+    ]
 
 
 def import_gx_in_background() -> None:

@@ -212,21 +212,30 @@ class Store:
 
     def mirror_dir(self, local: str, prefix: str) -> int:
         """Make the folder `prefix` of the lake hold what the local folder `local` holds (files put, objects no longer
-        there deleted); return how many files were put. For a local lake `prefix` may be `local` itself: nothing."""
+        there deleted); return how many files were put. For a local lake `prefix` may be `local` itself: nothing.
+
+        A file is put only when it is missing under `prefix` or changed (size, mtime) since this host last mirrored
+        it there (`<local>.mirrored.json` remembers), so a mirror costs what changed, not the folder's size.
+        """
         if self.local and os.path.realpath(local) == os.path.realpath(prefix):
             return 0
-        wanted = {}
+        manifest = Path(local.rstrip("/") + ".mirrored.json")
+        mirrored = (json.loads(manifest.read_text()) if manifest.is_file() else {}).get(prefix, {})
+        wanted: dict[str, tuple[str, list[int]]] = {}
         for folder, _, names in os.walk(local):
             for name in names:
                 full = os.path.join(folder, name)
-                wanted[join(prefix, os.path.relpath(full, local))] = full
-        for path, full in wanted.items():
-            with open(full, "rb") as handle:
+                stat = os.stat(full)
+                wanted[join(prefix, os.path.relpath(full, local))] = (full, [stat.st_size, stat.st_mtime_ns])
+        present = set(self.objects(prefix))
+        put = [path for path, (_, stamp) in wanted.items() if path not in present or mirrored.get(path) != stamp]
+        for path in put:
+            with open(wanted[path][0], "rb") as handle:
                 self.write(path, handle.read())
-        for path in self.objects(prefix):
-            if path not in wanted:
-                self.delete(path)
-        return len(wanted)
+        for path in present - wanted.keys():
+            self.delete(path)
+        manifest.write_text(json.dumps({prefix: {path: stamp for path, (_, stamp) in wanted.items()}}))
+        return len(put)
 
     @contextmanager
     def _cas_lock(self, path: str) -> Iterator[None]:

@@ -60,6 +60,15 @@ def object_store_env() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
+def browser() -> Iterator:
+    """Headless Chromium that reaches nothing but 127.0.0.1 (tests/browser.py)."""
+    from browser import headless_chromium
+
+    with headless_chromium() as driver:
+        yield driver
+
+
+@pytest.fixture
 def lake(tmp_path):
     """A fresh, empty lake."""
     from streamtable.storage.lake import Lake

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -21,20 +20,14 @@ from pathlib import Path
 import pytest
 import requests
 
-from helpers import BIN, ROOT, airflow_env
+from browser import by_text, keep_failure, screenshot, wait_until
+from helpers import BIN, airflow_env
 from servers import free_port
 from streamtable.storage.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-SHOTS = ROOT / "build" / "screenshots"
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 USER, PASSWORD = "operator", "a-password-of-this-test"
-
-
-def _shot(driver, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(SHOTS / f"{name}.png"))
 
 
 @pytest.fixture
@@ -98,62 +91,11 @@ def api_server(refused_run, tmp_path) -> Iterator[str]:
         log.close()
 
 
-@pytest.fixture
-def browser() -> Iterator:
-    """Headless Chromium that resolves no host but 127.0.0.1: nothing outside this machine loads."""
-    if not (CHROMIUM and CHROMEDRIVER):
-        missing = "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver; .ci/run does)"
-        if os.environ.get("STREAMTABLE_REQUIRE_INTEGRATION") == "1":
-            pytest.fail(missing)
-        pytest.skip(missing)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",  # root in CI
-        "--disable-dev-shm-usage",
-        "--window-size=1400,900",
-        "--no-proxy-server",
-        "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(120)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def _by_text(driver, text: str):
-    """The first visible link or button whose text is `text`, or None."""
-    from selenium.webdriver.common.by import By
-
-    found = driver.find_elements(By.XPATH, "//a|//button")
-    return next((e for e in found if e.is_displayed() and e.text.strip() == text), None)
-
-
-def _wait(condition, timeout: float = 60, what: str = "") -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if found := condition():
-                return found
-        except Exception:  # the page is still rendering: an element not there yet, or stale
-            pass
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.5)
-
-
 def test_an_operator_logs_in_and_opens_the_refused_batch_s_data_docs_from_its_task(refused_run, api_server, browser):
     try:
         _operator_path(refused_run[2], api_server, browser)
     except Exception:
-        _shot(browser, "failure")
-        (SHOTS / "failure.html").write_text(browser.page_source)
+        keep_failure(browser, "failure")
         raise
 
 
@@ -165,28 +107,28 @@ def _operator_path(result: dict, api_server: str, browser) -> None:
     # 1. Without an Airflow session the plugin answers 401: Airflow does not guard a plugin's app by itself.
     browser.get(docs)
     assert "Not authenticated" in browser.find_element(By.TAG_NAME, "body").text
-    _shot(browser, "1-data-docs-without-a-session")
+    screenshot(browser, "1-data-docs-without-a-session")
 
     # 2. Log in through Airflow's login form.
     browser.get(f"{api_server}/")
-    _wait(lambda: browser.find_element(By.NAME, "username"), what="the login form")
+    wait_until(lambda: browser.find_element(By.NAME, "username"), what="the login form")
     browser.find_element(By.NAME, "username").send_keys(USER)
     browser.find_element(By.NAME, "password").send_keys(PASSWORD)
-    _shot(browser, "2-login")
+    screenshot(browser, "2-login")
     next(b for b in browser.find_elements(By.TAG_NAME, "button") if b.text == "Sign in").click()
-    _wait(lambda: any(c["name"] == "_token" for c in browser.get_cookies()), what="the session cookie")
+    wait_until(lambda: any(c["name"] == "_token" for c in browser.get_cookies()), what="the session cookie")
 
     # 3. The refused run's quality_gate: failed; its Details list the extra link "Data Docs".
     browser.get(f"{api_server}/dags/word_count/runs/{result['run_id']}/tasks/quality_gate")
-    _wait(lambda: _by_text(browser, "Details"), what="the task's Details tab").click()
-    link = _wait(lambda: _by_text(browser, "Data Docs"), what="the Data Docs link of quality_gate")
+    wait_until(lambda: by_text(browser, "Details"), what="the task's Details tab").click()
+    link = wait_until(lambda: by_text(browser, "Data Docs"), what="the Data Docs link of quality_gate")
     assert "Failed" in browser.find_element(By.TAG_NAME, "body").text
-    _shot(browser, "3-quality-gate-task")
+    screenshot(browser, "3-quality-gate-task")
     link.click()  # a link to Airflow's own origin opens in the same tab
 
     # 4. The failed validation's page, styled and scripted from Airflow alone.
-    _wait(lambda: "/streamtable/data-docs/validations/" in browser.current_url, what="the validation page")
-    _wait(lambda: browser.execute_script("return document.readyState") == "complete", what="the page loaded")
+    wait_until(lambda: "/streamtable/data-docs/validations/" in browser.current_url, what="the validation page")
+    wait_until(lambda: browser.execute_script("return document.readyState") == "complete", what="the page loaded")
     text = browser.find_element(By.TAG_NAME, "body").text
     assert "word_count.word_counts" in text and "Failed" in text, text[:2000]
     loaded = browser.execute_script(
@@ -196,13 +138,13 @@ def _operator_path(result: dict, api_server: str, browser) -> None:
     assert browser.execute_script("return typeof jQuery === 'function' && typeof jQuery.fn.modal === 'function'")
     navbar = browser.find_element(By.CSS_SELECTOR, "nav.navbar")
     assert navbar.value_of_css_property("display") == "flex", "Bootstrap's CSS did not apply"
-    _shot(browser, "4-failed-validation-page")
+    screenshot(browser, "4-failed-validation-page")
 
     # 5. The index lists the validations (its table is drawn by bootstrap-table, so only with the scripts loaded).
     browser.get(docs)
-    rows = _wait(
+    rows = wait_until(
         lambda: browser.find_elements(By.CSS_SELECTOR, ".ge-index-page-validation-results-table tbody tr"),
         what="the index's rows",
     )
     assert any("word_count.word_counts" in r.text for r in rows), [r.text for r in rows]
-    _shot(browser, "5-data-docs-index")
+    screenshot(browser, "5-data-docs-index")

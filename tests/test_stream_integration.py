@@ -7,8 +7,12 @@ One DAG run, three tries of its `serve` task:
 2. try 2 (Airflow's retry) resumes from the checkpoint and consumes what was ingested while it was down;
    then the test freezes the driver (SIGSTOP) and ingests more: the input waits and no batch finishes,
    so after `stall_timeout_s` the supervisor stops the job and fails the try ("stalled: ...");
-3. try 3 resumes and consumes the rest; the test marks it failed through the REST API, `on_kill` stops
-   the driver, and nothing of the job is left running.
+3. try 3 resumes and consumes the rest; the test marks it failed in the Airflow UI, in headless Chromium
+   ("Mark Task Instance as..." > Failed > Confirm, screenshots in build/screenshots/stream-*.png), `on_kill`
+   stops the driver, nothing of the job is left running, and the UI shows the task failed;
+4. then an operator reprocesses word_count from version 0 through the `reprocess` DAG's form in the UI (the
+   pipeline picked in its dropdown): the same counts, the report in the task's log; and a request for a version
+   beyond the input's latest fails its check, whose one-line reason the task's log shows.
 
 After each try `word_counts` must equal the counts computed here from every line ingested (nothing
 lost, nothing counted twice). Everything runs in temporary directories on free ports (its own
@@ -39,7 +43,9 @@ from typing import Any
 import psutil
 import pytest
 import requests
+from selenium.webdriver.common.by import By
 
+from browser import by_text, keep_failure, screenshot, wait_until
 from reference import word_count
 from servers import free_port
 from streamtable.airflow.supervise import find_drivers
@@ -348,6 +354,74 @@ class Stack:
         return "\n".join(parts)
 
 
+def mark_failed_in_the_ui(browser: Any, api: str, run_id: str) -> None:
+    """The running task's page in the UI (all users are admins here: no login), "Mark Task Instance as..." > Failed >
+    Confirm; a screenshot before and after."""
+    browser.get(f"{api}/dags/{DAG_ID}/runs/{run_id}/tasks/{TASK_ID}")
+    mark = wait_until(
+        lambda: browser.find_element(By.CSS_SELECTOR, "button[aria-label='Mark Task Instance as...']"),
+        what="the task's Mark as menu",
+    )
+    wait_until(lambda: "Running" in browser.find_element(By.TAG_NAME, "body").text, what="the task shown running")
+    screenshot(browser, "stream-1-running")
+    mark.click()
+    wait_until(lambda: by_text(browser, "Failed"), what="the menu item Failed").click()
+    wait_until(lambda: by_text(browser, "Confirm"), what="the dialog's Confirm").click()
+    screenshot(browser, "stream-2-marked-failed")
+
+
+def trigger_reprocess_in_the_ui(browser: Any, stack: Stack, pipeline: str, from_version: int) -> str:
+    """The `reprocess` DAG's Trigger form, filled as an operator does (the pipeline picked in its dropdown, a
+    from_version, dry run off); returns the new run's id."""
+    before = {r["dag_run_id"] for r in stack.rest("GET", "/dags/reprocess/dagRuns")["dag_runs"]}
+    browser.get(f"{stack.api}/dags/reprocess")
+    wait_until(
+        lambda: browser.find_element(By.CSS_SELECTOR, "[data-testid='trigger-dag-button']"), what="the Trigger button"
+    ).click()
+    dropdown = wait_until(lambda: visible(browser, "//input[@role='combobox']"), what="the Pipeline dropdown")
+    for unpause in browser.find_elements(By.XPATH, "//label[contains(., 'Unpause reprocess on trigger')]"):
+        if unpause.is_displayed() and not unpause.find_element(By.TAG_NAME, "input").is_selected():
+            unpause.click()
+    dropdown.click()
+    dropdown.send_keys(pipeline)
+    wait_until(
+        lambda: next(o for o in browser.find_elements(By.XPATH, "//*[@role='option']") if o.text.strip() == pipeline),
+        what=f"{pipeline} in the Pipeline dropdown",
+    ).click()
+    browser.find_element(By.NAME, "element_from_version").send_keys(str(from_version))
+    assert not browser.find_element(By.NAME, "element_dry_run").is_selected(), "dry run is off by default"
+    screenshot(browser, f"reprocess-1-form-from-version-{from_version}")
+    visible(browser, "//*[@role='dialog']//button[normalize-space()='Trigger']").click()
+    return wait_until(
+        lambda: next(
+            r["dag_run_id"]
+            for r in stack.rest("GET", "/dags/reprocess/dagRuns")["dag_runs"]
+            if r["dag_run_id"] not in before
+        ),
+        what="the triggered run",
+    )
+
+
+def visible(browser: Any, xpath: str) -> Any:
+    """The first element shown on the page that matches `xpath`; StopIteration (so wait_until retries) without one."""
+    return next(e for e in browser.find_elements(By.XPATH, xpath) if e.is_displayed())
+
+
+def run_state(stack: Stack, run_id: str) -> str:
+    return stack.rest("GET", f"/dags/reprocess/dagRuns/{run_id}")["state"]
+
+
+def task_log_in_the_ui(browser: Any, api: str, run_id: str, task_id: str, seen: str) -> str:
+    """The text of a task's page in the UI (its log tab) once it shows `seen`."""
+    browser.get(f"{api}/dags/reprocess/runs/{run_id}/tasks/{task_id}")
+
+    def shown() -> str | None:
+        text = browser.find_element(By.TAG_NAME, "body").text
+        return text if seen in text else None
+
+    return wait_until(shown, 120, what=f"{seen!r} in the log of {task_id}")
+
+
 @pytest.fixture
 def stack(tmp_path):
     db_url = fresh_database(postgres_base_url(), TEST_DB)
@@ -398,7 +472,7 @@ def counts(stack: Stack) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------------ the test
 
 
-def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
+def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack, browser):
     started = time.monotonic()
     phase = "setup"
 
@@ -528,8 +602,8 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
         caught_up("try 3 to count every line exactly once", 3)
         third = wait_for("the driver of try 3", driver, 120)
 
-        step("mark the task failed through the REST API: on_kill stops the job")
-        stack.rest("PATCH", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{TASK_ID}", json={"new_state": "failed"})
+        step("mark the task failed in the Airflow UI, as an operator does: on_kill stops the job")
+        mark_failed_in_the_ui(browser, stack.api, run_id)
         wait_for(
             "the driver of try 3 to exit",
             lambda: not third.is_running() or third.status() == psutil.STATUS_ZOMBIE,
@@ -552,6 +626,25 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
         wait_for("the Spark master to run no application", lambda: not stack.spark_apps(), 60, seen=stack.spark_apps)
         assert stack.task_instance(run_id)["state"] == "failed"
         assert stack.rest("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")["state"] == "failed"
+        browser.refresh()
+        wait_until(lambda: "Failed" in browser.find_element(By.TAG_NAME, "body").text, what="the UI to show it failed")
+        screenshot(browser, "stream-3-stopped")
+        assert counts(stack) == lines.expected()
+
+        step("reprocess word_count from version 0 through the UI's form: the same counts, its report in the log")
+        rebuilt = trigger_reprocess_in_the_ui(browser, stack, "word_count", 0)
+        wait_for("the reprocess run to succeed", lambda: run_state(stack, rebuilt) == "success", 600)
+        assert counts(stack) == lines.expected()
+        report = task_log_in_the_ui(browser, stack.api, rebuilt, "reprocess_word_count", '"rows_after"')
+        assert '"pipeline": "word_count"' in report, report[-2000:]
+        screenshot(browser, "reprocess-2-report-in-the-log")
+
+        step("a version beyond the input's latest is refused by the check, its reason in the task log")
+        refused = trigger_reprocess_in_the_ui(browser, stack, "word_count", 10**6)
+        wait_for("the refused run to fail", lambda: run_state(stack, refused) == "failed", 300)
+        reason = task_log_in_the_ui(browser, stack.api, refused, "check_params", "refused: ")
+        assert "from_version 1000000 is beyond the latest version of text_lines" in reason, reason[-2000:]
+        screenshot(browser, "reprocess-3-refused-reason-in-the-log")
         assert counts(stack) == lines.expected()
 
         step("stop Airflow and the cluster: nothing of the test may be left running")
@@ -560,6 +653,7 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
         wait_for("every process of the test to end", lambda: not stack.leftovers(), 60, seen=stack.leftovers)
         step("done")
     except BaseException:
+        keep_failure(browser, "stream-failure")
         print(
             f"\n===== FAILED in phase '{phase}' after {time.monotonic() - started:.0f} s; logs:\n{stack.report()}",
             file=sys.stderr,

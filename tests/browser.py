@@ -71,6 +71,13 @@ def by_text(driver: Any, text: str) -> Any:
     return next((e for e in found if e.is_displayed() and e.text.strip() == text), None)
 
 
+def visible(driver: Any, xpath: str) -> Any:
+    """The first element shown on the page that matches `xpath`; StopIteration (so wait_until retries) without one."""
+    from selenium.webdriver.common.by import By
+
+    return next(e for e in driver.find_elements(By.XPATH, xpath) if e.is_displayed())
+
+
 def wait_until(condition: Callable[[], Any], timeout: float = 60, what: str = "") -> Any:
     """What `condition` returns once it is truthy, polled every half second; fails after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -45,7 +45,7 @@ import pytest
 import requests
 from selenium.webdriver.common.by import By
 
-from browser import by_text, keep_failure, screenshot, wait_until
+from browser import by_text, keep_failure, screenshot, visible, wait_until
 from reference import word_count
 from servers import free_port
 from streamtable.airflow.supervise import find_drivers
@@ -400,11 +400,6 @@ def trigger_reprocess_in_the_ui(browser: Any, stack: Stack, pipeline: str, from_
         ),
         what="the triggered run",
     )
-
-
-def visible(browser: Any, xpath: str) -> Any:
-    """The first element shown on the page that matches `xpath`; StopIteration (so wait_until retries) without one."""
-    return next(e for e in browser.find_elements(By.XPATH, xpath) if e.is_displayed())
 
 
 def run_state(stack: Stack, run_id: str) -> str:

@@ -105,11 +105,15 @@ def project_dir(quality_dir: str) -> str:
     return str(cache / "streamtable" / "quality" / hashlib.sha256(quality_dir.encode()).hexdigest()[:16])
 
 
+def _local_site(quality_dir: str) -> str:
+    """The Data Docs site's folder in the lake's local GX project (for an s3:// lake, what is mirrored to it)."""
+    return os.path.join(project_dir(quality_dir), "gx", SITE_DIR)
+
+
 def _publish_docs(quality_dir: str) -> None:
     """Mirror the Data Docs site of a lake on object storage from its local project to the lake."""
     if is_object_store(quality_dir):
-        site = os.path.join(project_dir(quality_dir), "gx", SITE_DIR)
-        Store.for_lake(quality_dir).mirror_dir(site, join(quality_dir, "gx", SITE_DIR))
+        Store.for_lake(quality_dir).mirror_dir(_local_site(quality_dir), join(quality_dir, "gx", SITE_DIR))
 
 
 def validate(
@@ -265,7 +269,7 @@ def build_docs(quality_dir: str) -> str:
     index path."""
     with _locked(quality_dir):
         ctx = _context(quality_dir)
-        site = os.path.join(project_dir(quality_dir), "gx", SITE_DIR)
+        site = _local_site(quality_dir)
         missing = _results_without_pages(ctx, site)
         if missing or not os.path.isfile(os.path.join(site, "index.html")):
             ctx.build_data_docs(site_names=[SITE], resource_identifiers=missing or None)

@@ -172,7 +172,6 @@ def test_progress_rows_and_status_follow_each_batch(spark, lake):
     assert len(cli(lake, "status").stdout.splitlines()) == len(pipelines())
 
 
-@pytest.mark.slow
 def scrape(port: int) -> dict[str, float]:
     """`serve --metrics-port`'s metrics: each sample line of /metrics, `name{labels}` -> value."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
@@ -181,6 +180,7 @@ def scrape(port: int) -> dict[str, float]:
     return {name: float(value) for name, value in samples}
 
 
+@pytest.mark.slow
 def test_serve_and_run_take_turns_and_sigterm_finishes_the_batch_in_flight(spark, lake):
     first, second, third, fourth = (
         lines("the cat", "a cat"),

@@ -94,9 +94,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
         observe = ServeMetrics(args.metrics_port, args.metrics_host).observe
 
     def show(progress) -> None:
-        print(json.dumps({"progress": progress.as_dict()}), flush=True)
-        if observe is not None:
+        if observe is not None:  # first: a scraper that saw the progress line sees its batch counted
             observe(progress)
+        print(json.dumps({"progress": progress.as_dict()}), flush=True)
 
     report = run_continuously(_lake(args), args.pipeline, args.interval, args.stop_timeout, on_progress=show)
     print(json.dumps(report.as_dict()))

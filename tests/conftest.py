@@ -18,14 +18,14 @@ from streamtable.runtime.spark import get_spark
 # collector make them cost less CPU, with the same results. CI is CPU-bound (two cores), so that is its time. Measured
 # with cgroup CPU time: a cold word_count run 34 -> 20 s with C1; the back-to-back commands test 166 -> 141 s with the
 # serial collector beside C1; nineteen in-process files in one session 303 -> 276 s with both (its default JIT and G1
-# before). Spark's launcher passes SPARK_SUBMIT_OPTS to every driver JVM and SPARK_DAEMON_JAVA_OPTS to a cluster's
-# daemons; a driver PySpark launches takes PYSPARK_SUBMIT_ARGS, whose `spark.executor.defaultJavaOptions` its
-# executors get (before streamtable's own executor options).
+# before). Spark's launcher passes SPARK_SUBMIT_OPTS to every driver JVM (spark-submit's, PySpark's, Airflow's
+# SparkSubmitOperator's) and SPARK_DAEMON_JAVA_OPTS to a cluster's daemons; a driver's `spark.*` system properties are
+# its Spark conf, so `spark.executor.defaultJavaOptions` there reaches its executors on any master (before
+# streamtable's own executor options). The launcher keeps a quoted option whole.
 SHORT_LIVED_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", SHORT_LIVED_JVM_OPTS)
+SHORT_LIVED_EXECUTORS = f"'-Dspark.executor.defaultJavaOptions={SHORT_LIVED_JVM_OPTS}'"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{SHORT_LIVED_JVM_OPTS} {SHORT_LIVED_EXECUTORS}")
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SHORT_LIVED_JVM_OPTS)
-SHORT_LIVED_EXECUTORS = f"--conf spark.executor.defaultJavaOptions='{SHORT_LIVED_JVM_OPTS}'"
-os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"{SHORT_LIVED_EXECUTORS} pyspark-shell")
 # The jars `make setup` fetched into this checkout (the Makefile exports it; pytest run by hand gets it here too).
 os.environ.setdefault("STREAMTABLE_JARS", str(ROOT / "jars"))
 

@@ -193,6 +193,8 @@ class Stack:
                 "PYSPARK_PYTHON": python,
                 "PYSPARK_DRIVER_PYTHON": python,
                 "SPARK_LOCAL_IP": "127.0.0.1",
+                # the tests' JVM options (tests/conftest.py): C1 and the serial collector, drivers and executors
+                "SPARK_SUBMIT_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", ""),
                 "GX_ANALYTICS_ENABLED": "false",
                 "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             }
@@ -368,6 +370,13 @@ def mark_failed_in_the_ui(browser: Any, api: str, run_id: str) -> None:
     wait_until(lambda: by_text(browser, "Failed"), what="the menu item Failed").click()
     wait_until(lambda: by_text(browser, "Confirm"), what="the dialog's Confirm").click()
     screenshot(browser, "stream-2-marked-failed")
+    leave(browser)
+
+
+def leave(browser: Any) -> None:
+    """A blank page while the test waits through the REST API: the UI's pages poll the api-server every few seconds,
+    which costs the browser and the api-server CPU the Spark jobs under test need."""
+    browser.get("about:blank")
 
 
 def trigger_reprocess_in_the_ui(browser: Any, stack: Stack, pipeline: str, from_version: int) -> str:
@@ -392,7 +401,7 @@ def trigger_reprocess_in_the_ui(browser: Any, stack: Stack, pipeline: str, from_
     assert not browser.find_element(By.NAME, "element_dry_run").is_selected(), "dry run is off by default"
     screenshot(browser, f"reprocess-1-form-from-version-{from_version}")
     visible(browser, "//*[@role='dialog']//button[normalize-space()='Trigger']").click()
-    return wait_until(
+    triggered = wait_until(
         lambda: next(
             r["dag_run_id"]
             for r in stack.rest("GET", "/dags/reprocess/dagRuns")["dag_runs"]
@@ -400,6 +409,8 @@ def trigger_reprocess_in_the_ui(browser: Any, stack: Stack, pipeline: str, from_
         ),
         what="the triggered run",
     )
+    leave(browser)
+    return triggered
 
 
 def run_state(stack: Stack, run_id: str) -> str:
@@ -621,7 +632,7 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack, bro
         wait_for("the Spark master to run no application", lambda: not stack.spark_apps(), 60, seen=stack.spark_apps)
         assert stack.task_instance(run_id)["state"] == "failed"
         assert stack.rest("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")["state"] == "failed"
-        browser.refresh()
+        browser.get(f"{stack.api}/dags/{DAG_ID}/runs/{run_id}/tasks/{TASK_ID}")
         wait_until(lambda: "Failed" in browser.find_element(By.TAG_NAME, "body").text, what="the UI to show it failed")
         screenshot(browser, "stream-3-stopped")
         assert counts(stack) == lines.expected()

@@ -156,10 +156,31 @@ ln -sfn "$ROOT/jars" "$VENV/share/streamtable/jars"
 # Every driver JVM maps the classes of Spark and Delta from jars/spark-classes.jsa (include/streamtable/deploy/class_archive.py):
 # a cold `streamtable run` starts about 7 s sooner. Recorded in the background while step 4 runs; without it
 # everything works, only slower, so a failure here is a warning.
-say "recording the classes a Spark driver loads (jars/spark-classes.jsa, python -m streamtable.deploy.class_archive), beside step 4"
+# The archive is only valid for this JDK and this class path (the JVM checks both and ignores a mismatch), so a copy
+# is kept in $CLASS_ARCHIVE_CACHE under a key of the two: a fresh clone at the same path (CI's) takes it instead of
+# spending a minute of both cores recording it again. The classes streamtable's code loads can change between
+# commits without a new key: an archive that lacks some of them is only slower for those.
+archive_key="$( { "$java_bin" -version 2>&1; echo "$ROOT"; "$VENV/bin/python" -c 'import pyspark; print(pyspark.__version__)';
+  ls -l "$VENV"/lib/python3.11/site-packages/pyspark/jars jars/*.jar | awk '{print $5, $NF}';
+  cat include/streamtable/deploy/class_archive.py; } | sha256sum | cut -c1-16)"
+CLASS_ARCHIVE_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/streamtable/class-archives"
+cached_archive="$CLASS_ARCHIVE_CACHE/spark-classes-$archive_key.jsa"
 archive_log="$(mktemp)"
-"$VENV/bin/python" -m streamtable.deploy.class_archive >"$archive_log" 2>&1 &
-archive_pid=$!
+if [[ -f "$cached_archive" ]]; then
+  say "class archive for this JDK and class path from $CLASS_ARCHIVE_CACHE (jars/spark-classes.jsa)"
+  rm -f jars/spark-classes.jsa
+  ln "$cached_archive" jars/spark-classes.jsa 2>/dev/null || cp "$cached_archive" jars/spark-classes.jsa
+  archive_pid=""
+else
+  say "recording the classes a Spark driver loads (jars/spark-classes.jsa, python -m streamtable.deploy.class_archive), beside step 4"
+  (
+    "$VENV/bin/python" -m streamtable.deploy.class_archive
+    mkdir -p "$CLASS_ARCHIVE_CACHE"
+    rm -f "$CLASS_ARCHIVE_CACHE"/spark-classes-*.jsa  # one kept: each is ~190 MB
+    cp jars/spark-classes.jsa "$cached_archive.partial" && mv "$cached_archive.partial" "$cached_archive"
+  ) >"$archive_log" 2>&1 &
+  archive_pid=$!
+fi
 
 # ---------------------------------------------------------------- 3c. Kafka jars
 # Apache Kafka's broker for `make kafka` (scripts/kafka.sh) and the tests: jars/kafka/ (mvn, from jars/kafka/pom.xml,
@@ -228,7 +249,7 @@ say "initialising Airflow's metadata DB in $AIRFLOW_HOME (SQLite)"
   --conn-description 'streamtable: spark-submit on this machine (local[2])' >/dev/null \
   || die "could not create the spark_default connection"
 
-if ! wait "$archive_pid"; then
+if [[ -n "$archive_pid" ]] && ! wait "$archive_pid"; then
   tail -5 "$archive_log" >&2
   say "warning: no class archive (python -m streamtable.deploy.class_archive failed): Spark drivers start without it"
 fi

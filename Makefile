@@ -28,6 +28,8 @@ endif
 
 DEMO_LAKE ?= $(ROOT)/build/demo_lake
 PYTEST_ARGS ?=
+# mypy's cache outside the checkout: a fresh clone (CI's) checks only what changed, 0.7 s instead of 20 s of CPU
+MYPY_CACHE_DIR ?= $(HOME)/.cache/streamtable/mypy
 # pytest-xdist: whole files on three workers (on 2 cores: the tests wait on JVMs, Airflow and servers often enough),
 # longest first (tests/conftest.py); WORKERS= runs them one by one.
 WORKERS ?= -n 3 --dist loadfile --no-loadscope-reorder
@@ -42,7 +44,7 @@ help:
 	@echo "               without it unless STREAMTABLE_REQUIRE_INTEGRATION=1); WORKERS= runs them one by one"
 	@echo "make test-quick the tests that start no Spark process of their own (-m \"not slow\"): unit, DAGs, in-process Spark"
 	@echo "make reference docs/reference.md, the API reference, from the docstrings (Sphinx autodoc; scripts/reference.sh)"
-	@echo "make lint      ruff check, ruff format --check, mypy (config: pyproject.toml); seconds (mypy's first run ~30 s)"
+	@echo "make lint      ruff check, ruff format --check, mypy (config: pyproject.toml); seconds (mypy's first run on a machine ~20 s, its cache in ~/.cache/streamtable/mypy)"
 	@echo "make cluster-start / cluster-stop   a Spark standalone master + worker (scripts/spark-cluster.sh)"
 	@echo "make kafka / kafka-stop   a local Kafka broker (scripts/kafka.sh): eval \"\$$(make -s kafka)\" sets STREAMTABLE_KAFKA"
 	@echo "make object-store / object-store-stop   a local S3 server (scripts/object-store.sh), bucket streamtable:"
@@ -78,7 +80,7 @@ reference: setup
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy
+	$(PY) -m mypy --cache-dir "$(MYPY_CACHE_DIR)"
 
 cluster-start: setup
 	@bash scripts/spark-cluster.sh start

@@ -176,7 +176,8 @@ else
   (
     "$VENV/bin/python" -m streamtable.deploy.class_archive
     mkdir -p "$CLASS_ARCHIVE_CACHE"
-    rm -f "$CLASS_ARCHIVE_CACHE"/spark-classes-*.jsa  # one kept: each is ~190 MB
+    # the two newest kept beside it (each is ~190 MB): clones at other paths have keys of their own
+    ls -t "$CLASS_ARCHIVE_CACHE"/spark-classes-*.jsa 2>/dev/null | tail -n +3 | xargs -r rm -f
     cp jars/spark-classes.jsa "$cached_archive.partial" && mv "$cached_archive.partial" "$cached_archive"
   ) >"$archive_log" 2>&1 &
   archive_pid=$!

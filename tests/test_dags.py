@@ -129,27 +129,32 @@ print("RESULT " + json.dumps({{
 
 
 def test_a_lake_set_only_by_the_variable_gets_its_class_path_when_the_task_runs(airflow_home, tmp_path):
-    """The env's lake is local; the Variable says s3://: the task's spark-submit conf, rendered as Airflow renders it
-    when the task runs, puts the s3a jars on the driver's and executors' class path (and nothing for a local lake)."""
+    """The env's lake is local; the Variable says s3://: the task's spark-submit, rendered as Airflow renders it when
+    the task runs, gets the s3a jars on the executors' class path and appended to the worker's SPARK_DIST_CLASSPATH
+    for the driver (after Spark's jars, so the driver keeps its class archive); nothing for a local lake."""
     proc = run_python(
         f"""
-import json, runpy
+import json, os, runpy
 from types import SimpleNamespace
+os.environ["SPARK_DIST_CLASSPATH"] = "/opt/hadoop/share/common.jar"  # a Hadoop-free Spark's, kept
 dag = runpy.run_path({str(DAGS / "streamtable_dags.py")!r})["clicks_per_region"]
 task = dag.get_task("run")
 def rendered(variables):
     context = {{"var": SimpleNamespace(value=variables), **dag.user_defined_macros}}
-    return task.render_template(task.conf, context, jinja_env=dag.get_template_env())
+    render = lambda field: task.render_template(field, context, jinja_env=dag.get_template_env())
+    return {{"conf": render(task.conf), "env": render(task.env_vars)}}
 s3 = rendered({{"streamtable_lake": "s3://streamtable/team"}})
 print("RESULT " + json.dumps({{"s3": s3, "local": rendered({{}})}}))
 """,
         airflow_env(airflow_home, tmp_path / "lake"),
     )
     result = last_json(proc)
-    jars = result["s3"]["spark.driver.extraClassPath"].split(":")
+    jars = result["s3"]["conf"]["spark.executor.extraClassPath"].split(":")
     assert any(Path(j).name.startswith("hadoop-aws-") for j in jars) and all(Path(j).is_file() for j in jars), jars
-    assert result["s3"]["spark.executor.extraClassPath"] == result["s3"]["spark.driver.extraClassPath"]
-    assert result["local"]["spark.driver.extraClassPath"] == ""
+    assert result["s3"]["env"]["SPARK_DIST_CLASSPATH"].split(":") == ["/opt/hadoop/share/common.jar", *jars]
+    assert "spark.driver.extraClassPath" not in result["s3"]["conf"], "it would come before Spark's jars"
+    assert result["local"]["conf"]["spark.executor.extraClassPath"] == ""
+    assert result["local"]["env"]["SPARK_DIST_CLASSPATH"] == "/opt/hadoop/share/common.jar"
 
 
 # The last clicks_per_region DAG run: its state, its tasks' states and its asset events (URI, extra).

@@ -118,10 +118,12 @@ from streamtable.core import settings
 
 spark_path, delta_rs_path = sys.argv[1], sys.argv[2]
 s3a_jars = sorted(glob.glob(os.path.join(settings.jar_dir(), "s3a", "*.jar")))
+# The s3a jars from the class path, not spark.jars: that would copy the 640 MB SDK bundle for every session. The
+# driver's come after Spark's own jars (SPARK_DIST_CLASSPATH), so it keeps the class archive of `make setup`.
+os.environ["SPARK_DIST_CLASSPATH"] = ":".join(s3a_jars)
 conf = {
     "spark.jars": ",".join(settings.job_jars()),  # Delta's
-    # The s3a jars from the class path, not spark.jars: that would copy the 640 MB SDK bundle for every session.
-    "spark.driver.extraClassPath": ":".join(s3a_jars),
+    "spark.driver.extraJavaOptions": settings.driver_java_options("error"),
     "spark.executor.extraClassPath": ":".join(s3a_jars),
     **settings.session_conf(),
     "spark.hadoop.fs.s3a.endpoint": os.environ["AWS_ENDPOINT_URL"],

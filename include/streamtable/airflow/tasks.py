@@ -54,8 +54,10 @@ CONN_ID = "spark_default"
 # Rendered when the task runs (Jinja): the Variable, else the env of the task, else ~/streamtable/lake.
 _LAKE_EXPRESSION = "var.value.get('" + LAKE_VARIABLE + "', streamtable_env_lake())"
 LAKE = "{{ " + _LAKE_EXPRESSION + " }}"
-# The driver's and executors' extra class path, rendered with the same lake: the s3a jars for an s3:// lake.
+# The executors' extra class path, rendered with the same lake: the s3a jars for an s3:// lake.
 LAKE_CLASS_PATH = "{{ streamtable_lake_class_path(" + _LAKE_EXPRESSION + ") }}"
+# The driver's: $SPARK_DIST_CLASSPATH with the same jars appended (`settings.driver_class_path`).
+DRIVER_CLASS_PATH = "{{ streamtable_driver_class_path(" + _LAKE_EXPRESSION + ") }}"
 
 
 def env_lake() -> str:
@@ -65,16 +67,23 @@ def env_lake() -> str:
 
 
 def lake_class_path(lake: str) -> str:
-    """The class path a job on `lake` starts with (`settings.lake_launch_conf`): the s3a jars for an s3:// lake or
-    an input table of another job on S3, else nothing. Rendered when the task runs, so a lake set only through the
+    """The extra class path of a job on `lake` (`settings.s3a_class_path`): the s3a jars for an s3:// lake or an
+    input table of another job on S3, else nothing. Rendered when the task runs, so a lake set only through the
     Variable gets its jars too."""
-    return settings.lake_launch_conf(lake, *registered().get("external_paths", [])).get(
-        "spark.driver.extraClassPath", ""
-    )
+    return settings.s3a_class_path(lake, *registered().get("external_paths", []))
+
+
+def driver_class_path(lake: str) -> str:
+    """The task's `$SPARK_DIST_CLASSPATH` with `lake_class_path(lake)` appended, for its spark-submit."""
+    return settings.driver_class_path(lake_class_path(lake))
 
 
 # Pass as `user_defined_macros=MACROS` to every streamtable DAG (the `LAKE` templates call them).
-MACROS: dict[str, Any] = {"streamtable_env_lake": env_lake, "streamtable_lake_class_path": lake_class_path}
+MACROS: dict[str, Any] = {
+    "streamtable_env_lake": env_lake,
+    "streamtable_lake_class_path": lake_class_path,
+    "streamtable_driver_class_path": driver_class_path,
+}
 
 
 def job_jars() -> str | None:
@@ -270,15 +279,21 @@ def streamtable_task(
         conn_id=CONN_ID,
         jars=job_jars(),
         spark_binary=spark_submit_binary(),
-        # the driver's JVM options, and for an s3:// lake (the task's, rendered when it runs) the s3a jars on the class
-        # path; the job's session adds the s3a endpoint and credentials itself (`settings.lake_conf`) from the AWS
-        # variables it inherits, so no secret is on spark-submit's command line
+        # the driver's JVM options, and for an s3:// lake (the task's, rendered when it runs) the s3a jars on the
+        # executors' class path (the driver's comes after Spark's jars: SPARK_DIST_CLASSPATH below); the job's session
+        # adds the s3a endpoint and credentials itself (`settings.lake_conf`) from the AWS variables it inherits, so no
+        # secret is on spark-submit's command line
         conf=settings.launch_conf(os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "warn"))
-        | {"spark.driver.extraClassPath": LAKE_CLASS_PATH, "spark.executor.extraClassPath": LAKE_CLASS_PATH},
+        | {"spark.executor.extraClassPath": LAKE_CLASS_PATH},
         driver_memory=settings.driver_memory(),
         name=f"streamtable-{pipeline}-{command}",
         # the job logs each batch's stages and timings, its gate's result per suite and its commits into the task log
-        env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, "STREAMTABLE_LOG_LEVEL": "info"}
+        env_vars={
+            "PYSPARK_PYTHON": python,
+            "PYSPARK_DRIVER_PYTHON": python,
+            "STREAMTABLE_LOG_LEVEL": "info",
+            "SPARK_DIST_CLASSPATH": DRIVER_CLASS_PATH,
+        }
         | pipelines_env(),
         execution_timeout=timedelta(minutes=30),
     )

@@ -176,20 +176,34 @@ def on_object_store(*paths: str) -> str | None:
     return next((p for p in paths if p.startswith(S3_SCHEMES)), None)
 
 
-def lake_launch_conf(lake: str, *inputs: str) -> dict[str, str]:
-    """What a driver on `lake`, reading the tables of other jobs at `inputs`, needs when its JVM starts: when any of
-    them is on S3, the s3a jars on the driver's and the executors' class path (not `spark.jars`, which would copy
-    the 640 MB SDK bundle into every session; the jars must be at the same path on every host of a cluster).
-    Nothing when all are local; no secrets (spark-submit's command line shows them)."""
+def s3a_class_path(lake: str, *inputs: str) -> str:
+    """The s3a jars as a class path when `lake` or any of `inputs` (tables of other jobs) is on S3; "" when all
+    are local. The jars must be at the same path on every host of a cluster; SetupError when they are missing."""
     remote = on_object_store(lake, *inputs)
     if remote is None:
-        return {}
+        return ""
     jars = s3a_jars()
     if not any("hadoop-aws" in os.path.basename(j) for j in jars):
         from streamtable.core.errors import SetupError
 
         raise SetupError(f"{remote} is on S3: Spark needs the s3a jars in {jar_dir() / 's3a'}: run `make setup`")
-    return {"spark.driver.extraClassPath": ":".join(jars), "spark.executor.extraClassPath": ":".join(jars)}
+    return ":".join(jars)
+
+
+def driver_class_path(class_path: str) -> str:
+    """`$SPARK_DIST_CLASSPATH` with `class_path` appended: spark-submit puts it after Spark's own jars, so a driver
+    reading S3 keeps its class archive (the JVM maps one only when the class path it was recorded with begins the
+    driver's, and `spark.driver.extraClassPath` would come first)."""
+    return ":".join(p for p in (os.environ.get("SPARK_DIST_CLASSPATH", ""), class_path) if p)
+
+
+def lake_launch_conf(lake: str, *inputs: str) -> dict[str, str]:
+    """What the executors of a job on `lake`, reading the tables of other jobs at `inputs`, need when their JVMs
+    start: the s3a jars on their class path when any is on S3 (not `spark.jars`, which would copy the 640 MB SDK
+    bundle into every session; the driver gets them through `driver_class_path`). Nothing when all are local; no
+    secrets (spark-submit's command line shows them)."""
+    class_path = s3a_class_path(lake, *inputs)
+    return {"spark.executor.extraClassPath": class_path} if class_path else {}
 
 
 def lake_conf(lake: str, *inputs: str) -> dict[str, str]:

@@ -271,3 +271,26 @@ def test_declaring_rules_does_not_import_great_expectations():
     modules = "streamtable.core.expectations, streamtable.quality.validation"
     code = f"import sys, {modules}; sys.exit('great_expectations' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_what_gx_imports_for_expectations_streamtable_never_declares_is_imported_on_first_use():
+    """GX's import leaves altair and scipy.stats to their first use, which gets the real module."""
+    code = """
+import sys
+from streamtable.quality.validation import IMPORTED_ON_FIRST_USE, _gx
+_gx()
+stand_ins = [type(sys.modules[name]).__name__ for name in IMPORTED_ON_FIRST_USE]
+from great_expectations.expectations.core import expect_column_kl_divergence_to_be_less_than as kl
+entropy = kl.stats.entropy([0.5, 0.5], [0.9, 0.1])
+chart = kl.alt.Chart
+print(stand_ins, round(entropy, 4), type(sys.modules["scipy.stats"]).__name__, chart.__module__.split(".")[0])
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [
+        "['_ImportedOnFirstUse',",
+        "'_ImportedOnFirstUse']",
+        "0.5108",
+        "module",
+        "altair",
+    ], proc.stdout

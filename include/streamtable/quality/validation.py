@@ -17,10 +17,14 @@ gate's verdict never depends on it.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import logging
 import os
 import re
+import sys
 import threading
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -295,10 +299,37 @@ def import_gx_in_background() -> None:
     threading.Thread(target=_gx, name="import-great-expectations", daemon=True).start()
 
 
+# Modules GX imports when it is imported, for expectations streamtable never declares (the KL-divergence
+# expectation's charts: altair; its and the KS tests' statistics: scipy.stats): 1.3 of the ~4 CPU-s of importing GX,
+# paid by every driver. They are imported the first time GX uses them instead.
+IMPORTED_ON_FIRST_USE = ("altair", "scipy.stats")
+_first_use = threading.Lock()
+
+
+class _ImportedOnFirstUse(types.ModuleType):
+    """A stand-in in `sys.modules` that imports the module it stands for, and gives it its place, the first time an
+    attribute of it is read."""
+
+    def __getattr__(self, attr: str) -> Any:
+        with _first_use:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            module = importlib.import_module(self.__name__)
+        return getattr(module, attr)
+
+
+def _import_on_first_use(names: tuple[str, ...]) -> None:
+    """Put a stand-in in `sys.modules` for each module of `names` that is installed and not imported yet."""
+    for name in names:
+        if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            sys.modules[name] = _ImportedOnFirstUse(name)
+
+
 @lru_cache(maxsize=1)
 def _gx() -> Any:
     """The great_expectations module, imported once with analytics off and its logs at WARNING."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    _import_on_first_use(IMPORTED_ON_FIRST_USE)
     import great_expectations
 
     log = logging.getLogger("great_expectations")

@@ -303,7 +303,7 @@ def import_gx_in_background() -> None:
 # expectation's charts: altair; its and the KS tests' statistics: scipy.stats): 1.3 of the ~4 CPU-s of importing GX,
 # paid by every driver. They are imported the first time GX uses them instead.
 IMPORTED_ON_FIRST_USE = ("altair", "scipy.stats")
-_first_use = threading.Lock()
+_first_use = threading.RLock()  # re-entered if one module imported on first use imports another
 
 
 class _ImportedOnFirstUse(types.ModuleType):

@@ -168,6 +168,7 @@ cached_archive="$CLASS_ARCHIVE_CACHE/spark-classes-$archive_key.jsa"
 archive_log="$(mktemp)"
 if [[ -f "$cached_archive" ]]; then
   say "class archive for this JDK and class path from $CLASS_ARCHIVE_CACHE (jars/spark-classes.jsa)"
+  touch "$cached_archive"  # the cache keeps the most recently used: a clone set up every day keeps its archive
   rm -f jars/spark-classes.jsa
   ln "$cached_archive" jars/spark-classes.jsa 2>/dev/null || cp "$cached_archive" jars/spark-classes.jsa
   archive_pid=""
@@ -176,7 +177,7 @@ else
   (
     "$VENV/bin/python" -m streamtable.deploy.class_archive
     mkdir -p "$CLASS_ARCHIVE_CACHE"
-    # the two newest kept beside it (each is ~190 MB): clones at other paths have keys of their own
+    # the two most recently used kept beside it (each is ~190 MB): clones at other paths have keys of their own
     ls -t "$CLASS_ARCHIVE_CACHE"/spark-classes-*.jsa 2>/dev/null | tail -n +3 | xargs -r rm -f
     cp jars/spark-classes.jsa "$cached_archive.partial" && mv "$cached_archive.partial" "$cached_archive"
   ) >"$archive_log" 2>&1 &

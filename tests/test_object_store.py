@@ -112,12 +112,12 @@ def test_concurrent_writers_lose_no_commit(object_store_env):
 
 
 SPARK_JOB = """
-import glob, json, os, sys
+import json, os, sys
 from pyspark.sql import SparkSession
 from streamtable.core import settings
 
 spark_path, delta_rs_path = sys.argv[1], sys.argv[2]
-s3a_jars = sorted(glob.glob(os.path.join(settings.jar_dir(), "s3a", "*.jar")))
+s3a_jars = settings.s3a_jars()
 # The s3a jars from the class path, not spark.jars: that would copy the 640 MB SDK bundle for every session. The
 # driver's come after Spark's own jars (SPARK_DIST_CLASSPATH), so it keeps the class archive of `make setup`.
 os.environ["SPARK_DIST_CLASSPATH"] = ":".join(s3a_jars)

@@ -28,11 +28,10 @@ def get_spark(app_name: str = "streamtable", lake: str | None = None) -> SparkSe
     The master comes from spark-submit when there is one, else from $STREAMTABLE_SPARK_MASTER
     (default `local[2]`). Tables are always addressed by path, so no Derby metastore is created.
     """
-    inputs = registry.external_paths()
-    lake_conf = settings.lake_conf(lake or "", *inputs)
+    lake_conf = settings.lake_conf(lake or "", *registry.external_paths())
     spark = SparkSession.getActiveSession()
     if spark is None:
-        spark = _new_session(app_name, lake_conf, settings.s3a_class_path(lake or "", *inputs))
+        spark = _new_session(app_name, lake_conf)
     else:  # a session made before (for another lake): its s3a settings (its class path is the JVM's already)
         hadoop = spark.sparkContext._jsc.hadoopConfiguration()
         for key, value in lake_conf.items():
@@ -42,9 +41,11 @@ def get_spark(app_name: str = "streamtable", lake: str | None = None) -> SparkSe
     return spark
 
 
-def _new_session(app_name: str, lake_conf: dict[str, str], s3a_class_path: str) -> SparkSession:
+def _new_session(app_name: str, lake_conf: dict[str, str]) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if s3a_class_path and "PYSPARK_GATEWAY_PORT" not in os.environ:  # the driver JVM PySpark is about to start
+    launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # else PySpark starts the driver's JVM now
+    s3a_class_path = lake_conf.get("spark.executor.extraClassPath", "")  # the driver needs the executors' s3a jars
+    if s3a_class_path and not launched_by_spark_submit:
         os.environ["SPARK_DIST_CLASSPATH"] = settings.driver_class_path(s3a_class_path)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local jobs never listen beyond loopback
     log_level = os.environ.get("STREAMTABLE_SPARK_LOG_LEVEL", "fatal")
@@ -57,7 +58,7 @@ def _new_session(app_name: str, lake_conf: dict[str, str], s3a_class_path: str) 
     builder = SparkSession.builder.appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit: we choose the master
+    if not launched_by_spark_submit:  # we choose the master
         builder = builder.master(os.environ.get("STREAMTABLE_SPARK_MASTER", "local[2]")).config(
             "spark.driver.memory", settings.driver_memory()
         )

@@ -23,7 +23,7 @@ from streamtable.core.tables import Table
 from streamtable.quality.validation import validate
 from streamtable.runtime import gate
 from streamtable.runtime.context import RunContext
-from streamtable.storage import delta_rs
+from streamtable.storage import delta_rs, keyed
 from streamtable.storage.lake import Lake
 
 TABLE = Table(
@@ -137,5 +137,14 @@ def test_rows_matching_matches_nulls_and_every_key_column(lake, keys):
     schema = pa.schema([f.with_nullable(True) for f in SCHEMA])
     write_deltalake(path, pa.Table.from_pylist(rows, schema))
     probe = pa.Table.from_pylist([{"k": "a", "g": None}, {"k": None, "g": "x"}])
-    found = sorted(r["v"] for r in gate.rows_matching(gate.read_table(path, schema), probe, keys).to_pylist())
-    assert found == ([1, 2, 3] if keys == ("k",) else [1, 3])
+    expected = [1, 2, 3] if keys == ("k",) else [1, 3]
+    found = keyed.rows_matching(keyed.read_table(path, schema), probe, keys)
+    assert sorted(r["v"] for r in found.to_pylist()) == expected
+    looked_up = keyed.rows_of_keys(path, schema, keys, probe)  # the same, streamed from the table's files
+    assert sorted(r["v"] for r in looked_up.to_pylist()) == expected
+    assert keyed.rows_of_keys(path, schema, keys, probe.slice(0, 0)).num_rows == 0
+    only_nulls = pa.Table.from_pylist([{"k": None, "g": None}], pa.schema([("k", pa.string()), ("g", pa.string())]))
+    assert [r["v"] for r in keyed.rows_of_keys(path, schema, keys, only_nulls).to_pylist()] == (
+        [3] if keys == ("k",) else []
+    )
+    assert keyed.table_rows(path) == 4

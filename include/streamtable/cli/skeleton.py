@@ -30,7 +30,7 @@ def process(batch) -> None:
     from pyspark.sql import functions as F
 
     events = batch.new("{name}_events").select("key", "amount")
-    batch.upsert("{name}", add_to_totals(batch.current("{name}"), events, ["key"], "amount"))
+    batch.upsert("{name}", add_to_totals(batch.current("{name}", keys_of=events), events, ["key"], "amount"))
     batch.metric("amount", events.agg(F.sum("amount")).head(1)[0][0])
 
 

@@ -51,8 +51,9 @@ class Batch(Protocol):
         """The changelog of a stream input up to the newest version consumed by this run or an earlier one."""
         ...
 
-    def current(self, table: str) -> DataFrame:
-        """The committed content of an output or state store (before this run)."""
+    def current(self, table: str, keys_of: DataFrame | None = None) -> DataFrame:
+        """The committed content of an output or state store (before this run); with `keys_of`, only the rows whose
+        keys equal those of a row of `keys_of` (a keyed lookup: a batch of a few keys reads only their rows)."""
         ...
 
     def upsert(self, table: str, rows: DataFrame, delete: str | None = None) -> None:

@@ -30,10 +30,12 @@ def aggregate(
     """The new rows of the keys in `records`: each aggregate's `combine` over the key's current value and its records.
 
     Returns the keys' columns and one column per `Aggregate`, one row per key in `records`. Keys without records
-    are left out (they do not change); a key not in `current` starts from its records. Per store and item:
+    are left out (they do not change); a key not in `current` starts from its records, so `current` may hold only
+    the rows of the keys in `records` (`batch.current(table, keys_of=records)`). Per store and item:
 
         moved = batch.new("stock_moves")
-        stock = aggregate(batch.current("stock"), moved, ["store", "item"], [Aggregate("quantity", F.col("delta"))])
+        current = batch.current("stock", keys_of=moved)
+        stock = aggregate(current, moved, ["store", "item"], [Aggregate("quantity", F.col("delta"))])
         batch.upsert("stock", stock)
     """
     keys = list(keys)
@@ -49,10 +51,11 @@ def add_to_totals(current: DataFrame, deltas: DataFrame, keys: Sequence[str], va
 
     A total keeps its deltas' type family: a sum of INT or LONG is a LONG, of FLOAT or DOUBLE a DOUBLE, of
     DECIMAL(p, s) a DECIMAL(38, s) (exact: the output column's declared type then holds it, or the batch fails).
-    Returns `keys` and `value`, one row per key in `deltas`. Revenue per customer:
+    Returns `keys` and `value`, one row per key in `deltas`; `current` may hold only the rows of those keys
+    (`batch.current(table, keys_of=deltas)`, a keyed lookup). Revenue per customer:
 
         orders = batch.new("orders").select("customer", "amount")
-        batch.upsert("revenue", add_to_totals(batch.current("revenue"), orders, ["customer"], "amount"))
+        batch.upsert("revenue", add_to_totals(batch.current("revenue", keys_of=orders), orders, ["customer"], "amount"))
     """
     summed = deltas.groupBy(*keys).agg(F.sum(value).alias("_delta"))
     return summed.join(current.select(*keys, F.col(value).alias("_old")), list(keys), "left").select(

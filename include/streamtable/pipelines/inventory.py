@@ -30,7 +30,8 @@ def process(batch: Batch) -> None:
     from streamtable import add_to_totals
 
     events = batch.new("inventory_events").select("store", "item", "quantity")
-    batch.upsert("inventory", add_to_totals(batch.current("inventory"), events, ["store", "item"], "quantity"))
+    current = batch.current("inventory", keys_of=events)  # only the rows of this batch's items
+    batch.upsert("inventory", add_to_totals(current, events, ["store", "item"], "quantity"))
     batch.metric("quantity", events.agg(F.sum("quantity")).head(1)[0][0])  # a global aggregate: one row
 
 

@@ -36,7 +36,8 @@ def process(batch: Batch) -> None:
     )
     words = words.persist()
     try:
-        batch.upsert("word_counts", add_to_totals(batch.current("word_counts"), words, ["word"], "count"))
+        current = batch.current("word_counts", keys_of=words)  # only the rows of this batch's words
+        batch.upsert("word_counts", add_to_totals(current, words, ["word"], "count"))
         batch.metric("words", words.count())
     finally:
         words.unpersist()

@@ -91,9 +91,12 @@ class StagedBatch:
         changelog = self.table(input_name)
         return changelog.where(F.col(COMMIT_VERSION) <= F.lit(bound)) if bound is not None else changelog.limit(0)
 
-    def current(self, table: str) -> DataFrame:
-        """The committed content of an output or state store (before this run)."""
-        return self.ctx.snapshot(table)
+    def current(self, table: str, keys_of: DataFrame | None = None) -> DataFrame:
+        """The committed content of an output or state store (before this run); with `keys_of`, only the rows whose
+        keys equal those of a row of `keys_of` (a keyed lookup: a batch of a few keys reads only their rows)."""
+        if keys_of is None:
+            return self.ctx.snapshot(table)
+        return self.ctx.rows_of_keys(table, keys_of)
 
     def upsert(self, table: str, rows: DataFrame, delete: str | None = None) -> None:
         """Stage rows that replace the rows with the same keys; where column `delete` is true, remove them."""

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import reduce
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession
 
+from streamtable.core.errors import OperatorArgumentError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.schema import arrow_schema, spark_ddl
-from streamtable.core.tables import HEARTBEAT, LATE_EVENTS
+from streamtable.core.tables import HEARTBEAT, LATE_EVENTS, Table
 from streamtable.runtime.progress import committed
-from streamtable.storage import delta_rs
+from streamtable.storage import delta_rs, keyed
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import PROGRESS, Lake
 from streamtable.storage.store import join, spark_path
+
+# `rows_of_keys`: looked up with Arrow in the driver when the table holds at least this many rows and the batch at most
+# LOOKUP_MAX_KEYS keys; else a Spark join (a small table costs Spark little; many keys are a drain, not a lookup)
+LOOKUP_MIN_ROWS = 100_000
+LOOKUP_MAX_KEYS = 100_000
 
 PROGRESS_SCHEMA = pa.schema(  # a generation's committed batches (`summary.progress_row`)
     [
@@ -72,11 +79,40 @@ class RunContext:
         batch). A table whose files may carry deletion vectors (not one streamtable made) is read by Delta.
         """
         delta = delta_rs.open_table(self.path(table))
-        if delta is None or "deletionVectors" in (delta.protocol().writer_features or ()):
+        if delta is None or _has_deletion_vectors(delta):
             return self.read(table)
         schema = spark_ddl(self.pipeline.output(table).columns)
         files = [spark_path(f) for f in delta.file_uris()]
         return self.spark.read.schema(schema).parquet(*files) if files else self.spark.createDataFrame([], schema)
+
+    def rows_of_keys(self, table: str, keys_of: DataFrame) -> DataFrame:
+        """The committed rows of a keyed output or state store whose keys (null-safely) are those of a row of `keys_of`.
+
+        A batch of a few keys into a big table reads no more than its keys' rows into Spark: the keys are collected
+        and looked up with Arrow in the driver (`storage.keyed`); a small table, or a batch of many keys, is
+        semi-joined by Spark instead. Both give the same rows.
+        """
+        spec = self.pipeline.output(table)
+        if not spec.keys:
+            raise OperatorArgumentError(f"{table} declares no keys to look rows up by")
+        probe = keys_of.select(*spec.keys)
+        delta = delta_rs.open_table(self.path(table))
+        if delta is not None and not _has_deletion_vectors(delta):
+            rows = keyed.table_rows(self.path(table))
+            if not rows:
+                return self.snapshot(table)  # empty
+            found = self._looked_up(spec, probe) if rows >= LOOKUP_MIN_ROWS else None
+            if found is not None:
+                return found
+        return _semi_join(self.snapshot(table), probe, list(spec.keys))
+
+    def _looked_up(self, spec: Table, probe: DataFrame) -> DataFrame | None:
+        """The rows of `probe`'s keys looked up with Arrow in the driver; None if it has over LOOKUP_MAX_KEYS rows."""
+        wanted = probe.limit(LOOKUP_MAX_KEYS + 1).toArrow()
+        if wanted.num_rows > LOOKUP_MAX_KEYS:
+            return None
+        rows = keyed.rows_of_keys(self.path(spec.name), arrow_schema(spec.columns), spec.keys, wanted)
+        return self.spark.createDataFrame(rows, schema=spark_ddl(spec.columns))
 
     def prepare(self) -> None:
         """Create this generation's outputs, stores and progress table if they do not exist."""
@@ -125,3 +161,15 @@ class RunContext:
             for t in self.pipeline.outputs
         ]
         return {"inputs": inputs, "outputs": outputs}
+
+
+def _has_deletion_vectors(delta: delta_rs.DeltaTable) -> bool:
+    """Whether the table's files may carry deletion vectors (not a table streamtable made): only Delta reads it then."""
+    return "deletionVectors" in (delta.protocol().writer_features or ())
+
+
+def _semi_join(rows: DataFrame, probe: DataFrame, keys: list[str]) -> DataFrame:
+    """The rows whose `keys` equal (null-safely) those of some row of `probe`."""
+    r, p = rows.alias("r"), probe.alias("p")
+    condition: SparkColumn = reduce(lambda a, b: a & b, [r[k].eqNullSafe(p[k]) for k in keys])
+    return r.join(p, condition, "left_semi")

@@ -24,7 +24,8 @@ import pyarrow.compute as pc
 
 from streamtable.core.expectations import Suite
 from streamtable.core.schema import arrow_schema
-from streamtable.storage.delta_rs import DELETE, delta_table, staged_rows
+from streamtable.storage.delta_rs import DELETE, staged_rows
+from streamtable.storage.keyed import distinct_rows, matches, read_table, rows_matching, rows_of_keys
 
 if TYPE_CHECKING:
     from streamtable.quality.validation import Report
@@ -60,11 +61,11 @@ def check_change(
     new = written.filter(pc.invert(written[DELETE])).drop_columns([DELETE]) if upsert else written
     keys = table.keys if upsert else ()
     uniques = _uniques(suite, keys)
-    needed = (upsert and written.num_rows) or (uniques and new.num_rows)
-    current = read_table(ctx.path(suite.table), schema) if needed else schema.empty_table()
-    replaced = rows_matching(current, written, keys) if upsert and written.num_rows else schema.empty_table()
-    kept_alike = [_kept_alike(current, new, rule.columns, written, keys) for rule in uniques]
-    extra = _distinct_rows(pa.concat_tables([schema.empty_table(), *kept_alike]))
+    path = ctx.path(suite.table)
+    current = read_table(path, schema) if uniques and new.num_rows else None  # whole: values alike anywhere
+    replaced = _replaced(path, schema, keys, written, current) if upsert else schema.empty_table()
+    kept_alike = [_kept_alike(current, new, r.columns, written, keys) for r in uniques] if current is not None else []
+    extra = distinct_rows(pa.concat_tables([schema.empty_table(), *kept_alike]))
     checked = pa.concat_tables([new.select(schema.names), extra])
     expected: dict[int, tuple[int, int]] = {}
     for index, metric in metrics.items():
@@ -79,6 +80,15 @@ def _uniques(suite: Suite, keys: tuple[str, ...]) -> list:
     return [r for r in suite.expectations if r.kind == "unique" and not (keys and set(r.columns) == set(keys))]
 
 
+def _replaced(
+    path: str, schema: pa.Schema, keys: tuple[str, ...], written: pa.Table, current: pa.Table | None
+) -> pa.Table:
+    """The table's rows that the written rows replace or delete (by `keys`), from `current` if it was read whole."""
+    if current is not None:
+        return rows_matching(current, written, keys)
+    return rows_of_keys(path, schema, keys, written)
+
+
 def _kept_alike(
     current: pa.Table, new: pa.Table, columns: tuple[str, ...], written: pa.Table, keys: tuple[str, ...]
 ) -> pa.Table:
@@ -86,42 +96,7 @@ def _kept_alike(
     alike = rows_matching(current, new, columns) if new.num_rows else current.slice(0, 0)
     if not keys or not alike.num_rows:
         return alike
-    return alike.filter(pc.invert(_matches(alike, written, keys)))
-
-
-def _distinct_rows(table: pa.Table) -> pa.Table:
-    """The table with repeated rows once (a row found through two unique rules)."""
-    if table.num_rows < 2:
-        return table
-    return table.group_by(table.column_names, use_threads=False).aggregate([])
-
-
-def read_table(path: str, schema: pa.Schema) -> pa.Table:
-    """The current rows of the Delta table at `path` as `schema`, read with delta-rs (no Spark job).
-
-    Whole: its dataset's statistics are `string_view`, which pyarrow 26 cannot compare with `string` to prune files.
-    """
-    return delta_table(path).to_pyarrow_dataset().to_table(columns=schema.names).cast(schema)
-
-
-def rows_matching(table: pa.Table, probe: pa.Table, columns: tuple[str, ...]) -> pa.Table:
-    """The rows of `table` whose `columns` equal some row of `probe`'s (nulls equal nulls)."""
-    first = probe[columns[0]]
-    hit = pc.is_in(table[columns[0]], value_set=pc.unique(first.drop_null()))
-    if first.null_count:
-        hit = pc.or_(hit, pc.is_null(table[columns[0]]))
-    found = table.filter(hit)
-    if len(columns) == 1 or not found.num_rows:
-        return found
-    return found.filter(_matches(found, probe, columns))
-
-
-def _matches(rows: pa.Table, probe: pa.Table, columns: tuple[str, ...]) -> pa.ChunkedArray:
-    """For each of `rows`, whether its `columns` equal some row of `probe`'s, null-safely (pandas merges nulls)."""
-    left = rows.select(list(columns)).to_pandas()
-    right = probe.select(list(columns)).to_pandas().drop_duplicates().assign(_hit=True)
-    hit = left.merge(right, on=list(columns), how="left")["_hit"].notna()
-    return pa.chunked_array([pa.array(hit.to_numpy(), pa.bool_())])
+    return alike.filter(pc.invert(matches(alike, written, keys)))
 
 
 def _sum(table: pa.Table, column: str) -> int:

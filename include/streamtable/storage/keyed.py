@@ -1,0 +1,87 @@
+"""Rows of a Delta table looked up by key with Arrow, in the driver (no Spark job).
+
+Keys match null-safely, as Spark's `<=>` and the commits' MERGE: a null key equals a null key. A lookup
+streams the table's files batch by batch through Arrow's hash join, so it holds only the batch's keys and
+the rows it finds: about 50 ms per million rows of a three-column table on the 2-core machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamtable.storage.delta_rs import delta_table
+
+NULL = "__null_{}"  # a join key column: whether the key column {} was null
+VALUE = "__value_{}"  # ... and its value, a null filled with a value of the probe's
+POSITION = "__position"
+
+
+def read_table(path: str, schema: pa.Schema) -> pa.Table:
+    """The current rows of the Delta table at `path` as `schema`, read whole with delta-rs.
+
+    Its dataset's statistics are `string_view`, which pyarrow 26 cannot compare with `string` to prune files.
+    """
+    return delta_table(path).to_pyarrow_dataset().to_table(columns=schema.names).cast(schema)
+
+
+def table_rows(path: str) -> int:
+    """How many rows the Delta table at `path` holds, from its log's file statistics (no file is read)."""
+    actions = pa.table(delta_table(path).get_add_actions(flatten=True))
+    return int(pc.sum(actions["num_records"]).as_py() or 0) if actions.num_rows else 0
+
+
+def rows_of_keys(path: str, schema: pa.Schema, keys: Sequence[str], probe: pa.Table) -> pa.Table:
+    """The rows of the Delta table at `path` whose `keys` equal some row of `probe`'s, as `schema`."""
+    found = [schema.empty_table()]
+    if probe.num_rows:
+        wanted = distinct_rows(probe.select(list(keys)))
+        for batch in delta_table(path).to_pyarrow_dataset().to_batches(columns=schema.names):
+            rows = pa.Table.from_batches([batch]).cast(schema)
+            found.append(rows.filter(matches(rows, wanted, keys)))
+    return pa.concat_tables(found)
+
+
+def rows_matching(table: pa.Table, probe: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """The rows of `table` whose `columns` equal some row of `probe`'s (nulls equal nulls)."""
+    return table.filter(matches(table, probe, columns)) if probe.num_rows else table.slice(0, 0)
+
+
+def matches(rows: pa.Table, probe: pa.Table, columns: Sequence[str]) -> pa.Array:
+    """For each of `rows`, whether its `columns` equal some row of `probe`'s, null-safely (Arrow's hash join)."""
+    hit = np.zeros(rows.num_rows, dtype=bool)
+    if rows.num_rows and probe.num_rows:
+        left, right = _join_keys(rows, probe, columns)
+        left = left.append_column(POSITION, pa.array(np.arange(rows.num_rows)))
+        found = left.join(distinct_rows(right), keys=right.column_names, join_type="left semi", use_threads=False)
+        hit[found[POSITION].to_numpy()] = True
+    return pa.array(hit)
+
+
+def _join_keys(rows: pa.Table, probe: pa.Table, columns: Sequence[str]) -> tuple[pa.Table, pa.Table]:
+    """Both sides' `columns` as join keys on which a null equals a null (Arrow's join never matches nulls).
+
+    Each column becomes whether it is null and its value, a null filled with the first value the probe has
+    there (the same filler on both sides; a probe column of nulls only keeps the null flag).
+    """
+    left: dict[str, pa.ChunkedArray | pa.Array] = {}
+    right: dict[str, pa.ChunkedArray | pa.Array] = {}
+    for column in columns:
+        mine, theirs = rows[column], probe[column].cast(rows[column].type)
+        left[NULL.format(column)], right[NULL.format(column)] = pc.is_null(mine), pc.is_null(theirs)
+        present = pc.drop_null(theirs)
+        if len(present):
+            filler = present[0]
+            left[VALUE.format(column)] = pc.fill_null(mine, filler)
+            right[VALUE.format(column)] = pc.fill_null(theirs, filler)
+    return pa.table(left), pa.table(right)
+
+
+def distinct_rows(table: pa.Table) -> pa.Table:
+    """The table with repeated rows once."""
+    if table.num_rows < 2:
+        return table
+    return table.group_by(table.column_names, use_threads=False).aggregate([])

@@ -1,12 +1,12 @@
 """Fixed cost of a micro-batch, where its time goes, and what the size of its output adds to it.
 
-    .venv/bin/python bench/batch_stages.py --batches 12 [--inventory-keys 1000000 --inventory-events 1000]
+    .venv/bin/python bench/batch_stages.py --batches 12 [--inventory-keys 1000000 10000000 --inventory-events 1000]
 
 One process, one SparkSession, fresh lakes. Each round ingests one line and runs `word_count` in-process
 (`lifecycle.run`). The first batch pays the JVM's warm-up and is left out; the others' `duration_ms` and
-`stage_ms` (`stream_progress`) are summarised by their medians. With `--inventory-keys`, inventory batches
-of `--inventory-events` events follow, the same events into two lakes: one whose `inventory` output holds
-that many keys (filled by one batch first) and one whose output starts empty; the events update random
+`stage_ms` (`stream_progress`) are summarised by their medians. For each of `--inventory-keys`, inventory
+batches of `--inventory-events` events follow, the same events into two lakes: one whose `inventory` output
+holds that many keys (filled by one batch first) and one whose output starts empty; the events update random
 keys of the big output. Each lake's first such batch is left out; `ratio` is the big output's median
 batch over the empty one's. Then `--driver-scenarios` times of a pipeline's test as a user writes it with
 `streamtable.testing` on the warm session: a new driver, three rounds of `pipe`, `run` and `output`
@@ -102,7 +102,7 @@ def output_size_cost(keys: int, events: int, batches: int, root: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=12, help="batches to run, the first one not counted")
-    parser.add_argument("--inventory-keys", type=int, default=0, help="keys of the big inventory output (0: none)")
+    parser.add_argument("--inventory-keys", type=int, nargs="*", default=[], help="keys of the big inventory outputs")
     parser.add_argument("--inventory-events", type=int, default=1000, help="events of each inventory batch")
     parser.add_argument("--driver-scenarios", type=int, default=3, help="three-run test driver scenarios (0: none)")
     parser.add_argument("--out", default=str(RESULTS / "batch_stages.json"))
@@ -112,9 +112,10 @@ def main() -> None:
         summary = measure(max(args.batches, 2), root)
         if args.driver_scenarios:
             summary["driver_three_runs_s"] = [driver_scenario(root) for _ in range(args.driver_scenarios)]
-        if args.inventory_keys:
-            keys, events = args.inventory_keys, args.inventory_events
-            summary["output_size"] = output_size_cost(keys, events, max(args.batches, 2), root)
+        summary["output_size"] = [
+            output_size_cost(keys, args.inventory_events, max(args.batches, 2), root / f"keys-{keys}")
+            for keys in args.inventory_keys
+        ]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

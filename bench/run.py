@@ -63,11 +63,13 @@ def tree_rss(process: psutil.Process) -> int:
     return total
 
 
-def run_process(command: list[str], log: Path, interval_s: float = 0.1) -> ProcessRun:
+def run_process(
+    command: list[str], log: Path, interval_s: float = 0.1, env: dict[str, str] | None = None
+) -> ProcessRun:
     """Run `command` to its end (stderr to `log`), timing it and sampling its process tree's resident memory."""
     start = time.perf_counter()
     with log.open("w") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True)
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
         watched, peak = psutil.Process(proc.pid), 0
         while proc.poll() is None:
             try:

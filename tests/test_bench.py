@@ -3,7 +3,8 @@
 About 2 minutes on the 2-core machine, most of it four cold JVMs (a drain, its reprocess, a Spark batch
 job, `serve`): so it drains clicks_per_region only, as the big drain's part at 300 clicks (the pipeline
 with a naive design to compare with), serves word_count at one rate for 3 s, and leaves out
-`batch_stages.py`. The other pipelines' Spark and DuckDB answers are checked by the full suite, which stops
+`batch_stages.py` and the cold starts (`cold_start.py`, a cold run and an Airflow DAG run: the demo's
+test and the CLI's tests start both). The other pipelines' Spark and DuckDB answers are checked by the full suite, which stops
 with an error when they differ from the drain's.
 """
 
@@ -24,7 +25,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def test_short_suite_answers_agree_and_it_writes_json_and_charts(tmp_path):
     options = "--records --big-clicks 300 --naive-clicks 300"  # the big drain's part, at 300 clicks, and its reprocess
-    options += " --latency-pipelines word_count --rates 200 --seconds 3 --stage-batches 0"
+    options += " --latency-pipelines word_count --rates 200 --seconds 3 --stage-batches 0 --cold-runs 0"
     command = [sys.executable, str(ROOT / "bench" / "suite.py"), *options.split()]
     command += ["--out", str(tmp_path / "suite.json"), "--charts", str(tmp_path)]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)

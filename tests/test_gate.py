@@ -148,3 +148,37 @@ def test_rows_matching_matches_nulls_and_every_key_column(lake, keys):
         [3] if keys == ("k",) else []
     )
     assert keyed.table_rows(path) == 4
+
+
+def test_the_rows_a_batch_replaces_come_from_its_lookup_only_when_it_holds_them(spark, lake):
+    by_key = expect.Suite("totals", (expect.not_null("k"), expect.unique("k"), expect.sum_equals("v", "m")))
+    ctx = RunContext(spark, lake, _pipeline(by_key), 0)
+    path = ctx.path(TABLE.name)
+    write_deltalake(
+        path,
+        pa.Table.from_pylist(
+            [{"k": "a", "g": None, "v": 5, "w": None}, {"k": "b", "g": None, "v": 7, "w": None}], SCHEMA
+        ),
+    )
+    change = _stage(
+        Path(lake.root) / "staged",
+        [
+            {"k": "a", "g": None, "v": 1, "w": None, delta_rs.DELETE: False},
+            {"k": "b", "g": None, "v": 0, "w": None, delta_rs.DELETE: True},
+        ],
+    )
+    version = DeltaTable(path).version()
+    keys = pa.Table.from_pylist([{"k": "a"}, {"k": "b"}])
+    table_rows = keyed.read_table(path, SCHEMA)
+    wrong = table_rows.set_column(2, "v", pa.array([50, 70], pa.int64()))  # not the table's: shows which rows were used
+
+    def failures(lookup: keyed.Lookup | None) -> tuple[str, ...]:
+        report = gate.check_change(ctx, by_key, change, {"m": 12}, {"m": 1}, lookup)
+        assert report is not None
+        return report.failures
+
+    assert failures(None) == ()
+    assert failures(keyed.Lookup(version, keys, table_rows)) == ()
+    assert failures(keyed.Lookup(version, keys, wrong)) != ()  # the lookup is what the gate read
+    assert failures(keyed.Lookup(version, keys.slice(0, 1), wrong)) == ()  # b was not looked up: the table is read
+    assert failures(keyed.Lookup(version - 1, keys, wrong)) == ()  # another version's rows: the table is read

@@ -25,7 +25,7 @@ from streamtable.runtime.context import RunContext
 from streamtable.runtime.progress import Stages
 from streamtable.runtime.staging import Staging
 from streamtable.runtime.summary import BatchSummary
-from streamtable.storage import delta_rs
+from streamtable.storage import delta_rs, keyed
 from streamtable.storage.store import spark_path
 
 log = logging.getLogger("streamtable")
@@ -56,6 +56,7 @@ class StagedBatch:
         self._staging = Staging(ctx, batch_id)
         self._late: list[DataFrame] = []
         self._metrics: dict[str, int] = {}
+        self._lookups: dict[str, keyed.Lookup] = {}  # table -> the rows `current(table, keys_of)` looked up by key
         # Delta tables of other jobs read whole (`table`) -> (their records that break the input's rules, version)
         self._skipped: dict[str, tuple[DataFrame, int]] = {}
 
@@ -96,7 +97,7 @@ class StagedBatch:
         keys equal those of a row of `keys_of` (a keyed lookup: a batch of a few keys reads only their rows)."""
         if keys_of is None:
             return self.ctx.snapshot(table)
-        return self.ctx.rows_of_keys(table, keys_of)
+        return self.ctx.rows_of_keys(table, keys_of, self._lookups)
 
     def upsert(self, table: str, rows: DataFrame, delete: str | None = None) -> None:
         """Stage rows that replace the rows with the same keys; where column `delete` is true, remove them."""
@@ -133,7 +134,7 @@ class StagedBatch:
         after = before | {name: before.get(name, 0) + value for name, value in self._metrics.items()}
         log.info("batch %d staged", self.batch_id)
         with stages.time("gate"):
-            self._staging.validate(before, after)
+            self._staging.validate(before, after, self._lookups)
         log.info("batch %d validated", self.batch_id)
         self._staging.mark_complete(
             BatchSummary(records, self.next_stream_time, oldest_input_at, self.versions, self.wall_clock, self._metrics)

@@ -85,12 +85,13 @@ class RunContext:
         files = [spark_path(f) for f in delta.file_uris()]
         return self.spark.read.schema(schema).parquet(*files) if files else self.spark.createDataFrame([], schema)
 
-    def rows_of_keys(self, table: str, keys_of: DataFrame) -> DataFrame:
+    def rows_of_keys(self, table: str, keys_of: DataFrame, lookups: dict[str, keyed.Lookup] | None = None) -> DataFrame:
         """The committed rows of a keyed output or state store whose keys (null-safely) are those of a row of `keys_of`.
 
         A batch of a few keys into a big table reads no more than its keys' rows into Spark: the keys are collected
         and looked up with Arrow in the driver (`storage.keyed`); a small table, or a batch of many keys, is
-        semi-joined by Spark instead. Both give the same rows.
+        semi-joined by Spark instead. Both give the same rows. An Arrow lookup is kept in `lookups` (table -> lookup),
+        for the gate to find the rows the batch replaces without reading the table again.
         """
         spec = self.pipeline.output(table)
         if not spec.keys:
@@ -101,18 +102,21 @@ class RunContext:
             rows = keyed.table_rows(self.path(table))
             if not rows:
                 return self.snapshot(table)  # empty
-            found = self._looked_up(spec, probe) if rows >= LOOKUP_MIN_ROWS else None
+            found = self._looked_up(spec, probe, delta.version()) if rows >= LOOKUP_MIN_ROWS else None
             if found is not None:
-                return found
+                if lookups is not None:
+                    lookups[table] = found
+                return self.spark.createDataFrame(found.rows, schema=spark_ddl(spec.columns))
         return _semi_join(self.snapshot(table), probe, list(spec.keys))
 
-    def _looked_up(self, spec: Table, probe: DataFrame) -> DataFrame | None:
+    def _looked_up(self, spec: Table, probe: DataFrame, version: int) -> keyed.Lookup | None:
         """The rows of `probe`'s keys looked up with Arrow in the driver; None if it has over LOOKUP_MAX_KEYS rows."""
         wanted = probe.limit(LOOKUP_MAX_KEYS + 1).toArrow()
         if wanted.num_rows > LOOKUP_MAX_KEYS:
             return None
-        rows = keyed.rows_of_keys(self.path(spec.name), arrow_schema(spec.columns), spec.keys, wanted)
-        return self.spark.createDataFrame(rows, schema=spark_ddl(spec.columns))
+        keys = keyed.distinct_rows(wanted)
+        rows = keyed.rows_of_keys(self.path(spec.name), arrow_schema(spec.columns), spec.keys, keys)
+        return keyed.Lookup(version, keys, rows)
 
     def prepare(self) -> None:
         """Create this generation's outputs, stores and progress table if they do not exist."""

@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 
 from streamtable.core.expectations import Suite
 from streamtable.core.schema import arrow_schema
-from streamtable.storage.delta_rs import DELETE, staged_rows
-from streamtable.storage.keyed import distinct_rows, matches, read_table, rows_matching, rows_of_keys
+from streamtable.storage.delta_rs import DELETE, staged_rows, table_version
+from streamtable.storage.keyed import Lookup, distinct_rows, matches, read_table, rows_matching, rows_of_keys
 
 if TYPE_CHECKING:
     from streamtable.quality.validation import Report
@@ -38,11 +38,17 @@ def is_incremental(suite: Suite) -> bool:
 
 
 def check_change(
-    ctx: RunContext, suite: Suite, change: dict | None, before: dict[str, int], after: dict[str, int]
+    ctx: RunContext,
+    suite: Suite,
+    change: dict | None,
+    before: dict[str, int],
+    after: dict[str, int],
+    lookup: Lookup | None = None,
 ) -> Report | None:
     """Validate what one batch's `change` (a staged change, None: none) does to `suite`'s table; None if nothing.
 
-    `before` and `after` are the metrics' totals before and after the batch.
+    `before` and `after` are the metrics' totals before and after the batch; `lookup`, the table's rows the batch
+    looked up by key (`batch.current(table, keys_of=...)`), which hold the rows it replaces if it wrote no other keys.
     """
     from streamtable.quality.validation import reconciled_metrics, validate_rows
 
@@ -63,7 +69,11 @@ def check_change(
     uniques = _uniques(suite, keys)
     path = ctx.path(suite.table)
     current = read_table(path, schema) if uniques and new.num_rows else None  # whole: values alike anywhere
-    replaced = _replaced(path, schema, keys, written, current) if upsert else schema.empty_table()
+    replaced = (
+        _replaced(path, schema, keys, written, lookup if current is None else current)
+        if upsert
+        else schema.empty_table()
+    )
     kept_alike = [_kept_alike(current, new, r.columns, written, keys) for r in uniques] if current is not None else []
     extra = distinct_rows(pa.concat_tables([schema.empty_table(), *kept_alike]))
     checked = pa.concat_tables([new.select(schema.names), extra])
@@ -81,11 +91,16 @@ def _uniques(suite: Suite, keys: tuple[str, ...]) -> list:
 
 
 def _replaced(
-    path: str, schema: pa.Schema, keys: tuple[str, ...], written: pa.Table, current: pa.Table | None
+    path: str, schema: pa.Schema, keys: tuple[str, ...], written: pa.Table, known: pa.Table | Lookup | None
 ) -> pa.Table:
-    """The table's rows that the written rows replace or delete (by `keys`), from `current` if it was read whole."""
-    if current is not None:
-        return rows_matching(current, written, keys)
+    """The table's rows that the written rows replace or delete (by `keys`): from the whole table or the batch's
+    lookup if `known` (a lookup only of the table's version now, holding every written key), else looked up."""
+    if isinstance(known, pa.Table):
+        return rows_matching(known, written, keys)
+    if known is not None and known.version == table_version(path):
+        found = known.rows_of(written, keys)
+        if found is not None:
+            return found
     return rows_of_keys(path, schema, keys, written)
 
 

@@ -16,7 +16,7 @@ from streamtable.runtime import gate
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.progress import Stages
 from streamtable.runtime.summary import BatchSummary
-from streamtable.storage import delta_rs, external
+from streamtable.storage import delta_rs, external, keyed
 from streamtable.storage.lake import PROGRESS
 from streamtable.storage.lease import check_held
 from streamtable.storage.store import join, parquet_dataset, spark_path
@@ -65,8 +65,11 @@ class Staging:
         kept = self.ctx.snapshot(change["table"]).join(rows.select(*keys), keys, "left_anti")
         return kept.unionByName(rows.where(~F.col(delta_rs.DELETE)).drop(delta_rs.DELETE))
 
-    def validate(self, before: dict[str, int], after: dict[str, int]) -> None:
-        """The per-batch gate (`streamtable.runtime.gate`) with the metrics' totals before and after the batch.
+    def validate(
+        self, before: dict[str, int], after: dict[str, int], lookups: dict[str, keyed.Lookup] | None = None
+    ) -> None:
+        """The per-batch gate (`streamtable.runtime.gate`) with the metrics' totals before and after the batch, and
+        the rows the batch looked up by key (table -> lookup).
 
         On a failure nothing is published.
         """
@@ -76,7 +79,8 @@ class Staging:
         for suite in self.ctx.pipeline.suites:
             change = next((c for c in self.changes if c["table"] == suite.table), None)
             if gate.is_incremental(suite):
-                report = gate.check_change(self.ctx, suite, change, before, after)
+                lookup = (lookups or {}).get(suite.table)
+                report = gate.check_change(self.ctx, suite, change, before, after, lookup)
             else:
                 frame = self.candidate(change) if change else self.ctx.read(suite.table)
                 report = validate(frame, self.ctx.pipeline.name, suite, self.ctx.lake.quality_dir, after, False)

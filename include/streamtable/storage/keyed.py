@@ -8,6 +8,7 @@ the rows it finds: about 50 ms per million rows of a three-column table on the 2
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +19,22 @@ from streamtable.storage.delta_rs import delta_table
 NULL = "__null_{}"  # a join key column: whether the key column {} was null
 VALUE = "__value_{}"  # ... and its value, a null filled with a value of the probe's
 POSITION = "__position"
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The rows of one version of a table that have some of its keys: `keys` (distinct) and the `rows` found."""
+
+    version: int
+    keys: pa.Table
+    rows: pa.Table
+
+    def rows_of(self, probe: pa.Table, columns: Sequence[str]) -> pa.Table | None:
+        """The rows of `probe`'s keys (its `columns`), or None when some of its keys were not looked up."""
+        wanted = probe.select(list(columns))
+        if wanted.num_rows and not pc.all(matches(wanted, self.keys, columns)).as_py():
+            return None
+        return rows_matching(self.rows, wanted, columns)
 
 
 def read_table(path: str, schema: pa.Schema) -> pa.Table:

@@ -1,12 +1,14 @@
-"""What a user of scheduled micro-batches waits for: a cold one-record `streamtable run`, and a DAG run.
+"""What a user of scheduled micro-batches waits for: a cold one-record `streamtable run`, a DAG run, a served run.
 
     .venv/bin/python bench/cold_start.py --runs 3
 
 Each round makes a fresh lake and ingests one record into it (not timed), then times a whole process, as a user
 starts it: `streamtable run word_count` (Python, the JVM, the SparkSession, one batch), and `airflow dags test
 clicks_per_region` (`make demo`'s pipeline: Airflow parses the DAGs, runs `run --validate` as one spark-submit,
-then `quality_gate` reads its verdict), in the environment of `make -s env`. The medians and the ranges go to
-`bench/results/cold_start.json`.
+then `quality_gate` reads its verdict), in the environment of `make -s env`. Then the warm path: a `streamtable
+serve word_count` is started on a lake of its own (not timed), and each round ingests one record and times
+`streamtable run word_count`, which the live serve takes (`runtime.handoff`); the serve's process tree's resident
+memory is what keeping it warm costs. The medians and the ranges go to `bench/results/cold_start.json`.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import tempfile
 from pathlib import Path
 
+import psutil
 import run
 
 DAG = "clicks_per_region"
@@ -67,16 +71,44 @@ def dag_run(work: Path, env: dict[str, str]) -> float:
     return timed.seconds
 
 
+def served_runs(runs: int, work: Path, env: dict[str, str]) -> dict:
+    """`runs` one-record `streamtable run word_count`s that a live `serve` takes; the serve tree's resident bytes."""
+    lake = one_record_lake(work, ("text_lines",), env)
+    command = [run.CLI, "serve", "word_count", "--lake", str(lake), "--interval", "1 second"]
+    with (work / "serve.log").open("w") as log:
+        serve = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    try:
+        assert serve.stdout is not None
+        serve.stdout.readline()  # its first batch (the record ingested before it started): the driver is warm
+        seconds = []
+        for n in range(runs):
+            record = work / "served.jsonl"
+            record.write_text(json.dumps(RECORDS["text_lines"] | {"line": f"hello again {n}"}) + "\n")
+            ingest = [run.CLI, "ingest", "text_lines", str(record), "--lake", str(lake)]
+            subprocess.run(ingest, env=env, check=True, capture_output=True)
+            timed = run.run_process([run.CLI, "run", "word_count", "--lake", str(lake)], work / "served.log", env=env)
+            if '"served_by"' not in timed.stdout:
+                raise RuntimeError(f"the run was not served by the live serve: {timed.stdout[-500:]}")
+            seconds.append(timed.seconds)
+        rss = run.tree_rss(psutil.Process(serve.pid))
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=120)
+    return summary(seconds) | {"serve_rss_bytes": rss}
+
+
 def summary(seconds: list[float]) -> dict:
     return {"median_s": round(statistics.median(seconds), 2), "runs_s": [round(s, 2) for s in seconds]}
 
 
 def measure(runs: int, work: Path) -> dict:
-    """`runs` cold one-record runs, then `runs` DAG runs; their medians and each run's seconds."""
+    """`runs` cold one-record runs, `runs` DAG runs, then `runs` runs served by a live serve; their medians and each
+    run's seconds."""
     env = make_env()
     return {
         "cold_run": summary([cold_run(work, env) for _ in range(runs)]),
         "dag_run": summary([dag_run(work, env) for _ in range(runs)]),
+        "served_run": served_runs(runs, work, env),
     }
 
 

@@ -181,10 +181,11 @@ def scrape(port: int) -> dict[str, float]:
 
 
 @pytest.mark.slow
-def test_serve_and_run_take_turns_and_sigterm_finishes_the_batch_in_flight(spark, lake):
-    first, second, third, fourth = (
+def test_serve_and_run_take_turns_a_run_during_serve_is_served_and_sigterm_finishes_the_batch_in_flight(spark, lake):
+    first, second, handed, third, fourth = (
         lines("the cat", "a cat"),
         lines("the dog", "dog dog"),
+        lines("a fish", "red fish"),
         lines("a bird", "the end"),
         lines("cat", "new"),
     )
@@ -208,24 +209,33 @@ def test_serve_and_run_take_turns_and_sigterm_finishes_the_batch_in_flight(spark
         assert status["busy"] and not status["behind"] and status["last_batch"]["batch_id"] == 1
         assert status["held_by"]["command"] == "serve"
 
+        ingest(lake, "text_lines", handed)
+        handed_report = run(lake, P)  # serve holds the pipeline: its next batch is the run's (no Spark started here)
+        assert (handed_report.batches, handed_report.records, handed_report.changes) == (1, 2, {"word_counts": 3})
+        assert handed_report.served_by["command"] == "serve" and handed_report.served_by["pid"] == served.proc.pid
+        assert table(lake, "word_counts", "word", "count") == expected([r["line"] for r in first + second + handed])
+        assert served.next_output()["progress"]["batch_id"] == 2
+
         ingest(lake, "text_lines", third)
-        served.wait_for_log("batch 2 computing")  # the batch is in flight: stop now
+        served.wait_for_log("batch 3 computing")  # the batch is in flight: stop now
         assert served.stop() == 0, "".join(served.stderr[-40:])
-        assert served.next_output(timeout=5)["progress"]["batch_id"] == 2  # it finished and was committed
+        assert served.next_output(timeout=5)["progress"]["batch_id"] == 3  # it finished and was committed
         report = served.next_output(timeout=5)
-        assert (report["batches"], report["records"]) == (2, 4)
+        assert (report["batches"], report["records"]) == (3, 6)
     finally:
         served.kill()
 
     assert run(lake, P).batches == 0  # serve committed everything: run has nothing to count twice
     ingest(lake, "text_lines", fourth)
     assert run(lake, P).batches == 1
-    assert table(lake, "word_counts", "word", "count") == expected([r["line"] for r in first + second + third + fourth])
+    everything = first + second + handed + third + fourth
+    assert table(lake, "word_counts", "word", "count") == expected([r["line"] for r in everything])
     assert [(b["batch_id"], b["mode"]) for b in history(lake, P)] == [
         (0, "run"),
         (1, "serve"),
         (2, "serve"),
-        (3, "run"),
+        (3, "serve"),
+        (4, "run"),
     ]
     assert not pipeline_status(lake, P).busy
 

@@ -74,14 +74,17 @@ def cmd_ingest_folder(args: argparse.Namespace, limit: int) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    from streamtable.quality.validation import build_docs
+    from streamtable.quality.validation import build_docs, docs_index
     from streamtable.runtime.lifecycle import run, validate
 
     lake = _lake(args)
-    report = run(lake, args.pipeline).as_dict()
+    ran = run(lake, args.pipeline)
+    report = ran.as_dict()
     if args.validate:  # in the same job: a scheduled micro-batch is one spark-submit, its DAG's gate reads this verdict
         report["validation"] = verdict(args.pipeline, validate(lake, args.pipeline))
-    print(json.dumps(report | {"data_docs": build_docs(lake.quality_dir)}))
+    # a run that a live serve took stays Spark- and GX-free: the next run or validate builds the Data Docs' new pages
+    docs = docs_index(lake.quality_dir) if ran.served_by and not args.validate else build_docs(lake.quality_dir)
+    print(json.dumps(report | {"data_docs": docs}))
 
 
 def cmd_serve(args: argparse.Namespace) -> None:

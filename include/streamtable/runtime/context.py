@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
@@ -145,26 +146,8 @@ class RunContext:
         return totals
 
     def lineage(self) -> dict[str, list[dict]]:
-        """What this generation read and wrote, for OpenLineage: each input with the newest version its committed
-        runs consumed (a table read whole: its latest), each output with its version, by URI."""
-        consumed: dict[str, int] = {}
-        for row in self.progress():
-            for name, version in row["input_versions"] or ():
-                consumed[name] = max(version, consumed.get(name, -1))
-        inputs = []
-        for name in self.pipeline.inputs:
-            path = path_of(self.lake, name)
-            version = consumed.get(name) if name in self.pipeline.streams else delta_rs.table_version(path)
-            inputs.append({"table": name, "uri": self.lake.uri(path), "version": version})
-        outputs = [
-            {
-                "table": t.name,
-                "uri": self.lake.uri(self.path(t.name)),
-                "version": delta_rs.table_version(self.path(t.name)),
-            }
-            for t in self.pipeline.outputs
-        ]
-        return {"inputs": inputs, "outputs": outputs}
+        """What this generation read and wrote, for OpenLineage (`lineage`)."""
+        return lineage(self.lake, self.pipeline, self.progress(), self.path)
 
 
 def _has_deletion_vectors(delta: delta_rs.DeltaTable) -> bool:
@@ -177,3 +160,24 @@ def _semi_join(rows: DataFrame, probe: DataFrame, keys: list[str]) -> DataFrame:
     r, p = rows.alias("r"), probe.alias("p")
     condition: SparkColumn = reduce(lambda a, b: a & b, [r[k].eqNullSafe(p[k]) for k in keys])
     return r.join(p, condition, "left_semi")
+
+
+def lineage(
+    lake: Lake, pipeline: Pipeline, progress: list[dict], output_path: Callable[[str], str]
+) -> dict[str, list[dict]]:
+    """What a generation (its committed `progress` rows) read and wrote, for OpenLineage: each input with the newest
+    version its runs consumed (a table read whole: its latest), each output (at `output_path`) with its version."""
+    consumed: dict[str, int] = {}
+    for row in progress:
+        for name, version in row["input_versions"] or ():
+            consumed[name] = max(version, consumed.get(name, -1))
+    inputs = []
+    for name in pipeline.inputs:
+        path = path_of(lake, name)
+        version = consumed.get(name) if name in pipeline.streams else delta_rs.table_version(path)
+        inputs.append({"table": name, "uri": lake.uri(path), "version": version})
+    outputs = [
+        {"table": t.name, "uri": lake.uri(output_path(t.name)), "version": delta_rs.table_version(output_path(t.name))}
+        for t in pipeline.outputs
+    ]
+    return {"inputs": inputs, "outputs": outputs}

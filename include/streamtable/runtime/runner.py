@@ -58,6 +58,7 @@ class RunReport:
     stream_time: datetime | None = None
     changes: dict[str, int] = field(default_factory=dict)
     lineage: dict[str, list[dict]] = field(default_factory=dict)  # `RunContext.lineage` once the run ended
+    served_by: dict | None = None  # the live `serve` that processed the run's records (`runtime.handoff`), if one did
 
     def as_dict(self) -> dict:
         return {
@@ -68,7 +69,7 @@ class RunReport:
             "stream_time": format_time(self.stream_time) if self.stream_time else None,
             "changes": self.changes,
             "lineage": self.lineage,
-        }
+        } | ({"served_by": self.served_by} if self.served_by else {})
 
 
 def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:

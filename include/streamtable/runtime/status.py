@@ -88,7 +88,7 @@ class PipelineStatus:
 def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> PipelineStatus:
     """The status of one pipeline (raises UnknownPipelineError for a name that is not registered)."""
     spec = get_pipeline(pipeline)
-    generation, batches, consumed = _live_progress(lake, pipeline)
+    generation, batches, consumed = live_progress(lake, pipeline)
     inputs = tuple(_lag(lake, name, consumed.get(name)) for name in spec.streams)
     return PipelineStatus(
         pipeline,
@@ -100,7 +100,7 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
     )
 
 
-def _live_progress(lake: Lake, pipeline: str) -> tuple[int, list[dict], dict[str, int]]:
+def live_progress(lake: Lake, pipeline: str) -> tuple[int, list[dict], dict[str, int]]:
     """The live generation, its batches and its consumed versions: read again when a reprocess or a reset made
     another generation live (and deleted this one's files) while they were read."""
     while True:
@@ -122,13 +122,7 @@ def _consumed_versions(lake: Lake, pipeline: str, generation: int) -> dict[str, 
 
 
 def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
-    path = path_of(lake, table)  # a Delta table of another job is read where it is
-    latest = table_version(path)
-    first_unconsumed = 0 if consumed is None else consumed + 1
-    if latest is None or latest < first_unconsumed:
-        return InputLag(table, consumed, latest, 0, None)
-    commits = delta_table(path).history(limit=latest - first_unconsumed + 1)
-    unconsumed = [c for c in commits if c["version"] >= first_unconsumed and _added_rows(c)]
+    latest, unconsumed = unconsumed_commits(lake, table, consumed)
     records = sum(_added_rows(c) for c in unconsumed)
     oldest = min((c["timestamp"] for c in unconsumed), default=None)
     return InputLag(
@@ -138,6 +132,18 @@ def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
         records,
         datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None,
     )
+
+
+def unconsumed_commits(lake: Lake, table: str, consumed: int | None) -> tuple[int | None, list[dict]]:
+    """The latest version of a stream input, and its commits after version `consumed` that added records (from its
+    log's history: no file is read)."""
+    path = path_of(lake, table)  # a Delta table of another job is read where it is
+    latest = table_version(path)
+    first_unconsumed = 0 if consumed is None else consumed + 1
+    if latest is None or latest < first_unconsumed:
+        return latest, []
+    commits = delta_table(path).history(limit=latest - first_unconsumed + 1)
+    return latest, [c for c in commits if c["version"] >= first_unconsumed and _added_rows(c)]
 
 
 def _added_rows(commit: dict) -> int:

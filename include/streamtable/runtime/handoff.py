@@ -1,0 +1,103 @@
+"""A bounded `run` of a pipeline that a live `serve` holds: the serving process does the work, the run waits for it.
+
+`serve` holds the pipeline's lease until it stops, so a `run` (a cron job's, a scheduled DAG's) would wait that long
+for the lease. Instead, the run notes each stream input's newest version with records that the serving generation
+has not consumed, and waits until serve's batches have consumed them (for a pipeline that closes results by wall
+clock, also for a batch that started after the run did): what the run would have processed, processed by a warm
+driver. The run starts no Spark, so it waits about serve's latency (a second or two) instead of a cold driver's
+start. Its report counts serve's batches since the run started, and says which process served it.
+
+If serve stops, dies (its lease no longer renewed for a TTL), or a reprocess or reset makes another generation
+live while the run waits, the run goes on as a run of its own: it takes the lease and drains what is left.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from streamtable.core.pipeline import Pipeline
+from streamtable.runtime.context import lineage
+from streamtable.runtime.progress import committed
+from streamtable.runtime.runner import RunReport
+from streamtable.runtime.status import live_progress, unconsumed_commits
+from streamtable.storage.lake import Lake
+from streamtable.storage.lease import lease_seconds
+
+POLL_S = 0.2  # how often the run reads serve's progress
+
+
+def served_run(lake: Lake, pipeline: Pipeline, poll_s: float = POLL_S) -> RunReport | None:
+    """The report of the batches a live `serve` of `pipeline` ran for what its inputs hold now; None when no serve
+    holds the pipeline, or it stopped (or another generation went live) before they were processed."""
+    holder = lake.holder(pipeline.name)
+    if holder is None or holder.get("command") != "serve":
+        return None
+    started = datetime.now(UTC)
+    generation, batches, consumed = live_progress(lake, pipeline.name)
+    first_batch = max((b["batch_id"] for b in batches), default=-1) + 1
+    targets = _targets(lake, pipeline, consumed)
+    watch = _LeaseWatch(lake, pipeline.name)
+    while True:
+        live, batches, _ = live_progress(lake, pipeline.name)
+        if live != generation or not watch.held_by(holder):
+            return None
+        ours = [b for b in batches if b["batch_id"] >= first_batch]
+        if _covered(targets, batches) and (not pipeline.wall_clock or any(b["started_at"] >= started for b in ours)):
+            return _report(lake, pipeline, generation, ours, holder)
+        time.sleep(poll_s)
+
+
+def _targets(lake: Lake, pipeline: Pipeline, consumed: dict[str, int]) -> dict[str, int]:
+    """Each stream input with records not consumed yet -> the newest version that holds some."""
+    targets = {}
+    for name in pipeline.streams:
+        _, commits = unconsumed_commits(lake, name, consumed.get(name))
+        if commits:
+            targets[name] = max(c["version"] for c in commits)
+    return targets
+
+
+def _covered(targets: dict[str, int], batches: list[dict]) -> bool:
+    """Whether the batches (their `stream_progress` rows) consumed every input up to its target version."""
+    seen: dict[str, int] = {}
+    for batch in batches:
+        for name, version in batch["input_versions"].items():
+            seen[name] = max(version, seen.get(name, version))
+    return all(seen.get(name, -1) >= version for name, version in targets.items())
+
+
+def _report(lake: Lake, pipeline: Pipeline, generation: int, batches: list[dict], holder: dict) -> RunReport:
+    progress = committed(lake, pipeline.name, generation, ["stream_time", "input_versions"])
+    changes: dict[str, int] = {}
+    for batch in batches:
+        for table, rows in batch["output_rows"].items():
+            changes[table] = changes.get(table, 0) + rows
+    return RunReport(
+        pipeline.name,
+        generation,
+        batches=len(batches),
+        records=sum(b["input_rows"] for b in batches),
+        stream_time=max((r["stream_time"] for r in progress if r["stream_time"]), default=None),
+        changes=changes,
+        lineage=lineage(lake, pipeline, progress, lake.table_path),
+        served_by={k: holder.get(k) for k in ("command", "pid", "host", "since")},
+    )
+
+
+class _LeaseWatch:
+    """Whether the process that held a pipeline's lease still does: the same holder, its lease renewed within a TTL
+    (a holder on another host that died keeps its entry until a waiter takes the lease over)."""
+
+    def __init__(self, lake: Lake, pipeline: str) -> None:
+        self.lake, self.pipeline = lake, pipeline
+        self.etag: str | None = None
+        self.changed_at = time.monotonic()
+
+    def held_by(self, holder: dict) -> bool:
+        found = self.lake.store.read(self.lake.lock_path(self.pipeline))
+        if found is None or self.lake.holder(self.pipeline) != holder:
+            return False
+        if found.etag != self.etag:
+            self.etag, self.changed_at = found.etag, time.monotonic()
+        return time.monotonic() - self.changed_at < lease_seconds()

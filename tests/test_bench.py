@@ -3,9 +3,9 @@
 About 2 minutes on the 2-core machine, most of it four cold JVMs (a drain, its reprocess, a Spark batch
 job, `serve`): so it drains clicks_per_region only, as the big drain's part at 300 clicks (the pipeline
 with a naive design to compare with), serves word_count at one rate for 3 s, and leaves out
-`batch_stages.py` and the cold starts (`cold_start.py`, a cold run and an Airflow DAG run: the demo's
-test and the CLI's tests start both). The other pipelines' Spark and DuckDB answers are checked by the full suite, which stops
-with an error when they differ from the drain's.
+`batch_stages.py` and the cold starts (`cold_start.py`: a cold run, an Airflow DAG run and a run a live
+serve takes, which the demo's, the CLI's and the serve tests start too). The other pipelines' Spark and
+DuckDB answers are checked by the full suite, which stops with an error when they differ from the drain's.
 """
 
 from __future__ import annotations

@@ -110,6 +110,9 @@ RUN_ELSEWHERE = {
     ".venv/bin/python bench/batch_stages.py --batches 6 --driver-scenarios 5": (
         "nothing: a benchmark (docs/benchmarks.md has its figures)"
     ),
+    ".venv/bin/python bench/batch_stages.py --batches 8 --driver-scenarios 0 --inventory-keys 1000000 10000000": (
+        "nothing: a benchmark of minutes (docs/benchmarks.md has its figures)"
+    ),
     ".venv/bin/python bench/latency.py --rates 1000 10000 30000 100000 --seconds 60": (
         "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
     ),

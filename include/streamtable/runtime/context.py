@@ -100,10 +100,10 @@ class RunContext:
         probe = keys_of.select(*spec.keys)
         delta = delta_rs.open_table(self.path(table))
         if delta is not None and not _has_deletion_vectors(delta):
-            rows = keyed.table_rows(self.path(table))
-            if not rows:
-                return self.snapshot(table)  # empty
-            found = self._looked_up(spec, probe, delta.version()) if rows >= LOOKUP_MIN_ROWS else None
+            if not delta.file_uris():
+                return self.snapshot(table)  # empty: no row to look up
+            big = keyed.table_rows(self.path(table)) >= LOOKUP_MIN_ROWS  # (0 for files without statistics)
+            found = self._looked_up(spec, probe, delta.version()) if big else None
             if found is not None:
                 if lookups is not None:
                     lookups[table] = found

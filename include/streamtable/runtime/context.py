@@ -102,22 +102,22 @@ class RunContext:
         if delta is not None and not _has_deletion_vectors(delta):
             if not delta.file_uris():
                 return self.snapshot(table)  # empty: no row to look up
-            big = keyed.table_rows(self.path(table)) >= LOOKUP_MIN_ROWS  # (0 for files without statistics)
-            found = self._looked_up(spec, probe, delta.version()) if big else None
+            big = keyed.table_rows(delta) >= LOOKUP_MIN_ROWS  # (0 for files without statistics)
+            found = self._looked_up(spec, probe, delta) if big else None
             if found is not None:
                 if lookups is not None:
                     lookups[table] = found
                 return self.spark.createDataFrame(found.rows, schema=spark_ddl(spec.columns))
         return _semi_join(self.snapshot(table), probe, list(spec.keys))
 
-    def _looked_up(self, spec: Table, probe: DataFrame, version: int) -> keyed.Lookup | None:
+    def _looked_up(self, spec: Table, probe: DataFrame, delta: delta_rs.DeltaTable) -> keyed.Lookup | None:
         """The rows of `probe`'s keys looked up with Arrow in the driver; None if it has over LOOKUP_MAX_KEYS rows."""
         wanted = probe.limit(LOOKUP_MAX_KEYS + 1).toArrow()
         if wanted.num_rows > LOOKUP_MAX_KEYS:
             return None
         keys = keyed.distinct_rows(wanted)
-        rows = keyed.rows_of_keys(self.path(spec.name), arrow_schema(spec.columns), spec.keys, keys)
-        return keyed.Lookup(version, keys, rows)
+        rows = keyed.rows_of_keys(delta, arrow_schema(spec.columns), spec.keys, keys)
+        return keyed.Lookup(delta.version(), keys, rows)
 
     def prepare(self) -> None:
         """Create this generation's outputs, stores and progress table if they do not exist."""

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamtable.storage.delta_rs import delta_table
+from streamtable.storage.delta_rs import DeltaTable, delta_table
 
 NULL = "__null_{}"  # a join key column: whether the key column {} was null
 VALUE = "__value_{}"  # ... and its value, a null filled with a value of the probe's
@@ -45,18 +45,23 @@ def read_table(path: str, schema: pa.Schema) -> pa.Table:
     return delta_table(path).to_pyarrow_dataset().to_table(columns=schema.names).cast(schema)
 
 
-def table_rows(path: str) -> int:
-    """How many rows the Delta table at `path` holds, from its log's file statistics (no file is read)."""
-    actions = pa.table(delta_table(path).get_add_actions(flatten=True))
+def _opened(table: str | DeltaTable) -> DeltaTable:
+    """The Delta table at a path, or one the caller already opened (its version is kept)."""
+    return delta_table(table) if isinstance(table, str) else table
+
+
+def table_rows(table: str | DeltaTable) -> int:
+    """How many rows a Delta table (a path or an open table) holds, from its log's file statistics (no file is read)."""
+    actions = pa.table(_opened(table).get_add_actions(flatten=True))
     return int(pc.sum(actions["num_records"]).as_py() or 0) if actions.num_rows else 0
 
 
-def rows_of_keys(path: str, schema: pa.Schema, keys: Sequence[str], probe: pa.Table) -> pa.Table:
-    """The rows of the Delta table at `path` whose `keys` equal some row of `probe`'s, as `schema`."""
+def rows_of_keys(table: str | DeltaTable, schema: pa.Schema, keys: Sequence[str], probe: pa.Table) -> pa.Table:
+    """The rows of a Delta table (a path or an open table) whose `keys` equal some row of `probe`'s, as `schema`."""
     found = [schema.empty_table()]
     if probe.num_rows:
         wanted = distinct_rows(probe.select(list(keys)))
-        for batch in delta_table(path).to_pyarrow_dataset().to_batches(columns=schema.names):
+        for batch in _opened(table).to_pyarrow_dataset().to_batches(columns=schema.names):
             rows = pa.Table.from_batches([batch]).cast(schema)
             found.append(rows.filter(matches(rows, wanted, keys)))
     return pa.concat_tables(found)

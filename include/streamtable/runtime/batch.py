@@ -15,7 +15,7 @@ import logging
 from datetime import datetime
 from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession, functions as F
+from pyspark.sql import DataFrame, functions as F
 
 from streamtable.core.errors import UndeclaredNameError
 from streamtable.core.registry import get_input
@@ -26,7 +26,6 @@ from streamtable.runtime.progress import Stages
 from streamtable.runtime.staging import Staging
 from streamtable.runtime.summary import BatchSummary
 from streamtable.storage import delta_rs, keyed
-from streamtable.storage.store import spark_path
 
 log = logging.getLogger("streamtable")
 
@@ -74,7 +73,7 @@ class StagedBatch:
         """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins)."""
         input_table = get_input(input_name)
         if not input_table.external:
-            return read_changelog(self.spark, self.ctx.lake.table_path(input_name), input_name)
+            return self.ctx.changelog(input_name)
         change_feed = self.ctx.external.get(input_name, False)
         records, version = external.read_table(self.spark, input_table, change_feed)
         self._skipped[input_name] = (external.quarantined(records, input_table), version)
@@ -158,14 +157,3 @@ class StagedBatch:
         if skipped is not None:
             with stages.time("compute"):
                 self._staging.stage(QUARANTINE.name, "quarantine", skipped, offsets=offsets)
-
-
-def read_changelog(spark: SparkSession, path: str, name: str) -> DataFrame:
-    """A whole append-only input table with each record's commit version (via Change Data Feed)."""
-    return (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", 0)
-        .load(spark_path(path))
-        .drop("_change_type", "_commit_timestamp")
-    )

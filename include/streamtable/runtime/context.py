@@ -14,6 +14,7 @@ from streamtable.core.errors import OperatorArgumentError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.schema import arrow_schema, spark_ddl
 from streamtable.core.tables import HEARTBEAT, LATE_EVENTS, Table
+from streamtable.runtime.changelogs import KeptChangelogs, read_changelog
 from streamtable.runtime.progress import committed
 from streamtable.storage import delta_rs, keyed
 from streamtable.storage.external import path_of
@@ -49,6 +50,7 @@ class RunContext:
     # Delta tables of other jobs among the inputs -> whether they are read through their Change Data Feed
     # (`runtime.external.prepare` fills it before the query starts)
     external: dict[str, bool] = field(default_factory=dict)
+    kept: KeptChangelogs | None = None  # `serve`: its table inputs' changelogs, kept across its batches
 
     @property
     def app_id(self) -> str:
@@ -69,6 +71,11 @@ class RunContext:
         if self.shadow:
             return join(self.dir, "shadow", table)
         return self.lake.table_path(table)
+
+    def changelog(self, input_name: str) -> DataFrame:
+        """An input's whole changelog as of now, with `_commit_version` and `_line` (kept across a serve's batches)."""
+        path = self.lake.table_path(input_name)
+        return read_changelog(self.spark, path) if self.kept is None else self.kept.changelog(self.spark, path)
 
     def read(self, table: str) -> DataFrame:
         return self.spark.read.format("delta").load(spark_path(self.path(table)))

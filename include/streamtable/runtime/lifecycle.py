@@ -17,6 +17,7 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_pipeline
 from streamtable.core.tables import LATE_EVENTS
 from streamtable.core.timefmt import system_clock
+from streamtable.runtime.changelogs import KeptChangelogs
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.handoff import served_run
 from streamtable.runtime.runner import RunReport, drain, serve
@@ -55,7 +56,7 @@ def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float
     with lake.lock(name, "serve"):
         finish_swap(lake, pipeline)
         return serve(
-            RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name)),
+            RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name), kept=KeptChangelogs()),
             interval,
             stop_timeout_s,
             on_progress=on_progress,

@@ -1,0 +1,60 @@
+"""An input's whole changelog read by Spark, and the changelogs a `serve` keeps across its batches.
+
+A batch that joins a table input (`batch.table`, as `asof_join` does) reads the input's whole changelog. A `serve`
+would read it whole every batch; it keeps it instead, as a Kafka Streams task keeps a KTable in its store between
+records: read whole once, then only the versions committed since, each part cached by Spark (in memory, spilling to
+disk; recomputed from its Delta versions if an executor is lost). The kept changelog is the table's up to a version
+read from its log, so it is exact; it is read whole again when the table is not the one it was made of (another
+table id, or fewer versions: made anew), and after MAX_PARTS parts, so that a long serve's plan stays short.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession
+
+from streamtable.storage import delta_rs
+from streamtable.storage.store import spark_path
+
+MAX_PARTS = 16  # a kept changelog of more parts than this is read whole again
+
+
+def read_changelog(spark: SparkSession, path: str, start: int = 0, end: int | None = None) -> DataFrame:
+    """An append-only input table's records of versions `start` to `end` (default: the newest), each with its
+    commit version (`_commit_version`, via Change Data Feed)."""
+    reader = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", start)
+    if end is not None:
+        reader = reader.option("endingVersion", end)
+    return reader.load(spark_path(path)).drop("_change_type", "_commit_timestamp")
+
+
+@dataclass
+class _Kept:
+    table_id: str
+    version: int
+    parts: list[DataFrame]
+
+
+@dataclass
+class KeptChangelogs:
+    """The input changelogs one `serve` keeps across its batches (path -> what is kept of it)."""
+
+    kept: dict[str, _Kept] = field(default_factory=dict)
+
+    def changelog(self, spark: SparkSession, path: str) -> DataFrame:
+        """The input's whole changelog as of its newest version, from what is kept plus the versions added since."""
+        delta = delta_rs.open_table(path)
+        if delta is None:
+            return read_changelog(spark, path)
+        table_id, version = delta.metadata().id, delta.version()
+        kept = self.kept.get(path)
+        if kept is None or kept.table_id != table_id or kept.version > version or len(kept.parts) >= MAX_PARTS:
+            for part in kept.parts if kept is not None else ():
+                part.unpersist()
+            kept = self.kept[path] = _Kept(table_id, version, [read_changelog(spark, path, 0, version).persist()])
+        elif kept.version < version:
+            kept.parts.append(read_changelog(spark, path, kept.version + 1, version).persist())
+            kept.version = version
+        return reduce(DataFrame.unionByName, kept.parts)

@@ -48,7 +48,7 @@ class KeptChangelogs:
         delta = delta_rs.open_table(path)
         if delta is None:
             return read_changelog(spark, path)
-        table_id, version = delta.metadata().id, delta.version()
+        table_id, version = str(delta.metadata().id), delta.version()
         kept = self.kept.get(path)
         if kept is None or kept.table_id != table_id or kept.version > version or len(kept.parts) >= MAX_PARTS:
             for part in kept.parts if kept is not None else ():

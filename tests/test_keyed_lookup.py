@@ -1,7 +1,6 @@
 """`batch.current(table, keys_of=...)`: the committed rows of the batch's keys, looked up with Arrow in the driver for
 a few keys in a big table, semi-joined by Spark otherwise. The reference is a filter in Python by the rule "a row's
 keys equal those of some row of keys_of, a null equal to a null" (Spark's `<=>`, the commits' MERGE).
-`batch.table(input, keys_of=...)`: an input changelog's records of the batch's keys, by the same rule.
 """
 
 from __future__ import annotations
@@ -81,19 +80,3 @@ def test_current_of_keys_of_an_empty_table_is_empty(ctx, spark, monkeypatch):
     write_deltalake(ctx.path(TOTALS.name), pa.Table.from_pylist([], arrow_schema(TOTALS.columns)), mode="overwrite")
     keys_of = spark.createDataFrame([("a", 1)], "store STRING, item BIGINT")
     assert ctx.rows_of_keys(TOTALS.name, keys_of).collect() == []
-
-
-@pytest.mark.parametrize("probe", PROBES.values(), ids=PROBES.keys())
-@pytest.mark.parametrize("keys", ["broadcast", "over the limit: every record"])
-def test_table_of_keys_is_the_records_of_those_keys(ctx, spark, monkeypatch, probe, keys):
-    """`batch.table(input, keys_of=...)`: a changelog's records of the probe's keys, or all of them for a big probe."""
-    monkeypatch.setattr(context, "LOOKUP_MAX_KEYS", len(probe) - 1 if keys != "broadcast" and probe else 10**5)
-    changelog = spark.createDataFrame(ROWS, "store STRING, item BIGINT, quantity BIGINT, at TIMESTAMP")
-    keys_of = spark.createDataFrame([(*p, "e") for p in probe], "store STRING, item BIGINT, extra STRING")
-    found = ctx.records_of_keys(changelog, TOTALS, keys_of)
-    every = keys != "broadcast" and probe
-    assert sorted(r["quantity"] for r in found.collect()) == (
-        sorted(r["quantity"] for r in ROWS) if every else _reference(probe)
-    )
-    with pytest.raises(OperatorArgumentError, match="log declares no keys"):
-        ctx.records_of_keys(changelog, LOG, keys_of)

@@ -43,14 +43,12 @@ class Batch(Protocol):
         """The records of a stream input that arrived since the last run, with `_commit_version` and `_line`."""
         ...
 
-    def table(self, input_name: str, keys_of: DataFrame | None = None) -> DataFrame:
-        """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins); with
-        `keys_of`, only the records of its rows' keys (the input's `keys`) if it has at most 100,000 rows, else all."""
+    def table(self, input_name: str) -> DataFrame:
+        """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins)."""
         ...
 
-    def consumed(self, input_name: str, keys_of: DataFrame | None = None) -> DataFrame:
-        """The changelog of a stream input up to the newest version consumed by this run or an earlier one (with
-        `keys_of`, as `table`'s)."""
+    def consumed(self, input_name: str) -> DataFrame:
+        """The changelog of a stream input up to the newest version consumed by this run or an earlier one."""
         ...
 
     def current(self, table: str, keys_of: DataFrame | None = None) -> DataFrame:

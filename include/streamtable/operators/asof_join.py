@@ -31,11 +31,10 @@ def asof_join(
     Of records with equal times the later ingest wins; a record whose `values` are null deletes its key from then
     on. Returns every column of `stream` plus `values`, one row per stream row (a left join). `changelog` is an
     input's whole changelog, `batch.table(NAME)` (its `_commit_version` and `_line` order ties), declared in the
-    pipeline's `tables=`; `batch.table(NAME, keys_of=stream)` gives the same result, joining only the records of the
-    stream's keys. Each click with its user's region at the click's time:
+    pipeline's `tables=`. Each click with its user's region at the click's time:
 
         clicks = batch.new("user_clicks")
-        enriched = asof_join(clicks, batch.table("user_regions", keys_of=clicks), key="user", values=["region"])
+        enriched = asof_join(clicks, batch.table("user_regions"), key="user", values=["region"])
     """
     table = versioned(changelog, key, values, time).alias("v")
     s = stream.alias("s")

@@ -35,8 +35,7 @@ def process(batch: Batch) -> None:
     from streamtable import add_to_totals, asof_join
 
     clicks = batch.new("user_clicks")
-    regions = batch.table("user_regions", keys_of=clicks)  # the versions of the clicks' users only
-    enriched = asof_join(clicks, regions, key="user", values=["region"])
+    enriched = asof_join(clicks, batch.table("user_regions"), key="user", values=["region"])
     by_region = enriched.select(F.coalesce("region", F.lit("UNKNOWN")).alias("region"), "clicks")
     batch.upsert(
         "clicks_per_region", add_to_totals(batch.current("clicks_per_region"), by_region, ["region"], "clicks")

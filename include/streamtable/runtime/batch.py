@@ -69,30 +69,26 @@ class StagedBatch:
             records = records.where(F.col(external.REASON).isNull())
         return records.select(*columns)
 
-    def table(self, input_name: str, keys_of: DataFrame | None = None) -> DataFrame:
-        """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins); with
-        `keys_of`, only the records of its rows' keys (the input's `keys`) if it has at most 100,000 rows, else all."""
+    def table(self, input_name: str) -> DataFrame:
+        """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins)."""
         input_table = get_input(input_name)
         if not input_table.external:
-            records = self.ctx.changelog(input_name)
-        else:
-            change_feed = self.ctx.external.get(input_name, False)
-            records, version = external.read_table(self.spark, input_table, change_feed)
-            self._skipped[input_name] = (external.quarantined(records, input_table), version)
-            columns = [c.name for c in input_table.stored_columns] + [COMMIT_VERSION]
-            records = records.where(F.col(external.REASON).isNull()).select(*columns)
-        return records if keys_of is None else self.ctx.records_of_keys(records, input_table, keys_of)
+            return self.ctx.changelog(input_name)
+        change_feed = self.ctx.external.get(input_name, False)
+        records, version = external.read_table(self.spark, input_table, change_feed)
+        self._skipped[input_name] = (external.quarantined(records, input_table), version)
+        columns = [c.name for c in input_table.stored_columns] + [COMMIT_VERSION]
+        return records.where(F.col(external.REASON).isNull()).select(*columns)
 
-    def consumed(self, input_name: str, keys_of: DataFrame | None = None) -> DataFrame:
-        """The changelog of a stream input up to the newest version consumed by this run or an earlier one (with
-        `keys_of`, as `table`'s).
+    def consumed(self, input_name: str) -> DataFrame:
+        """The changelog of a stream input up to the newest version consumed by this run or an earlier one.
 
         Unlike `table`, it leaves out records ingested after the run's offsets were fixed (those come
         next run), so a run, and its recomputation after a crash, is a function of its offsets.
         """
         earlier = [dict(r["input_versions"] or ()).get(input_name) for r in self._committed]
         bound = max((v for v in [*earlier, self.versions.get(input_name)] if v is not None), default=None)
-        changelog = self.table(input_name, keys_of)
+        changelog = self.table(input_name)
         return changelog.where(F.col(COMMIT_VERSION) <= F.lit(bound)) if bound is not None else changelog.limit(0)
 
     def current(self, table: str, keys_of: DataFrame | None = None) -> DataFrame:

@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import reduce
 
 import pyarrow as pa
-from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession, functions as F
+from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession
 
 from streamtable.core.errors import OperatorArgumentError
 from streamtable.core.pipeline import Pipeline
@@ -116,22 +116,6 @@ class RunContext:
                     lookups[table] = found
                 return self.spark.createDataFrame(found.rows, schema=spark_ddl(spec.columns))
         return _semi_join(self.snapshot(table), probe, list(spec.keys))
-
-    def records_of_keys(self, records: DataFrame, table: Table, keys_of: DataFrame) -> DataFrame:
-        """The records of an input's changelog whose keys (null-safely) are those of a row of `keys_of`.
-
-        `keys_of`'s keys are collected and broadcast, so a batch of a few keys joins no more than its keys' records
-        (an as-of join then orders the versions of those keys only); `keys_of` of over LOOKUP_MAX_KEYS rows (a
-        drain, whose keys are most of the table's) gets every record, which a join by key answers the same.
-        """
-        if not table.keys:
-            raise OperatorArgumentError(f"{table.name} declares no keys to look records up by")
-        keys = keys_of.select(*table.keys)
-        wanted = keys.limit(LOOKUP_MAX_KEYS + 1).toArrow()
-        if wanted.num_rows > LOOKUP_MAX_KEYS:
-            return records
-        probe = self.spark.createDataFrame(keyed.distinct_rows(wanted), schema=keys.schema)
-        return _semi_join(records, F.broadcast(probe), list(table.keys))
 
     def _looked_up(self, spec: Table, probe: DataFrame, delta: delta_rs.DeltaTable) -> keyed.Lookup | None:
         """The rows of `probe`'s keys looked up with Arrow in the driver; None if it has over LOOKUP_MAX_KEYS rows."""

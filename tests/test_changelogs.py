@@ -9,7 +9,6 @@ from __future__ import annotations
 import shutil
 
 from helpers import ingest
-
 from streamtable.runtime import changelogs
 from streamtable.runtime.changelogs import KeptChangelogs, read_changelog
 

@@ -1,7 +1,7 @@
 """streamtable.runtime.changelogs: a changelog kept across a serve's batches is always the table's whole changelog.
 
 The reference is `read_changelog` of the whole table at each step: appends, no change, a table made anew (another
-table id, fewer versions) and a changelog of more than MAX_PARTS parts.
+table id) and a changelog of more than MAX_PARTS parts.
 """
 
 from __future__ import annotations

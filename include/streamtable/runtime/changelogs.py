@@ -5,7 +5,7 @@ would read it whole every batch; it keeps it instead, as a Kafka Streams task ke
 records: read whole once, then only the versions committed since, each part cached by Spark (in memory, spilling to
 disk; recomputed from its Delta versions if an executor is lost). The kept changelog is the table's up to a version
 read from its log, so it is exact; it is read whole again when the table is not the one it was made of (another
-table id, or fewer versions: made anew), and after MAX_PARTS parts, so that a long serve's plan stays short.
+table id: made anew), and after MAX_PARTS parts, so that a long serve's plan stays short.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class KeptChangelogs:
             return read_changelog(spark, path)
         table_id, version = str(delta.metadata().id), delta.version()
         kept = self.kept.get(path)
-        if kept is None or kept.table_id != table_id or kept.version > version or len(kept.parts) >= MAX_PARTS:
+        if kept is None or kept.table_id != table_id or len(kept.parts) >= MAX_PARTS:
             for part in kept.parts if kept is not None else ():
                 part.unpersist()
             kept = self.kept[path] = _Kept(table_id, version, [read_changelog(spark, path, 0, version).persist()])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,24 +83,10 @@ def lake(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def airflow_home(tmp_path_factory) -> Path:
-    """A temporary AIRFLOW_HOME with a migrated SQLite metadata DB, made once per test session."""
-    return migrated_airflow_home(tmp_path_factory.mktemp("airflow_home"))
-
-
-@pytest.fixture
-def fresh_airflow_home(tmp_path) -> Path:
-    """An AIRFLOW_HOME of this test alone, as on a fresh machine: no DAG was ever serialized with another lake.
-
-    Airflow 3 keeps an asset inactive while an active one has its name and another URI (a DAG parsed earlier
-    with another STREAMTABLE_LAKE), and a task with an inactive outlet fails before it runs.
-    """
-    return migrated_airflow_home(tmp_path / "airflow_home")
-
-
-def migrated_airflow_home(home: Path) -> Path:
-    """`home` as an AIRFLOW_HOME with a migrated SQLite metadata DB."""
-    home.mkdir(parents=True, exist_ok=True)
+def migrated_airflow_db(tmp_path_factory) -> Path:
+    """An empty Airflow metadata DB (SQLite), migrated once per test session: `airflow db migrate` costs 5 CPU-s, a
+    copy of its file nothing, and every AIRFLOW_HOME of the tests starts as such a copy."""
+    home = tmp_path_factory.mktemp("airflow_migrated")
     proc = subprocess.run(
         [str(BIN / "airflow"), "db", "migrate"],
         env=airflow_env(home),
@@ -109,6 +96,30 @@ def migrated_airflow_home(home: Path) -> Path:
         timeout=600,
     )
     assert proc.returncode == 0, f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return home / "airflow.db"
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory, migrated_airflow_db) -> Path:
+    """A temporary AIRFLOW_HOME with a migrated SQLite metadata DB, made once per test session."""
+    return airflow_home_with(migrated_airflow_db, tmp_path_factory.mktemp("airflow_home"))
+
+
+@pytest.fixture
+def fresh_airflow_home(tmp_path, migrated_airflow_db) -> Path:
+    """An AIRFLOW_HOME of this test alone, as on a fresh machine: no DAG was ever serialized with another lake.
+
+    Airflow 3 keeps an asset inactive while an active one has its name and another URI (a DAG parsed earlier
+    with another STREAMTABLE_LAKE), and a task with an inactive outlet fails before it runs.
+    """
+    return airflow_home_with(migrated_airflow_db, tmp_path / "airflow_home")
+
+
+def airflow_home_with(migrated_db: Path, home: Path) -> Path:
+    """`home` as an AIRFLOW_HOME whose metadata DB is a copy of `migrated_db` (Airflow writes its airflow.cfg there
+    when it first starts)."""
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(migrated_db, home / "airflow.db")
     return home
 
 

@@ -83,6 +83,7 @@ inputs_hash="$( (cat requirements.txt constraints.txt pyproject.toml jars/pom.xm
 jars_present() { compgen -G "jars/delta-spark_*-${delta_version}.jar" >/dev/null && compgen -G "jars/delta-storage-${delta_version}.jar" >/dev/null; }
 kafka_version="$(sed -n '/<artifactId>kafka_2.13/{n;s/.*<version>\(.*\)<\/version>.*/\1/p}' jars/kafka/pom.xml)"  # step 3c
 kafka_jars_present() { [[ -f "jars/kafka/kafka_2.13-${kafka_version}.jar" ]]; }
+WHEELHOUSE="${XDG_CACHE_HOME:-$HOME/.cache}/streamtable/wheels"  # step 2: wheels built once per machine
 # step 3d: the object store's server (built once per machine into a cache) and Spark's s3a jars
 VERSITYGW_VERSION=v1.8.0
 VERSITYGW_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/streamtable/bin/versitygw-$VERSITYGW_VERSION"
@@ -113,7 +114,20 @@ fi
 say "installing requirements.txt under the constraints.txt lock with uv (a few minutes on a fresh machine)"
 # uv installs the same lock as pip would, in parallel and from its cache: 50 s instead of pip's 108 s here.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
-"$VENV/bin/python" -m uv pip install -q --compile-bytecode --python "$VENV/bin/python" -r requirements.txt -c constraints.txt
+# pyspark and pyspark-client are published as source distributions only. This machine's index serves them without
+# the headers that let uv keep a download, so every fresh clone's setup fetched pyspark's 434 MB source again and
+# built it into a new 1.4 GB entry of uv's cache (15 s, and the disk full after a few days of CI). Their wheels are
+# built once per machine into $WHEELHOUSE, and installed from there.
+for dist in pyspark pyspark-client; do
+  version="$(sed -n "s/^$dist==//p" constraints.txt)"
+  if ! compgen -G "$WHEELHOUSE/${dist//-/_}-$version-*.whl" >/dev/null; then
+    say "building $dist $version's wheel once into $WHEELHOUSE (it is published as a source distribution only)"
+    "$VENV/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -w "$WHEELHOUSE" "$dist==$version" \
+      || die "could not build $dist $version's wheel into $WHEELHOUSE"
+  fi
+done
+"$VENV/bin/python" -m uv pip install -q --compile-bytecode --python "$VENV/bin/python" --find-links "$WHEELHOUSE" \
+  -r requirements.txt -c constraints.txt
 # setuptools leaves the package's metadata in include/streamtable.egg-info, which is on the import path beside the
 # installed metadata: Airflow would load the Data Docs plugin's entry point twice and show "Plugin Import Error".
 rm -rf include/streamtable.egg-info
@@ -156,12 +170,15 @@ ln -sfn "$ROOT/jars" "$VENV/share/streamtable/jars"
 # Every driver JVM maps the classes of Spark and Delta from jars/spark-classes.jsa (include/streamtable/deploy/class_archive.py):
 # a cold `streamtable run` starts about 7 s sooner. Recorded in the background while step 4 runs; without it
 # everything works, only slower, so a failure here is a warning.
-# The archive is only valid for this JDK and this class path (the JVM checks both and ignores a mismatch), so a copy
-# is kept in $CLASS_ARCHIVE_CACHE under a key of the two: a fresh clone at the same path (CI's) takes it instead of
-# spending a minute of both cores recording it again. The classes streamtable's code loads can change between
-# commits without a new key: an archive that lacks some of them is only slower for those.
+# The archive is only valid for this JDK and this class path, the size and modification time of each jar on it
+# included (Spark's own, in the venv: the JVM checks them and ignores the whole archive on a mismatch), so a copy is
+# kept in $CLASS_ARCHIVE_CACHE under a key of those: a fresh clone at the same path (CI's) takes it instead of spending
+# a minute of both cores recording it again. A fresh clone's venv links pyspark's files from uv's cache, so their
+# times stay the same as long as uv's unpacked wheel does (the wheelhouse of step 2). The jars of jars/ (Delta's,
+# loaded by Spark's class loader, never from the archive) count by name and size. The classes streamtable's code
+# loads can change between commits without a new key: an archive that lacks some of them is only slower for those.
 archive_key="$( { "$java_bin" -version 2>&1; echo "$ROOT"; "$VENV/bin/python" -c 'import pyspark; print(pyspark.__version__)';
-  ls -l "$VENV"/lib/python3.11/site-packages/pyspark/jars jars/*.jar | awk '{print $5, $NF}';
+  stat -L -c '%s %Y %n' "$VENV"/lib/python3.11/site-packages/pyspark/jars/*.jar; stat -L -c '%s %n' jars/*.jar;
   cat include/streamtable/deploy/class_archive.py; } | sha256sum | cut -c1-16)"
 CLASS_ARCHIVE_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/streamtable/class-archives"
 cached_archive="$CLASS_ARCHIVE_CACHE/spark-classes-$archive_key.jsa"

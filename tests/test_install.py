@@ -4,9 +4,10 @@ pipelines folder of the team's own; the pipeline's micro-batch DAG runs with `da
 results, then again on a Spark standalone cluster run from that venv's Spark; nothing in that environment points into
 this checkout.
 
-The venv is made by uv from its cache (`--offline`: `make setup` filled it with the same lock), so the install costs
-seconds; the DAG run costs one spark-submit (the quality gate, which changes no table, is marked success: the `run`
-task already gates its batch with the pipeline's suites, and tests/test_dags.py submits a gate).
+The venv is made by uv from its cache (`--offline`: `make setup` filled it with the same lock, and built the wheels of
+pyspark and pyspark-client, published as source distributions only, into its wheelhouse), so the install costs seconds;
+the DAG run costs one spark-submit (the quality gate, which changes no table, is marked success: the `run` task already
+gates its batch with the pipeline's suites, and tests/test_dags.py submits a gate).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from streamtable.airflow.web_assets import WEB_ASSETS
 from streamtable.core import settings
 
 UV = [sys.executable, "-m", "uv"]
+# the wheels scripts/setup.sh builds once per machine
+WHEELHOUSE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streamtable" / "wheels"
 PIPELINE = '''"""team_totals: the total `amount` per `key` of the records in `team_events`."""
 
 from streamtable import Column, Pipeline, Type, add_to_totals, at_least, changelog, expect, non_empty, table
@@ -177,6 +180,8 @@ def test_the_wheel_installed_into_a_fresh_venv_runs_a_teams_pipeline_dag(tmp_pat
         f"{wheel}[airflow]",
         "-c",
         str(ROOT / "constraints.txt"),
+        "--find-links",
+        str(WHEELHOUSE),
     ]
     run([*install, "--offline"])
     installed = time.monotonic()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -20,12 +22,16 @@ def test_the_archive_is_used_when_it_exists_and_skipped_when_missing_or_disabled
     assert "SharedArchiveFile" not in driver_java_options("warn")
 
 
-def test_the_session_driver_starts_from_the_archive_setup_recorded(spark):
+@pytest.mark.slow
+def test_a_driver_maps_the_archive_setup_recorded():
+    """The JVM ignores an archive whose class path jars differ in size or time from those it was recorded with (a
+    fresh clone's venv, before setup keyed its cache by them: CI's drivers ran without it), and the base JDK archive
+    still says "sharing"; `-Xshare:on` makes a driver that cannot map the archive fail to start instead."""
     archive = class_archive()
     if archive is None or not archive.is_file():
         pytest.skip("no class archive: `make setup` records it")
-    jvm = spark.sparkContext._jvm
-    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
-    assert f"-XX:SharedArchiveFile={archive}" in arguments
-    assert "sharing" in jvm.java.lang.System.getProperty("java.vm.info")
-    assert Path(archive).stat().st_size > 50_000_000  # Spark's and Delta's classes, not an empty file
+    assert archive.stat().st_size > 50_000_000  # Spark's classes, not an empty file
+    code = "from streamtable.runtime.spark import get_spark; print(get_spark('archive-check').range(3).count())"
+    env = {**os.environ, "STREAMTABLE_JVM_OPTS": "-Xshare:on"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("3"), proc.stderr[-3000:]

@@ -31,7 +31,14 @@ def test_a_driver_maps_the_archive_setup_recorded():
     if archive is None or not archive.is_file():
         pytest.skip("no class archive: `make setup` records it")
     assert archive.stat().st_size > 50_000_000  # Spark's classes, not an empty file
-    code = "from streamtable.runtime.spark import get_spark; print(get_spark('archive-check').range(3).count())"
+    code = (
+        "from streamtable.runtime.spark import get_spark\n"
+        "spark = get_spark('archive-check')\n"
+        "bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()\n"
+        "print(*bean.getInputArguments(), spark.range(3).count(), sep='\\n')\n"
+    )
     env = {**os.environ, "STREAMTABLE_JVM_OPTS": "-Xshare:on"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("3"), proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = proc.stdout.splitlines()
+    assert f"-XX:SharedArchiveFile={archive}" in printed and printed[-1] == "3", proc.stdout[-3000:]

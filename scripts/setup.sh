@@ -83,10 +83,11 @@ inputs_hash="$( (cat requirements.txt constraints.txt pyproject.toml jars/pom.xm
 jars_present() { compgen -G "jars/delta-spark_*-${delta_version}.jar" >/dev/null && compgen -G "jars/delta-storage-${delta_version}.jar" >/dev/null; }
 kafka_version="$(sed -n '/<artifactId>kafka_2.13/{n;s/.*<version>\(.*\)<\/version>.*/\1/p}' jars/kafka/pom.xml)"  # step 3c
 kafka_jars_present() { [[ -f "jars/kafka/kafka_2.13-${kafka_version}.jar" ]]; }
-WHEELHOUSE="${XDG_CACHE_HOME:-$HOME/.cache}/streamtable/wheels"  # step 2: wheels built once per machine
+MACHINE_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/streamtable"  # what is built or recorded once per machine
+WHEELHOUSE="$MACHINE_CACHE/wheels"  # step 2
 # step 3d: the object store's server (built once per machine into a cache) and Spark's s3a jars
 VERSITYGW_VERSION=v1.8.0
-VERSITYGW_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/streamtable/bin/versitygw-$VERSITYGW_VERSION"
+VERSITYGW_CACHE="$MACHINE_CACHE/bin/versitygw-$VERSITYGW_VERSION"
 hadoop_aws_version="$(sed -n '/<artifactId>hadoop-aws/{n;s/.*<version>\(.*\)<\/version>.*/\1/p}' jars/s3a/pom.xml)"
 object_store_present() {
   [[ "${STREAMTABLE_SETUP_OBJECT_STORE:-1}" == 0 ]] && return 0
@@ -180,7 +181,7 @@ ln -sfn "$ROOT/jars" "$VENV/share/streamtable/jars"
 archive_key="$( { "$java_bin" -version 2>&1; echo "$ROOT"; "$VENV/bin/python" -c 'import pyspark; print(pyspark.__version__)';
   stat -L -c '%s %Y %n' "$VENV"/lib/python3.11/site-packages/pyspark/jars/*.jar; stat -L -c '%s %n' jars/*.jar;
   cat include/streamtable/deploy/class_archive.py; } | sha256sum | cut -c1-16)"
-CLASS_ARCHIVE_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/streamtable/class-archives"
+CLASS_ARCHIVE_CACHE="$MACHINE_CACHE/class-archives"
 cached_archive="$CLASS_ARCHIVE_CACHE/spark-classes-$archive_key.jsa"
 archive_log="$(mktemp)"
 if [[ -f "$cached_archive" ]]; then

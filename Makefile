@@ -14,6 +14,9 @@ export AIRFLOW_CONN_SPARK_DEFAULT ?= {"conn_type": "spark", "host": "local[2]", 
 export PYSPARK_PYTHON ?= $(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON ?= $(VENV)/bin/python
 export STREAMTABLE_LAKE ?= $(ROOT)/lake
+# The seven built-in pipelines are examples: their Airflow DAGs are made only where asked (a team's Airflow shows its
+# own pipelines alone). This checkout's Airflow (make demo, the tests, CI) asks for them.
+export STREAMTABLE_EXAMPLES ?= 1
 # The jars of every Spark job: this checkout's jars/ (make setup fills it; an installed package: `streamtable jars fetch`).
 export STREAMTABLE_JARS ?= $(ROOT)/jars
 export SPARK_LOCAL_IP ?= 127.0.0.1
@@ -106,7 +109,7 @@ bench: setup
 	$(PY) bench/suite.py $(BENCH_ARGS)
 
 ENV_VARS := AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW_CONN_SPARK_DEFAULT \
-	PYSPARK_PYTHON PYSPARK_DRIVER_PYTHON STREAMTABLE_LAKE STREAMTABLE_JARS SPARK_LOCAL_IP GX_ANALYTICS_ENABLED JAVA_HOME PATH
+	PYSPARK_PYTHON PYSPARK_DRIVER_PYTHON STREAMTABLE_LAKE STREAMTABLE_EXAMPLES STREAMTABLE_JARS SPARK_LOCAL_IP GX_ANALYTICS_ENABLED JAVA_HOME PATH
 env:
 	@$(foreach v,$(ENV_VARS),printf "export %s=%q\n" $(v) "$$$(v)";)
 

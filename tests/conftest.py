@@ -34,6 +34,9 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{SHORT_LIVED_JVM_OPTS} {SHORT_LIVED
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SHORT_LIVED_JVM_OPTS)
 # The jars `make setup` fetched into this checkout (the Makefile exports it; pytest run by hand gets it here too).
 os.environ.setdefault("STREAMTABLE_JARS", str(ROOT / "jars"))
+# The built-in pipelines' Airflow DAGs, which are made only where asked (the Makefile asks too): every DAG file the
+# tests parse, in a subprocess of any kind, makes them. tests/test_dags.py checks the default without them.
+os.environ.setdefault("STREAMTABLE_EXAMPLES", "1")
 
 
 @pytest.fixture(scope="session")

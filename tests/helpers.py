@@ -73,6 +73,7 @@ def airflow_env(home: Path, lake: Path | None = None) -> dict[str, str]:
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "STREAMTABLE_EXAMPLES": "1",  # the built-in pipelines' DAGs too
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,

@@ -55,6 +55,79 @@ print("RESULT " + json.dumps({{
     assert {"reprocess", "reset"} <= set(result["dags"])
 
 
+TEAM_PIPELINE = '''"""team_totals: the total `amount` per `key`."""
+from streamtable import Column, Pipeline, Type, changelog, table
+
+S, L, TS = Type.STRING, Type.LONG, Type.TIMESTAMP
+EVENTS = changelog("team_events", [Column("key", S), Column("amount", L), Column("event_time", TS)])
+TOTALS = table("team_totals", [Column("key", S), Column("amount", L)], keys=["key"])
+PIPELINE = Pipeline(name="team_totals", doc=__doc__, streams=("team_events",), outputs=(TOTALS,), process=print)
+'''
+
+
+def test_the_built_in_pipelines_dags_are_made_only_where_asked(airflow_home, tmp_path):
+    """The seven built-in pipelines are examples: without the Variable `streamtable_examples` or the env
+    `STREAMTABLE_EXAMPLES` a team's Airflow shows its own pipelines' DAGs alone (and no form without a pipeline to
+    choose); either asks for the examples, the Variable over the env (as for the pipeline folders)."""
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "team_totals.py").write_text(TEAM_PIPELINE)
+    cases = {
+        "default": {"STREAMTABLE_PIPELINES": str(folder)},
+        "nothing": {},
+        "env": {"STREAMTABLE_PIPELINES": str(folder), "STREAMTABLE_EXAMPLES": "1"},
+        "variable": {"AIRFLOW_VAR_STREAMTABLE_EXAMPLES": "true"},
+        "variable_off": {
+            "STREAMTABLE_PIPELINES": str(folder),
+            "STREAMTABLE_EXAMPLES": "1",
+            "AIRFLOW_VAR_STREAMTABLE_EXAMPLES": "false",
+        },
+    }
+    env = airflow_env(airflow_home)
+    env.pop("STREAMTABLE_EXAMPLES")
+    env.pop("STREAMTABLE_PIPELINES", None)
+    proc = run_python(
+        f"""
+import json, os
+from airflow.dag_processing.dagbag import DagBag
+from streamtable.airflow import catalog
+
+found = {{}}
+for case, case_env in {cases!r}.items():
+    for key in ("STREAMTABLE_EXAMPLES", "AIRFLOW_VAR_STREAMTABLE_EXAMPLES", "STREAMTABLE_PIPELINES"):
+        os.environ.pop(key, None)
+    os.environ.update(case_env)
+    for cached in (catalog.registered, catalog.pipeline_folders, catalog.examples_wanted):
+        cached.cache_clear()
+    bag = DagBag(dag_folder={str(DAGS)!r})
+    found[case] = {{
+        "errors": [str(e) for e in bag.import_errors.values()],
+        "dags": sorted(bag.dag_ids),
+        "forms": {{d: bag.get_dag(d).params.get_param("pipeline").schema.get("enum") for d in ("reprocess", "reset")
+                  if d in bag.dag_ids}},
+    }}
+print("RESULT " + json.dumps(found))
+""",
+        env,
+    )
+    found = last_json(proc)
+    from streamtable.core.registry import pipelines
+
+    built_in = set(pipelines()) - {"team_totals"}
+    assert len(built_in) == 7
+    team = ["reprocess", "reprocess_daily_team_totals", "reset", "stream_team_totals", "team_totals"]
+    assert all(case["errors"] == [] for case in found.values()), found
+    assert found["default"]["dags"] == team, found["default"]
+    assert found["default"]["forms"] == {"reprocess": ["team_totals"], "reset": ["team_totals"]}
+    assert found["nothing"]["dags"] == [] and found["variable_off"]["dags"] == team
+    for case in ("env", "variable"):
+        dags = set(found[case]["dags"])
+        for name in built_in:
+            assert {name, f"stream_{name}", f"reprocess_daily_{name}"} <= dags, (case, name)
+        assert set(found[case]["forms"]["reset"]) >= built_in
+    assert "team_totals" in found["env"]["dags"] and "team_totals" not in found["variable"]["dags"]
+
+
 @pytest.fixture(scope="module")
 def heavy_imports(airflow_home) -> dict[str, list[str]]:
     """For each DAG file, the heavy modules that parsing it imported (all files parsed in turn in one process)."""

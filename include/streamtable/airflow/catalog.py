@@ -3,6 +3,9 @@
 `python -m streamtable.core.registry` prints the registry as JSON, so parsing a DAG file never imports pyspark or
 the user's pipeline code, and a broken pipeline file cannot break the DAG processor. The user's pipeline folders are
 the Variable `streamtable_pipelines` if it is set, else the env `STREAMTABLE_PIPELINES` of the DAG processor.
+The seven built-in pipelines are examples: their DAGs are made only where asked, by the Variable `streamtable_examples`
+or else the env `STREAMTABLE_EXAMPLES` (`1`, `true`, `yes` or `on`), as Airflow's own `load_examples`; so a team's
+Airflow shows its own pipelines alone. This repository's `make demo`, tests and CI ask for them.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from airflow.sdk.exceptions import AirflowException
 
 PIPELINES_VARIABLE = "streamtable_pipelines"
 PIPELINES_ENV = "STREAMTABLE_PIPELINES"  # registry.ENV, which this module does not import
+EXAMPLES_VARIABLE = "streamtable_examples"
+EXAMPLES_ENV = "STREAMTABLE_EXAMPLES"
 log = logging.getLogger(__name__)
 
 
@@ -26,6 +31,16 @@ log = logging.getLogger(__name__)
 def pipeline_folders() -> str:
     """The user's pipeline folders (`:` between them): the Variable `streamtable_pipelines`, else the env's."""
     return parse_time_variable(PIPELINES_VARIABLE) or os.environ.get(PIPELINES_ENV, "")
+
+
+@cache
+def examples_wanted() -> bool:
+    """Whether the built-in pipelines' DAGs are made: the Variable `streamtable_examples`, else the env's; off unless
+    one of them says `1`, `true`, `yes` or `on`."""
+    value = parse_time_variable(EXAMPLES_VARIABLE)
+    if value is None:
+        value = os.environ.get(EXAMPLES_ENV, "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def parse_time_variable(key: str) -> str | None:
@@ -80,8 +95,15 @@ def registered() -> dict:
 
 
 def registered_pipelines() -> dict[str, dict]:
-    """Every pipeline that loaded, by name: name, doc, primary, inputs, outputs, schedule, ticks, file."""
-    return {p["name"]: p for p in registered()["pipelines"]}
+    """Every pipeline that loaded and gets DAGs, by name: name, doc, primary, inputs, outputs, schedule, ticks, file,
+    example (the built-in ones only when `examples_wanted()`)."""
+    return {p["name"]: p for p in registered()["pipelines"] if examples_wanted() or not p.get("example")}
+
+
+def registered_sources() -> list[dict]:
+    """The inputs declared with a Kafka topic or a landing folder that get an ingest DAG (the built-in ones only when
+    `examples_wanted()`): table, kafka_topic, landing_folder, example."""
+    return [s for s in registered()["sources"] if examples_wanted() or not s.get("example")]
 
 
 def pipeline_names() -> list[str]:

@@ -4,10 +4,11 @@
 
     pipeline_dags(globals())
 
-makes, for every registered pipeline (built-in, and the user's folders: the Variable `streamtable_pipelines`, else
-the env `STREAMTABLE_PIPELINES`), its micro-batch DAG `PIPELINE`, its `stream_PIPELINE` and its
-`reprocess_daily_PIPELINE`, plus the `reprocess` and `reset` DAGs of all of them, and an `ingest_TABLE` DAG for each
-input declared with a Kafka topic or a landing folder; `report_load_errors()` (in a
+makes, for every registered pipeline (the user's folders: the Variable `streamtable_pipelines`, else the env
+`STREAMTABLE_PIPELINES`; the seven built-in ones, examples, only where the Variable `streamtable_examples` or else the
+env `STREAMTABLE_EXAMPLES` asks for them), its micro-batch DAG `PIPELINE`, its `stream_PIPELINE` and its
+`reprocess_daily_PIPELINE`, plus the `reprocess` and `reset` DAGs of all of them (none without a pipeline), and an
+`ingest_TABLE` DAG for each input declared with a Kafka topic or a landing folder; `report_load_errors()` (in a
 file of its own) lists broken pipeline files under Airflow's import errors. Each family also has a function of its
 own (`micro_batch_dags`, ...). This repository's `dags/` is two files: `streamtable_dags.py` (the lines above) and
 `pipeline_errors.py`. Parsing costs one registry child process and no pyspark.
@@ -26,7 +27,13 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, Param, task
 
 from streamtable.airflow.alerts import Callback, failure_callbacks
-from streamtable.airflow.catalog import pipeline_names, pipelines_env, registered, registered_pipelines
+from streamtable.airflow.catalog import (
+    pipeline_names,
+    pipelines_env,
+    registered,
+    registered_pipelines,
+    registered_sources,
+)
 from streamtable.airflow.stream import STREAM_PARAMS, stream_task
 from streamtable.airflow.tasks import LAKE, MACROS, pipeline_tasks, streamtable_task
 
@@ -39,8 +46,9 @@ DEFAULT_LOOKBACK_HOURS = 24
 MICRO_BATCH_DOC = """
 ### PIPELINE: one micro-batch of the pipeline on a schedule, then its quality gate
 
-One DAG per registered pipeline, built-in or the user's (the folders of the Variable
-`streamtable_pipelines`, else of the env `STREAMTABLE_PIPELINES`), named after it and
+One DAG per registered pipeline: the user's (the folders of the Variable `streamtable_pipelines`, else of the env
+`STREAMTABLE_PIPELINES`), and the built-in examples where the Variable `streamtable_examples` (else the env
+`STREAMTABLE_EXAMPLES`) asks for them; named after it and
 scheduled as the pipeline declares (`Pipeline.schedule`, every 5 minutes unless it says otherwise).
 Its documentation is the pipeline's own, followed by this text.
 
@@ -110,7 +118,8 @@ REPROCESS_DOC = """
 Kafka Streams' reset-and-seek, from the Airflow UI: **Trigger** this DAG and fill in the form.
 
 - **pipeline**: which pipeline to rebuild.
-- **from_version** *or* **from_timestamp** (exactly one): where to start in the pipeline's primary input
+- **input**: the input, stream or table, to seek in (empty: the pipeline's primary input).
+- **from_version** *or* **from_timestamp** (exactly one): where to start in that input
   (its Delta version, its offset), or the first version committed at or after a time.
 - **dry_run**: compute and validate the new outputs and report them, publish nothing.
 
@@ -281,7 +290,7 @@ def stream_dags(namespace: Namespace) -> list[DAG]:
 def ingest_dags(namespace: Namespace) -> list[DAG]:
     """One `ingest_TABLE` DAG per input declared with a Kafka topic or a landing folder: its continuous copier."""
     dags = []
-    for source in registered()["sources"]:
+    for source in registered_sources():
         table, origin = source["table"], source["kafka_topic"] or source["landing_folder"]
         with DAG(
             dag_id=f"ingest_{table}",
@@ -323,6 +332,7 @@ def _reprocess_arguments(lake: str, params: dict) -> tuple[list[str], str]:
         params.get("from_version"),
         params.get("from_timestamp"),
         params.get("dry_run", False),
+        params.get("input"),
     )
 
 
@@ -371,6 +381,12 @@ def request_dag(
 def reprocess_dags(namespace: Namespace) -> list[DAG]:
     """The `reprocess` DAG: a form (pipeline, from_version or from_timestamp, dry_run), a check, the reprocess."""
     params = {
+        "input": Param(
+            None,
+            type=["null", "string"],
+            title="Input",
+            description="The input, stream or table, to seek in. Leave empty for the pipeline's primary input.",
+        ),
         "from_version": Param(
             None,
             type=["null", "integer"],
@@ -395,6 +411,8 @@ def reprocess_dags(namespace: Namespace) -> list[DAG]:
         ),
     }
     about = "The pipeline whose outputs are rebuilt (`streamtable pipelines` lists them)."
+    if not pipeline_names():  # no pipeline to choose (no folder, no examples): no form
+        return []
     dag = request_dag(
         "reprocess",
         REPROCESS_DOC,
@@ -418,6 +436,8 @@ def reset_dags(namespace: Namespace) -> list[DAG]:
         ),
     }
     about = "The pipeline whose progress and outputs are forgotten."
+    if not pipeline_names():
+        return []
     return _publish(namespace, [request_dag("reset", RESET_DOC, "reset", _reset_arguments, about, params)])
 
 

@@ -202,6 +202,7 @@ def cmd_pipelines(args: argparse.Namespace) -> int:
                     "outputs": [t.name for t in p.outputs],
                     "doc": p.doc.strip().splitlines()[0] if p.doc.strip() else "",
                     "file": p.declared_at,
+                    "example": registry.is_example("pipeline", p.name),  # a built-in one (Airflow: only where asked)
                     "roles": {name: "stream" if name in p.streams else "table" for name in p.inputs}
                     | {t.name: "state" for t in p.state},
                     "keys": {t.name: list(t.keys) for t in p.outputs},

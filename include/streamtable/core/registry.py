@@ -57,6 +57,12 @@ class Registry:
         """The input table called `name`, or UnknownTableError listing the inputs."""
         return _named(self.inputs, name, "input table", "inputs", UnknownTableError)
 
+    def is_example(self, kind: str, name: str) -> bool:
+        """Whether the pipeline or input table (`kind`: "pipeline", "input table") is a built-in one: an example, whose
+        Airflow DAGs are made only where asked (`streamtable.airflow.catalog.examples_wanted`)."""
+        file = self.files.get((kind, name))
+        return file is not None and Path(file).parent == Path(importlib.import_module(BUILT_IN).__path__[0])
+
     def tables(self) -> dict[str, Table]:
         """Every table a user can name: inputs, outputs of pipelines, and the system tables."""
         outputs = {t.name: t for p in self.pipelines.values() for t in p.outputs}
@@ -246,11 +252,17 @@ def summary(registry: Registry) -> dict:
                 "schedule": p.schedule,
                 "ticks": p.ticks is not None,
                 "file": p.declared_at,
+                "example": registry.is_example("pipeline", p.name),
             }
             for p in sorted(registry.pipelines.values(), key=lambda p: p.name)
         ],
         "sources": [  # the inputs whose records come from a declared Kafka topic or landing folder
-            {"table": t.name, "kafka_topic": t.kafka_topic, "landing_folder": t.landing_folder}
+            {
+                "table": t.name,
+                "kafka_topic": t.kafka_topic,
+                "landing_folder": t.landing_folder,
+                "example": registry.is_example("input table", t.name),
+            }
             for t in sorted(registry.inputs.values(), key=lambda t: t.name)
             if t.kafka_topic or t.landing_folder
         ],

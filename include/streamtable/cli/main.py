@@ -110,8 +110,10 @@ def cmd_status(args: argparse.Namespace) -> None:
     from streamtable.runtime.status import pipeline_status
 
     lake = _lake(args)
-    for name in [get_pipeline(args.pipeline).name] if args.pipeline else sorted(pipelines()):
-        print(json.dumps(pipeline_status(lake, name).as_dict()))
+    names = [get_pipeline(args.pipeline).name] if args.pipeline else sorted(pipelines())
+    statuses = [pipeline_status(lake, name).as_dict() for name in names]  # all read before any line: a table that
+    for status in statuses:  # cannot be read fails the command with its one line, not after a partial answer
+        print(json.dumps(status))
 
 
 def cmd_reprocess(args: argparse.Namespace) -> None:
@@ -121,15 +123,20 @@ def cmd_reprocess(args: argparse.Namespace) -> None:
 
     lake = _lake(args)
     pipeline = get_pipeline(args.pipeline)
+    sought = args.input or pipeline.primary
+    if sought not in pipeline.inputs:
+        raise BadInputError(
+            f"--input {sought}: not an input of {pipeline.name} (its inputs: {', '.join(pipeline.inputs)})"
+        )
     if args.from_timestamp is not None:
         try:
             moment = parse_time(args.from_timestamp)
         except ValueError as e:
             raise BadInputError(f"--from-timestamp: {e}") from None
-        version = version_at(lake, pipeline.primary, moment)
+        version = version_at(lake, sought, moment)
     else:
         version = args.from_version
-    report = reprocess(lake, args.pipeline, version, dry_run=args.dry_run)
+    report = reprocess(lake, args.pipeline, version, dry_run=args.dry_run, input_name=sought)
     print(json.dumps(report.as_dict() | {"data_docs": _docs(args)}))
 
 
@@ -309,8 +316,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--metrics-port", type=int, metavar="PORT", help="batch metrics at http://HOST:PORT/metrics")
     p.add_argument("--metrics-host", default="127.0.0.1", help="with --metrics-port: the address (default: 127.0.0.1)")
-    p = command("reprocess", cmd_reprocess, "rebuild outputs from a version (or time) of the primary input")
+    p = command(
+        "reprocess", cmd_reprocess, "rebuild outputs from a version (or time) of an input (default: the primary)"
+    )
     p.add_argument("pipeline")
+    p.add_argument("--input", metavar="TABLE", help="the input, stream or table, to seek in (default: the primary)")
     start = p.add_mutually_exclusive_group(required=True)
     start.add_argument("--from-version", type=int)
     start.add_argument("--from-timestamp")

@@ -10,6 +10,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from pyspark.sql import DataFrame, SparkSession
 
 
@@ -22,7 +24,7 @@ class Batch(Protocol):
     stream_time: the largest event time consumed by the runs before this one (None before the first record):
         windows close, and records are late, against it.
     next_stream_time: the stream time once this run's records are consumed.
-    versions: each stream input -> the newest Delta version (offset) this run consumes.
+    versions: each input -> the newest Delta version (offset) this run consumes.
 
     A pipeline's `process(batch)` reads with `new`, `table`, `consumed` and `current`, and stages with `upsert`,
     `append`, `late` and `metric`; nothing is written before the run's commit:
@@ -44,11 +46,27 @@ class Batch(Protocol):
         ...
 
     def table(self, input_name: str) -> DataFrame:
-        """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins)."""
+        """The whole changelog of an input up to the version this run consumed, with `_commit_version` and `_line`
+        (for as-of joins)."""
         ...
 
     def consumed(self, input_name: str) -> DataFrame:
-        """The changelog of a stream input up to the newest version consumed by this run or an earlier one."""
+        """The changelog of an input up to the newest version consumed by this run or an earlier one (`table`)."""
+        ...
+
+    def changes(self, input_name: str) -> DataFrame:
+        """A keyed table input's changes in this run, Kafka Streams' `Change(old, new)`: one row per changed key with
+        its key columns, `old` and `new` (structs of the input's columns; `old` null for an insert, `new` null for a
+        delete; several changes of a key in one run folded into one). A table input's first run sees its rows as
+        inserts.
+
+            changes = batch.changes("orders")  # customer moves: old.customer and new.customer differ
+        """
+        ...
+
+    def rows(self, input_name: str, keys_of: DataFrame | None = None) -> DataFrame:
+        """A keyed table input's rows (one per key) as of the version this run consumed; with `keys_of`, only the rows
+        whose keys equal those of a row of `keys_of`."""
         ...
 
     def current(self, table: str, keys_of: DataFrame | None = None) -> DataFrame:
@@ -68,6 +86,10 @@ class Batch(Protocol):
         """Stage records that arrived too late to count (columns `table`, `raw`, `reason`, `event_time`)."""
         ...
 
-    def metric(self, name: str, value: int) -> None:
-        """Record a count this run consumed, for reconciliation suites (`sum_equals`)."""
+    def metric(self, name: str, value: int | float | Decimal | None) -> None:
+        """Record what this run added to a reconciled sum (`expect.sum_equals`): a sum of the run's values, as
+        Spark returns it (an int, a Decimal or a float; None counts as 0). It is kept exactly, never through a float:
+
+            batch.metric("amount", orders.agg(F.sum("amount")).head(1)[0][0])  # a DECIMAL(18,2) sum: a Decimal
+        """
         ...

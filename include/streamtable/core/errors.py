@@ -11,6 +11,16 @@ class SetupError(StreamtableError):
     """The installation is incomplete (missing jars, Java, venv)."""
 
 
+class StorageError(StreamtableError):
+    """The lake's storage refused or did not answer (credentials, the network, a missing bucket): the message names
+    the path, so its store, and the cause."""
+
+
+class TableReadError(StorageError):
+    """A table that exists, or may, cannot be read: credentials, the network, a corrupt log. Never read as an empty one
+    (the message names the table's path, its store, and the cause)."""
+
+
 class UnknownTableError(StreamtableError):
     """A command named a table that no pipeline declares."""
 
@@ -25,6 +35,11 @@ class BadInputError(StreamtableError):
 
 class OffsetOutOfRangeError(StreamtableError):
     """A requested version or timestamp is outside what the input table holds."""
+
+
+class DeclarationChangedError(StreamtableError):
+    """A pipeline's declaration changed in a way its live generation cannot apply (the message names the change and
+    the `reprocess` or `reset` that applies it)."""
 
 
 class QualityGateError(StreamtableError):

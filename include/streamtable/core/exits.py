@@ -1,7 +1,8 @@
 """The exit codes of `streamtable` commands: what happened, told apart for a shell, a supervisor or Airflow.
 
 - 0: done.
-- 1: failed: a crash, a bug, the environment (Spark, Java, jars, a full or read-only disk). Look, then retry.
+- 1: failed: a crash, a bug, the environment (Spark, Java, jars, a full or read-only disk), a table that cannot be
+  read (credentials, the network, a corrupt log: `TableReadError`). Look, then retry.
 - 2: bad input: the command's arguments, a file, a table or pipeline name, a version out of range, a usage error.
   A retry fails the same way: fix the request.
 - 3: `serve` stopped without its batch in flight (unfinished `--stop-timeout` s after SIGTERM); the next start
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from streamtable.core.errors import (
     BadInputError,
+    DeclarationChangedError,
     OffsetOutOfRangeError,
     PipelineCodeError,
     PipelineDefinitionError,
@@ -34,7 +36,10 @@ PIPELINE_CODE = 5
 
 _CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((QualityGateError,), QUALITY_GATE),
-    ((BadInputError, UnknownTableError, UnknownPipelineError, OffsetOutOfRangeError), BAD_INPUT),
+    (
+        (BadInputError, DeclarationChangedError, UnknownTableError, UnknownPipelineError, OffsetOutOfRangeError),
+        BAD_INPUT,
+    ),
     ((PipelineLoadError, PipelineCodeError, PipelineDefinitionError), PIPELINE_CODE),
 )
 

@@ -37,7 +37,9 @@ class Pipeline:
 
     streams: names of the input changelogs consumed record by record (each record processed exactly once);
         the first is the primary input, the one `reprocess --from-version` seeks in.
-    tables: names of inputs read whole at each run, as versioned tables (the KTable side of an as-of join).
+    tables: names of inputs read as tables (KTables): a run happens when any input, stream or table, has new
+        versions; `batch.changes` gives a keyed table's changes per key (old and new row), `batch.rows` its rows,
+        `batch.table` its whole changelog (the KTable side of an as-of join). A pipeline may have tables only.
     outputs: the tables (`table(...)`, kept by key) and streams (`stream(...)`, appended) it publishes.
     process: called once per run with the run's `Batch`; it stages the run's changes.
     state: internal keyed stores it keeps between runs (`table(...)`), not published.
@@ -81,7 +83,7 @@ class Pipeline:
     def _problems(self) -> list[str]:
         written = [t.name for t in self.outputs + self.state]
         problems = [] if NAME.fullmatch(self.name) else ["a name is lower-case letters, digits and _"]
-        problems += [] if self.streams else ["no stream input (streams=...)"]
+        problems += [] if self.streams or self.tables else ["no input (streams=... or tables=...)"]
         problems += [] if self.outputs else ["no output (outputs=...)"]
         problems += [] if callable(self.process) else ["process is not a function"]
         problems += [f"{t.name!r} is an input changelog, not an output" for t in self.outputs if t.kind == "input"]
@@ -109,7 +111,9 @@ class Pipeline:
 
     @property
     def primary(self) -> str:
-        return self.streams[0]
+        """The input `reprocess --from-version` seeks in when no `--input` is named: the first stream, else the first
+        table."""
+        return (self.streams + self.tables)[0]
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -21,8 +21,10 @@ def _allowed(pipeline: Pipeline) -> dict[str, tuple[str, tuple[str, ...]]]:
     streams_out = tuple(t.name for t in pipeline.outputs if t.kind == "stream")
     return {
         "new": ("a stream input (streams=)", pipeline.streams),
-        "consumed": ("a stream input (streams=)", pipeline.streams),
+        "consumed": ("an input (streams= or tables=)", pipeline.inputs),
         "table": ("an input (streams= or tables=)", pipeline.inputs),
+        "changes": ("a table input (tables=)", pipeline.tables),
+        "rows": ("a table input (tables=)", pipeline.tables),
         "current": ("an output table or state store", tables),
         "upsert": ("an output table or state store", tables),
         "append": ("a stream output", streams_out),

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from decimal import Decimal
 from functools import reduce
 
 from pyspark.sql import DataFrame, functions as F
 
 from streamtable.core.errors import UndeclaredNameError
 from streamtable.core.registry import get_input
-from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE
-from streamtable.runtime import external
+from streamtable.core.schema import spark_ddl
+from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE, Table
+from streamtable.quality import exact
+from streamtable.runtime import external, table_changes
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.progress import Stages
 from streamtable.runtime.staging import Staging
@@ -54,7 +57,7 @@ class StagedBatch:
         self._records = records
         self._staging = Staging(ctx, batch_id)
         self._late: list[DataFrame] = []
-        self._metrics: dict[str, int] = {}
+        self._metrics: dict[str, exact.Number] = {}
         self._lookups: dict[str, keyed.Lookup] = {}  # table -> the rows `current(table, keys_of)` looked up by key
         # Delta tables of other jobs read whole (`table`) -> (their records that break the input's rules, version)
         self._skipped: dict[str, tuple[DataFrame, int]] = {}
@@ -70,26 +73,76 @@ class StagedBatch:
         return records.select(*columns)
 
     def table(self, input_name: str) -> DataFrame:
-        """The whole changelog of an input as of now, with `_commit_version` and `_line` (for as-of joins)."""
+        """The whole changelog of an input up to the version this run consumed, with `_commit_version` and `_line`
+        (for as-of joins)."""
         input_table = get_input(input_name)
+        bound = self._bound(input_name)
         if not input_table.external:
-            return self.ctx.changelog(input_name)
-        change_feed = self.ctx.external.get(input_name, False)
-        records, version = external.read_table(self.spark, input_table, change_feed)
-        self._skipped[input_name] = (external.quarantined(records, input_table), version)
+            changelog = self.ctx.changelog(input_name)
+            return changelog.where(F.col(COMMIT_VERSION) <= F.lit(bound)) if bound is not None else changelog.limit(0)
         columns = [c.name for c in input_table.stored_columns] + [COMMIT_VERSION]
+        if bound is None:
+            return (
+                self.spark.createDataFrame([], spark_ddl(input_table.columns))
+                .withColumn(COMMIT_VERSION, F.lit(None).cast("bigint"))
+                .select(*columns)
+            )
+        change_feed = self.ctx.external.get(input_name, False)
+        records = external.read_table(self.spark, input_table, change_feed, bound)
+        self._skipped[input_name] = (external.quarantined(records, input_table), bound)
         return records.where(F.col(external.REASON).isNull()).select(*columns)
 
     def consumed(self, input_name: str) -> DataFrame:
-        """The changelog of a stream input up to the newest version consumed by this run or an earlier one.
+        """The changelog of an input up to the newest version consumed by this run or an earlier one (`table`)."""
+        return self.table(input_name)
 
-        Unlike `table`, it leaves out records ingested after the run's offsets were fixed (those come
-        next run), so a run, and its recomputation after a crash, is a function of its offsets.
-        """
+    def changes(self, input_name: str) -> DataFrame:
+        """A keyed table input's changes in this run, one row per changed key: its key columns, `old` and `new` (each
+        a struct of the input's columns; `old` null for an insert, `new` null for a delete; `runtime.table_changes`)."""
+        input_table = self._table_input(input_name)
+        bound = self._bound(input_name)
+        earlier = self._earlier(input_name)
+        if earlier is None:  # the input's first run in this generation: its rows arrive as inserts
+            return table_changes.as_inserts(self.rows(input_name), input_table)
+        if bound is None or bound <= earlier:
+            return table_changes.as_inserts(self.rows(input_name).limit(0), input_table)
+        good = F.col(external.REASON).isNull()
+        if input_table.external and self.ctx.external.get(input_name, False):
+            rows = self._records.where(F.col(SOURCE) == input_name)
+            return table_changes.fold_change_feed(rows, input_table, good)
+        changelog = self.table(input_name).withColumn(external.REASON, F.lit(None).cast("string"))
+        return table_changes.fold_changelog(changelog, input_table, earlier + 1, good)
+
+    def rows(self, input_name: str, keys_of: DataFrame | None = None) -> DataFrame:
+        """A keyed table input's current rows (one per key) as of the version this run consumed; with `keys_of`,
+        only the rows whose keys equal those of a row of `keys_of`."""
+        input_table = self._table_input(input_name)
+        keys = table_changes.require_keys(input_table)
+        bound = self._bound(input_name)
+        columns = [c.name for c in input_table.columns]
+        if bound is None:
+            rows = self.spark.createDataFrame([], spark_ddl(input_table.columns))
+        elif input_table.external:
+            rows = external.read_rows(self.spark, input_table, bound)
+            rows = rows.where(F.col(external.REASON).isNull()).select(*columns)
+        else:
+            rows = table_changes.latest_rows(self.table(input_name), input_table, F.lit(True))
+        return table_changes.of_keys(rows, keys_of, keys)
+
+    def _table_input(self, input_name: str) -> Table:
+        if input_name not in self.ctx.pipeline.tables:
+            raise UndeclaredNameError(f"{input_name} is not a table input of {self.ctx.pipeline.name}")
+        return get_input(input_name)
+
+    def _earlier(self, input_name: str) -> int | None:
+        """The newest version of an input the runs before this one consumed (None: this is its first)."""
         earlier = [dict(r["input_versions"] or ()).get(input_name) for r in self._committed]
-        bound = max((v for v in [*earlier, self.versions.get(input_name)] if v is not None), default=None)
-        changelog = self.table(input_name)
-        return changelog.where(F.col(COMMIT_VERSION) <= F.lit(bound)) if bound is not None else changelog.limit(0)
+        return max((v for v in earlier if v is not None), default=None)
+
+    def _bound(self, input_name: str) -> int | None:
+        """The newest version of an input consumed by this run or an earlier one (None: none yet)."""
+        found = [v for v in (self._earlier(input_name), self.versions.get(input_name)) if v is not None]
+        return max(found, default=None)
 
     def current(self, table: str, keys_of: DataFrame | None = None) -> DataFrame:
         """The committed content of an output or state store (before this run); with `keys_of`, only the rows whose
@@ -117,11 +170,11 @@ class StagedBatch:
             rows.select(F.lit(self.ctx.pipeline.name).alias("pipeline"), "table", "raw", "reason", "event_time")
         )
 
-    def metric(self, name: str, value: int) -> None:
-        """Record a count this run consumed, for reconciliation suites (`sum_equals`)."""
+    def metric(self, name: str, value: int | float | Decimal | None) -> None:
+        """Record what this run added to a reconciled sum (`sum_equals`), kept exactly (`quality.exact`)."""
         if name not in self.ctx.pipeline.metrics:
             raise UndeclaredNameError(f"{self.ctx.pipeline.name} reports the undeclared metric {name!r}")
-        self._metrics[name] = int(value or 0)
+        self._metrics[name] = exact.exact(value, f"metric {name!r}")
 
     def finish(self, records: int, oldest_input_at: datetime | None, stages: Stages) -> None:
         """Stage late records, run the quality suites, and mark the batch complete (with what it consumed)."""
@@ -130,7 +183,7 @@ class StagedBatch:
                 self._staging.stage(LATE_EVENTS.name, "append", reduce(DataFrame.unionByName, self._late))
         self._stage_quarantined(stages)
         before = self.ctx.metric_totals(self._committed)
-        after = before | {name: before.get(name, 0) + value for name, value in self._metrics.items()}
+        after = before | {name: exact.add(before.get(name, 0), value) for name, value in self._metrics.items()}
         log.info("batch %d staged", self.batch_id)
         with stages.time("gate"):
             self._staging.validate(before, after, self._lookups)
@@ -146,7 +199,7 @@ class StagedBatch:
         commit (of any batch, generation or pipeline) recorded for that input.
         """
         parts, offsets = [], {}
-        for name in self.ctx.pipeline.streams:  # (one also read whole: its whole table's records, below)
+        for name in self.ctx.pipeline.inputs:  # (one also read whole: its whole table's records, below)
             if name in self.ctx.external and name in self.versions and name not in self._skipped:
                 parts.append(external.quarantined(self._records.where(F.col(SOURCE) == name), get_input(name)))
                 offsets[name] = self.versions[name]

@@ -14,8 +14,10 @@ from streamtable.core.errors import OperatorArgumentError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.schema import arrow_schema, spark_ddl
 from streamtable.core.tables import HEARTBEAT, LATE_EVENTS, Table
+from streamtable.quality import exact
 from streamtable.runtime.changelogs import KeptChangelogs, read_changelog
 from streamtable.runtime.progress import committed
+from streamtable.runtime.summary import row_metrics
 from streamtable.storage import delta_rs, keyed
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import PROGRESS, Lake
@@ -33,7 +35,8 @@ PROGRESS_SCHEMA = pa.schema(  # a generation's committed batches (`summary.progr
         ("stream_time", pa.timestamp("us", "UTC")),
         ("records", pa.int64()),
         ("input_versions", pa.map_(pa.string(), pa.int64())),
-        ("metrics", pa.map_(pa.string(), pa.int64())),
+        ("metrics", pa.map_(pa.string(), pa.int64())),  # the whole-number ones (what earlier releases read)
+        ("metric_values", pa.map_(pa.string(), pa.string())),  # every metric, as exact text (none in earlier rows)
     ]
 )
 
@@ -137,19 +140,24 @@ class RunContext:
 
     def progress(self) -> list[dict]:
         """The progress rows of the committed runs of this generation (read with delta-rs: no Spark job)."""
-        return committed(self.lake, self.pipeline.name, self.generation, ["stream_time", "metrics", "input_versions"])
+        return committed(
+            self.lake,
+            self.pipeline.name,
+            self.generation,
+            ["batch_id", "stream_time", "metrics", "metric_values", "input_versions"],
+        )
 
     def stream_time(self, progress: list[dict] | None = None) -> datetime | None:
         """The largest event time consumed by the committed runs of this generation (or of `progress` rows)."""
         rows = self.progress() if progress is None else progress
         return max((r["stream_time"] for r in rows if r["stream_time"]), default=None)
 
-    def metric_totals(self, progress: list[dict] | None = None) -> dict[str, int]:
-        """Each reconciliation metric summed over the committed runs (or over `progress` rows)."""
-        totals: dict[str, int] = {}
+    def metric_totals(self, progress: list[dict] | None = None) -> dict[str, exact.Number]:
+        """Each reconciliation metric summed exactly over the committed runs (or over `progress` rows)."""
+        totals: dict[str, exact.Number] = {}
         for row in self.progress() if progress is None else progress:
-            for name, value in row["metrics"] or ():
-                totals[name] = totals.get(name, 0) + value
+            for name, value in row_metrics(row).items():
+                totals[name] = exact.add(totals.get(name, 0), value)
         return totals
 
     def lineage(self) -> dict[str, list[dict]]:

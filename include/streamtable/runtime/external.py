@@ -23,6 +23,7 @@ from streamtable.core.errors import BadInputError
 from streamtable.core.registry import get_input
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, LINE, QUARANTINE, SOURCE, Table
 from streamtable.runtime.context import RunContext
+from streamtable.runtime.table_changes import BEFORE, CHANGE
 from streamtable.storage import external
 
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
@@ -33,8 +34,9 @@ FILES_PER_TRIGGER = str(2**31 - 1)
 def prepare(ctx: RunContext, starting: dict[str, int]) -> dict[str, int]:
     """Check the pipeline's external inputs before its query starts; note how each is read in `ctx.external`.
 
-    Returns, for each stream input read by its files, the first version its next batch can hold (what the
-    live generation committed + 1, else where the stream starts): each batch maps files from there on.
+    Returns, for each input read by its files, the first version its next batch can hold (what the live generation
+    committed + 1, else where its source starts): each batch maps files from there on. A table input is checked
+    from its first version, since `batch.table` reads it whole.
     """
     if not any(get_input(name).external for name in ctx.pipeline.inputs):
         return {}
@@ -48,10 +50,10 @@ def prepare(ctx: RunContext, starting: dict[str, int]) -> dict[str, int]:
         if not table.external:
             continue
         stream = name in ctx.pipeline.streams
-        start = (consumed[name] + 1 if name in consumed else starting.get(name, 0)) if stream else 0
+        start = consumed[name] + 1 if name in consumed else starting.get(name, 0)
         external.latest_version(table)  # one line if there is no table
-        ctx.external[name] = external.check(table, start, stream)
-        if stream and not ctx.external[name]:
+        ctx.external[name] = external.check(table, start if stream else 0, stream)
+        if not ctx.external[name]:
             first[name] = start
     return first
 
@@ -76,9 +78,35 @@ def read_stream(spark: SparkSession, table: Table, starting_version: int, change
     )
 
 
-def read_table(spark: SparkSession, table: Table, change_feed: bool) -> tuple[DataFrame, int]:
-    """The whole external input as of its latest version (returned too), as records with their versions."""
-    path, version = external.location(table), external.latest_version(table)
+def read_changes_stream(spark: SparkSession, table: Table, starting_version: int) -> DataFrame:
+    """A streaming read of a keyed table input's Change Data Feed from a version, every change kept (`_change`: its
+    `_change_type`; `runtime.table_changes` folds them per key)."""
+    changes = (
+        spark.readStream.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", starting_version)
+        .option("maxFilesPerTrigger", FILES_PER_TRIGGER)
+        .load(external.location(table))
+    )
+    extra = (
+        F.col("_change_type").alias(CHANGE),
+        F.lit(0).cast("bigint").alias(LINE),
+        F.col("_commit_version").cast("bigint").alias(COMMIT_VERSION),
+        F.col("_commit_timestamp").cast("timestamp").alias(COMMITTED_AT),
+    )
+    return with_reasons(_typed(changes, table, *extra), table)
+
+
+def read_rows(spark: SparkSession, table: Table, version: int) -> DataFrame:
+    """The external input's rows at `version` (Delta's snapshot: deletion vectors and column mapping applied),
+    declared columns only, with `_reason`."""
+    rows = spark.read.format("delta").option("versionAsOf", version).load(external.location(table))
+    return with_reasons(_typed(rows, table), table)
+
+
+def read_table(spark: SparkSession, table: Table, change_feed: bool, version: int) -> DataFrame:
+    """The whole external input up to `version`, as records with their versions."""
+    path = external.location(table)
     if change_feed:
         changes = (
             spark.read.format("delta")
@@ -87,7 +115,7 @@ def read_table(spark: SparkSession, table: Table, change_feed: bool) -> tuple[Da
             .option("endingVersion", version)
             .load(path)
         )
-        return from_change_feed(changes, table), version
+        return from_change_feed(changes, table)
     rows = spark.read.format("delta").option("versionAsOf", version).load(path)
     tagged = (
         _typed(rows, table)
@@ -98,7 +126,7 @@ def read_table(spark: SparkSession, table: Table, change_feed: bool) -> tuple[Da
         .withColumn(COMMITTED_AT, F.lit(None).cast("timestamp"))
     )
     versioned = with_versions(spark, tagged, {table.name: external.file_versions(path, 0, version)})
-    return with_reasons(versioned, table).drop(SOURCE), version
+    return with_reasons(versioned, table).drop(SOURCE)
 
 
 def from_change_feed(changes: DataFrame, table: Table) -> DataFrame:
@@ -127,8 +155,8 @@ def from_change_feed(changes: DataFrame, table: Table) -> DataFrame:
     )
 
 
-def _typed(rows: DataFrame, table: Table) -> DataFrame:
-    return rows.select(*[F.col(c.name).cast(c.type.ddl).alias(c.name) for c in table.columns])
+def _typed(rows: DataFrame, table: Table, *extra: SparkColumn) -> DataFrame:
+    return rows.select(*[F.col(c.name).cast(c.type.ddl).alias(c.name) for c in table.columns], *extra)
 
 
 def with_reasons(rows: DataFrame, table: Table) -> DataFrame:
@@ -187,6 +215,8 @@ def version_files(ctx: RunContext, first: dict[str, int]) -> dict[str, dict[str,
 def quarantined(rows: DataFrame, table: Table) -> DataFrame:
     """Quarantine rows of the records of `table` that break its declaration (`line`: the version)."""
     columns = [c.name for c in table.columns]
+    if CHANGE in rows.columns:  # a table input's changes: only rows a change brings in (not pre-images, deletes)
+        rows = rows.where(~F.col(CHANGE).isin(*BEFORE))
     return rows.where(F.col(REASON).isNotNull()).select(
         F.lit(table.name).alias("table"),
         F.to_json(F.struct(*columns)).alias("raw"),

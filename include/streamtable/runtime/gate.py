@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from streamtable.core.expectations import Suite
 from streamtable.core.schema import arrow_schema
+from streamtable.quality import exact
 from streamtable.storage.delta_rs import DELETE, staged_rows, table_version
 from streamtable.storage.keyed import Lookup, distinct_rows, matches, read_table, rows_matching, rows_of_keys
 
@@ -41,8 +42,8 @@ def check_change(
     ctx: RunContext,
     suite: Suite,
     change: dict | None,
-    before: dict[str, int],
-    after: dict[str, int],
+    before: dict[str, exact.Number],
+    after: dict[str, exact.Number],
     lookup: Lookup | None = None,
 ) -> Report | None:
     """Validate what one batch's `change` (a staged change, None: none) does to `suite`'s table; None if nothing.
@@ -77,11 +78,11 @@ def check_change(
     kept_alike = [_kept_alike(current, new, r.columns, written, keys) for r in uniques] if current is not None else []
     extra = distinct_rows(pa.concat_tables([schema.empty_table(), *kept_alike]))
     checked = pa.concat_tables([new.select(schema.names), extra])
-    expected: dict[int, tuple[int, int]] = {}
+    expected: dict[int, tuple[exact.Number, exact.Number]] = {}
     for index, metric in metrics.items():
         column = suite.expectations[index].columns[0]
-        offset = before.get(metric, 0) - _sum(replaced, column) - _sum(extra, column)
-        expected[index] = (totals[index] - offset, offset)
+        offset = exact.add(before.get(metric, 0), -_sum(replaced, column), -_sum(extra, column))
+        expected[index] = (exact.add(totals[index], -offset), offset)
     return validate_rows(checked, ctx.spark, ctx.pipeline.name, suite, ctx.lake.quality_dir, expected)
 
 
@@ -114,5 +115,11 @@ def _kept_alike(
     return alike.filter(pc.invert(matches(alike, written, keys)))
 
 
-def _sum(table: pa.Table, column: str) -> int:
-    return pc.sum(table[column]).as_py() or 0 if table.num_rows else 0
+def _sum(table: pa.Table, column: str) -> exact.Number:
+    """The column's sum: exact for integers (summed as DECIMAL(38, 0): no overflow) and decimals."""
+    if not table.num_rows:
+        return 0
+    values = table[column]
+    if pa.types.is_integer(values.type):
+        values = values.cast(pa.decimal128(38, 0))
+    return exact.exact(pc.sum(values).as_py(), finite=False)  # (a NaN sum fails the check, as it should)

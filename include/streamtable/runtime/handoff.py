@@ -49,9 +49,9 @@ def served_run(lake: Lake, pipeline: Pipeline, poll_s: float = POLL_S) -> RunRep
 
 
 def _targets(lake: Lake, pipeline: Pipeline, consumed: dict[str, int]) -> dict[str, int]:
-    """Each stream input with records not consumed yet -> the newest version that holds some."""
+    """Each input with records or changes not consumed yet -> the newest version that holds some."""
     targets = {}
-    for name in pipeline.streams:
+    for name in pipeline.inputs:
         _, commits = unconsumed_commits(lake, name, consumed.get(name))
         if commits:
             targets[name] = max(c["version"] for c in commits)

@@ -128,15 +128,26 @@ class ReprocessReport:
         }
 
 
-def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, clock=system_clock) -> ReprocessReport:
-    """Rebuild the outputs from `from_version` of the primary input with empty state.
+def reprocess(
+    lake: Lake,
+    name: str,
+    from_version: int,
+    dry_run: bool = False,
+    clock=system_clock,
+    input_name: str | None = None,
+) -> ReprocessReport:
+    """Rebuild the outputs with empty state from `from_version` of an input (default: the primary), every other
+    input read from its first version.
 
-    The rebuilt outputs are published only if their suites pass.
+    A stream input's records before `from_version` are skipped; a table input's rows as of `from_version - 1` arrive
+    in the first batch (`batch.changes`: as inserts), then its later changes in order. The rebuilt outputs are
+    published only if their suites pass.
     """
     from streamtable.runtime.spark import get_spark
 
     pipeline = get_pipeline(name)
-    check_version(lake, pipeline.primary, from_version)
+    sought = input_name or pipeline.primary
+    check_version(lake, sought, from_version)
     with lake.lock(name, "reprocess"):
         finish_swap(lake, pipeline)
         discard_generations(lake, name, keep=lake.generation(name))
@@ -144,7 +155,7 @@ def reprocess(lake: Lake, name: str, from_version: int, dry_run: bool = False, c
         live = RunContext(ctx.spark, lake, pipeline, lake.generation(name))
         live.prepare()
         try:
-            report = drain(ctx, clock, starting={pipeline.primary: from_version})
+            report = drain(ctx, clock, starting={sought: from_version})
             failures = [f for r in validate_tables(ctx) for f in r.failures]  # batches checked their changes only
             if failures:
                 raise QualityGateError(f"{name}: quality gate failed, nothing published: " + "; ".join(failures))

@@ -103,9 +103,14 @@ class BatchProgress:
 
 
 def committed(lake: Lake, pipeline: str, generation: int, columns: list[str]) -> list[dict]:
-    """`columns` of every committed batch in a generation's internal `progress` store ([] before the first)."""
+    """`columns` of every committed batch in a generation's internal `progress` store ([] before the first); a column
+    the store of an earlier release lacks (`metric_values`) is None in each row."""
     table = open_table(lake.state_path(pipeline, generation, PROGRESS))
-    return [] if table is None else table.to_pyarrow_dataset().to_table(columns=columns).to_pylist()
+    if table is None:
+        return []
+    dataset = table.to_pyarrow_dataset()
+    rows = dataset.to_table(columns=[c for c in columns if c in dataset.schema.names]).to_pylist()
+    return [dict.fromkeys(columns) | row for row in rows]
 
 
 def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:

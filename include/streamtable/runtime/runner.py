@@ -30,7 +30,7 @@ from streamtable.core.registry import get_input
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, HEARTBEAT, SOURCE
 from streamtable.core.timefmt import as_utc, format_time, system_clock
-from streamtable.runtime import external
+from streamtable.runtime import checkpoint, external
 from streamtable.runtime.batch import StagedBatch
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.progress import BatchProgress, Stages, record
@@ -92,9 +92,13 @@ def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
 
 
 def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame:
-    """A streaming read of an input changelog from a version, tagged with its table name."""
+    """A streaming read of an input from a version, tagged with its table name: a changelog's records, a Delta
+    table of another job's (a keyed table input's: every change of its Change Data Feed, `runtime.table_changes`)."""
     if name in ctx.external:
         table = get_input(name)
+        if name in ctx.pipeline.tables and ctx.external[name]:
+            changes = external.read_changes_stream(ctx.spark, table, starting_version)
+            return changes.withColumn(SOURCE, F.lit(name))
         return external.read_stream(ctx.spark, table, starting_version, ctx.external[name]).withColumn(
             SOURCE, F.lit(name)
         )
@@ -127,33 +131,47 @@ def beat(ctx: RunContext, clock: Clock) -> None:
 
 
 class BatchHandler:
-    """The `foreachBatch` function: compute and stage the batch once, then commit it."""
+    """The `foreachBatch` function: compute and stage the batch once, then commit it.
+
+    Spark numbers the batches of each checkpoint from 0; a batch's id is that number plus its epoch's first batch
+    id (`runtime.checkpoint`), so ids go on across the epochs of a generation.
+    """
 
     def __init__(
         self,
         ctx: RunContext,
+        epoch: checkpoint.Epoch,
         report: RunReport,
         clock: Clock,
         mode: str,
         on_progress: OnProgress | None = None,
         first_versions: dict[str, int] | None = None,
     ):
-        self.ctx, self.report, self.clock, self.mode, self.on_progress = ctx, report, clock, mode, on_progress
+        self.ctx, self.epoch, self.report, self.clock, self.mode = ctx, epoch, report, clock, mode
+        self.on_progress = on_progress
         # stream inputs read by their files (Delta tables of other jobs) -> the first version a batch can hold
         self.first_versions = dict(first_versions or {})
         self.lock = threading.Lock()  # held while a batch is in flight (graceful stop waits for it)
         self.stopping = False
-        self.last_batch = -1  # the id of the last batch this handler committed
+        self.last_batch = -1  # Spark's id of the last batch this handler committed
         self.error: Exception | None = None  # the error that failed the query, to report it as it was raised
 
-    def __call__(self, records: DataFrame, batch_id: int) -> None:
+    def __call__(self, records: DataFrame, spark_batch: int) -> None:
         try:
-            self._handle(records, batch_id)
+            self._handle(records, self.epoch.first_batch + spark_batch)
+            self.last_batch = spark_batch
         except Exception as e:
             self.error = e
             raise
 
-    def _handle(self, records: DataFrame, batch_id: int) -> None:
+    def commit_staged(self, batch_id: int) -> bool:
+        """Commit a batch an earlier process staged completely but did not finish committing; False if none is."""
+        if not Staging(self.ctx, batch_id).complete():
+            return False
+        self._handle(None, batch_id)
+        return True
+
+    def _handle(self, records: DataFrame | None, batch_id: int) -> None:
         with self.lock:
             if self.stopping:
                 raise Stopping(f"{self.ctx.pipeline.name}: stopping; batch {batch_id} is left to the next start")
@@ -162,10 +180,10 @@ class BatchHandler:
             staging = Staging(self.ctx, batch_id)
             staging.discard_earlier()
             if not staging.complete():
+                assert records is not None
                 staging.discard()
                 self._compute(records, batch_id, stages)
             changes, summary = staging.commit(stages)
-            self.last_batch = batch_id
             self._report(batch_id, started, {c["table"]: c["rows"] for c in changes}, summary, stages)
 
     def _report(
@@ -208,13 +226,14 @@ class BatchHandler:
             for r in stats:
                 if r["unmapped"]:
                     raise external.unmapped(r[SOURCE], self.first_versions.get(r[SOURCE]))
+            consumed = checkpoint.consumed(self.ctx.lake, self.ctx.dir, self.epoch, batch_id)
             batch = StagedBatch(
                 self.ctx,
                 batch_id,
                 records,
                 self.clock(),
                 newest=max((as_utc(r["t"]) for r in stats if r["t"] is not None), default=None),
-                versions={r[SOURCE]: int(r["version"]) for r in stats},
+                versions={name: version for name, version in consumed.items() if version >= 0},
             )
             with stages.time("compute"):
                 run_process(self.ctx.pipeline, batch)
@@ -229,22 +248,26 @@ class BatchHandler:
         finally:
             records.unpersist()
 
-    @staticmethod
-    def _stats(records: DataFrame) -> list[Row]:
-        """Per input: the last version, record count, newest event time, first version, oldest commit time, and
-        the rows whose version is unknown (read by file from a Delta table of another job, not found in its log).
+    def _stats(self, records: DataFrame) -> list[Row]:
+        """Per input: the last version, record count, newest event time (of a stream input: a table's changes do not
+        move stream time), first version, oldest commit time, and the rows whose version is unknown (read by file
+        from a Delta table of another job, not found in its log).
 
         Records skipped for breaking their input's rules (`_reason`, Delta tables of other jobs) count for the
         versions only.
         """
         good = F.col(external.REASON).isNull() if external.REASON in records.columns else F.lit(True)
+        times = [
+            F.when(F.col(SOURCE) == name, F.col(get_input(name).time_column)) for name in self.ctx.pipeline.streams
+        ]
+        event_time = F.coalesce(*times) if times else F.lit(None).cast("timestamp")
         return (
             records.where(F.col(SOURCE) != HEARTBEAT)
             .groupBy(SOURCE)
             .agg(
                 F.max(COMMIT_VERSION).alias("version"),
                 F.count_if(good).alias("n"),
-                F.max(F.when(good, F.col("event_time"))).alias("t"),
+                F.max(F.when(good, event_time)).alias("t"),
                 F.min(COMMIT_VERSION).alias("first"),
                 F.min(COMMITTED_AT).alias("committed"),
                 F.count_if(F.col(COMMIT_VERSION).isNull()).alias("unmapped"),
@@ -292,19 +315,53 @@ def start_query(
     on_progress: OnProgress | None = None,
     first_versions: dict[str, int] | None = None,
 ):
-    """Start the pipeline's streaming query; AvailableNow unless a processing-time trigger is given."""
-    names = ctx.pipeline.streams + ((HEARTBEAT,) if ctx.pipeline.wall_clock else ())
-    streams = [input_stream(ctx, name, starting.get(name, 0)) for name in names]
-    records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), streams)
+    """Start the pipeline's streaming query over every input (stream and table: any of them drives a batch);
+    AvailableNow unless a processing-time trigger is given."""
     mode = "serve" if processing_time else "reprocess" if ctx.shadow else "run"
-    handler = BatchHandler(ctx, report, clock, mode, on_progress, first_versions)
+    epoch, handler = open_epoch(
+        ctx, starting, lambda e: BatchHandler(ctx, e, report, clock, mode, on_progress, first_versions)
+    )
+    streams = [input_stream(ctx, name, epoch.starting.get(name, 0)) for name in epoch.sources]
+    records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), streams)
     writer = (
         records.writeStream.foreachBatch(handler)
-        .option("checkpointLocation", spark_path(join(ctx.dir, "checkpoint")))
+        .option("checkpointLocation", spark_path(join(ctx.dir, epoch.checkpoint)))
         .queryName(f"{ctx.pipeline.name}_g{ctx.generation}")
     )
     writer = writer.trigger(processingTime=processing_time) if processing_time else writer.trigger(availableNow=True)
     return writer.start(), handler
+
+
+def open_epoch(
+    ctx: RunContext, starting: dict[str, int], handler_of: Callable[[checkpoint.Epoch], BatchHandler]
+) -> tuple[checkpoint.Epoch, BatchHandler]:
+    """The epoch (checkpoint) the generation's query runs in, and its batch handler: the recorded one while the
+    declaration's inputs are its sources; a new one where the change is safe to apply (`runtime.checkpoint`), after
+    committing a batch the last epoch left staged; else `DeclarationChangedError`."""
+    wanted = checkpoint.sources(ctx.pipeline)
+    current = checkpoint.recorded(ctx.lake, ctx.pipeline, ctx.generation)
+    if current is None:
+        current = checkpoint.Epoch(0, wanted, 0, {n: starting.get(n, 0) for n in wanted if n != HEARTBEAT})
+        checkpoint.save(ctx.lake, ctx.pipeline.name, ctx.generation, current)
+    if current.sources == wanted:
+        return current, handler_of(current)
+    safe, unsafe = checkpoint.change(ctx.pipeline, current.sources, wanted)
+    if unsafe:
+        raise checkpoint.refuse(ctx.pipeline, ctx.generation, unsafe)
+    last = max((r["batch_id"] for r in ctx.progress()), default=None)
+    if last is not None and handler_of(current).commit_staged(last + 1):
+        last += 1
+    in_epoch = last if last is not None and last >= current.first_batch else None
+    consumed = checkpoint.consumed(ctx.lake, ctx.dir, current, in_epoch)
+    epoch = checkpoint.Epoch(
+        current.number + 1,
+        wanted,
+        current.first_batch if last is None else last + 1,
+        {n: consumed.get(n, -1) + 1 for n in wanted if n != HEARTBEAT},
+    )
+    checkpoint.save(ctx.lake, ctx.pipeline.name, ctx.generation, epoch)
+    log.warning("%s: %s: applied in a new checkpoint (epoch %d)", ctx.pipeline.name, "; ".join(safe), epoch.number)
+    return epoch, handler_of(epoch)
 
 
 def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int] | None = None) -> RunReport:

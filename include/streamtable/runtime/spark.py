@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 from pyspark.sql import SparkSession
 
@@ -55,14 +56,51 @@ def _new_session(app_name: str, lake_conf: dict[str, str]) -> SparkSession:
         **settings.launch_conf(log_level),
         **lake_conf,
     }
+    if not launched_by_spark_submit:  # we choose the master
+        conf["spark.master"] = os.environ.get("STREAMTABLE_SPARK_MASTER", "local[2]")
+        conf["spark.driver.memory"] = settings.driver_memory()
+        if log_level == "fatal":  # no logs asked for: none of the JVM's notices either
+            _start_driver_without_notices({"spark.app.name": app_name, **conf})
     builder = SparkSession.builder.appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    if not launched_by_spark_submit:  # we choose the master
-        builder = builder.master(os.environ.get("STREAMTABLE_SPARK_MASTER", "local[2]")).config(
-            "spark.driver.memory", settings.driver_memory()
-        )
     return builder.getOrCreate()
+
+
+# What a driver's JVM prints on stderr whatever the log level, before any logging is configured: the JDK's notice of
+# the incubator module that Spark's launcher always adds (`--add-modules=jdk.incubator.vector`), which no option of the
+# JVM or of Spark turns off. (Spark's "Setting default log level" notice is turned off in log4j2.properties.)
+JVM_NOTICES = (b"WARNING: Using incubator modules: ",)
+
+
+def _start_driver_without_notices(conf: dict[str, str]) -> None:
+    """Start the driver's JVM as PySpark would (`launch_gateway`, with the session's conf), its stderr read by a thread
+    that passes every line on to ours but JVM_NOTICES; the session made next uses that JVM."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # a JVM started before (its session stopped): it is reused
+        return
+    read, write = os.pipe()  # read from before the JVM starts: a JVM that fails to start says why
+    threading.Thread(target=_pass_on_stderr, args=(read,), name="driver-stderr", daemon=True).start()
+    try:
+        gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(conf.items()), popen_kwargs={"stderr": write})
+    finally:
+        os.close(write)  # the JVM holds its own copy: the thread ends when the JVM (and its children) have exited
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _pass_on_stderr(read: int) -> None:
+    with os.fdopen(read, "rb") as driver:
+        for line in driver:
+            if line.startswith(JVM_NOTICES):
+                continue
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(2, view) :]
+            except OSError:  # our stderr is gone: keep reading, so the JVM never blocks on a full pipe
+                pass
 
 
 def ship_user_code() -> None:

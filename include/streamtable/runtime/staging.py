@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, functions as F
 from streamtable.core.errors import QualityGateError
 from streamtable.core.faults import crash_point
 from streamtable.runtime import gate
-from streamtable.runtime.context import RunContext
+from streamtable.runtime.context import PROGRESS_SCHEMA, RunContext
 from streamtable.runtime.progress import Stages
 from streamtable.runtime.summary import BatchSummary
 from streamtable.storage import delta_rs, external, keyed
@@ -107,7 +107,8 @@ class Staging:
                 self._apply(change)
             crash_point(f"committed:{change['table']}")
         with stages.time("progress"):
-            delta_rs.append_once(ctx.path(PROGRESS), [summary.progress_row(self.batch_id)], ctx.app_id, self.batch_id)
+            row = summary.progress_row(self.batch_id)  # (a store of an earlier release gains `metric_values`)
+            delta_rs.append_once(ctx.path(PROGRESS), [row], ctx.app_id, self.batch_id, PROGRESS_SCHEMA)
         crash_point(f"committed:{PROGRESS}")
         return [c for c in changes if c["table"] != PROGRESS and c["mode"] != "quarantine"], summary
 

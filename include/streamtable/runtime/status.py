@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from streamtable.core.errors import TableReadError
 from streamtable.core.registry import get_pipeline
 from streamtable.core.timefmt import format_time
 from streamtable.runtime.progress import committed, history
@@ -20,12 +21,13 @@ from streamtable.storage.lake import Lake
 
 @dataclass(frozen=True)
 class InputLag:
-    """One stream input of a pipeline: what it holds beyond what the pipeline consumed."""
+    """One input of a pipeline (a stream or a table): what it holds beyond what the pipeline consumed."""
 
     table: str
     consumed_version: int | None  # the newest version whose records the live generation committed
     latest_version: int | None
-    records_behind: int
+    versions_behind: int  # versions after `consumed_version` that add, change or delete rows
+    records_behind: int  # the rows those versions add, change or delete
     oldest_unconsumed_at: datetime | None  # commit time of the oldest version not consumed yet
 
     def as_dict(self) -> dict:
@@ -33,6 +35,7 @@ class InputLag:
             "table": self.table,
             "consumed_version": self.consumed_version,
             "latest_version": self.latest_version,
+            "versions_behind": self.versions_behind,
             "records_behind": self.records_behind,
             "oldest_unconsumed_at": _time(self.oldest_unconsumed_at),
         }
@@ -89,7 +92,7 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
     """The status of one pipeline (raises UnknownPipelineError for a name that is not registered)."""
     spec = get_pipeline(pipeline)
     generation, batches, consumed = live_progress(lake, pipeline)
-    inputs = tuple(_lag(lake, name, consumed.get(name)) for name in spec.streams)
+    inputs = tuple(_lag(lake, name, consumed.get(name)) for name in spec.inputs)
     return PipelineStatus(
         pipeline,
         generation,
@@ -107,7 +110,7 @@ def live_progress(lake: Lake, pipeline: str) -> tuple[int, list[dict], dict[str,
         generation = lake.generation(pipeline)
         try:
             return generation, history(lake, pipeline, generation), _consumed_versions(lake, pipeline, generation)
-        except FileNotFoundError:
+        except (FileNotFoundError, TableReadError):  # its log or files deleted under the read
             if lake.generation(pipeline) == generation:
                 raise
 
@@ -123,38 +126,57 @@ def _consumed_versions(lake: Lake, pipeline: str, generation: int) -> dict[str, 
 
 def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
     latest, unconsumed = unconsumed_commits(lake, table, consumed)
-    records = sum(_added_rows(c) for c in unconsumed)
+    records = sum(_changed_rows(c) for c in unconsumed)
     oldest = min((c["timestamp"] for c in unconsumed), default=None)
     return InputLag(
         table,
         consumed,
         latest,
+        len(unconsumed),
         records,
         datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None,
     )
 
 
 def unconsumed_commits(lake: Lake, table: str, consumed: int | None) -> tuple[int | None, list[dict]]:
-    """The latest version of a stream input, and its commits after version `consumed` that added records (from its
-    log's history: no file is read)."""
+    """The latest version of an input, and its commits after version `consumed` that added, changed or deleted rows
+    (from its log's history: no file is read)."""
     path = path_of(lake, table)  # a Delta table of another job is read where it is
     latest = table_version(path)
     first_unconsumed = 0 if consumed is None else consumed + 1
     if latest is None or latest < first_unconsumed:
         return latest, []
     commits = delta_table(path).history(limit=latest - first_unconsumed + 1)
-    return latest, [c for c in commits if c["version"] >= first_unconsumed and _added_rows(c)]
+    return latest, [c for c in commits if c["version"] >= first_unconsumed and _changed_rows(c)]
 
 
-def _added_rows(commit: dict) -> int:
-    """The rows a commit added: delta-rs's `num_added_rows`, Delta Spark's `numOutputRows` (a write) or
-    `numTargetRowsInserted` + `numTargetRowsUpdated` (a MERGE), for tables other jobs write."""
+ROW_CHANGES = (  # the operation metrics that count rows a commit added, updated or deleted (Delta Spark, delta-rs)
+    "numTargetRowsInserted",
+    "numTargetRowsUpdated",
+    "numTargetRowsDeleted",
+    "numUpdatedRows",
+    "numDeletedRows",
+    "num_target_rows_inserted",
+    "num_target_rows_updated",
+    "num_target_rows_deleted",
+    "num_updated_rows",
+    "num_deleted_rows",
+)
+
+
+def _changed_rows(commit: dict) -> int:
+    """The rows a commit added, updated or deleted: delta-rs's `num_added_rows`, Delta Spark's `numOutputRows` (a
+    write), or the MERGE, UPDATE and DELETE metrics (`ROW_CHANGES`), for tables other jobs write. A commit that
+    removed data files without counting rows (a DELETE of whole files) counts 1: it changed something."""
     metrics = commit.get("operationMetrics") or {}
     if "num_added_rows" in metrics:
         return int(metrics["num_added_rows"] or 0)
     if "numOutputRows" in metrics:
         return int(metrics["numOutputRows"] or 0)
-    return sum(int(metrics.get(k) or 0) for k in ("numTargetRowsInserted", "numTargetRowsUpdated"))
+    rows = sum(int(metrics.get(k) or 0) for k in ROW_CHANGES)
+    if rows == 0 and commit.get("operation") in ("DELETE", "TRUNCATE") and int(metrics.get("numRemovedFiles") or 0):
+        return 1
+    return rows
 
 
 def _time(value: datetime | None) -> str | None:

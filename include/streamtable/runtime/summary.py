@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from streamtable.quality import exact
+
 
 @dataclass(frozen=True)
 class BatchSummary:
@@ -15,14 +17,14 @@ class BatchSummary:
     oldest_input_at: datetime | None  # ingest commit time of its oldest record
     input_versions: dict[str, int]
     wall_clock: datetime  # the run's wall-clock time (`Batch.wall_clock`)
-    metrics: dict[str, int]  # the reconciliation counts the run reported
+    metrics: dict[str, exact.Number]  # the reconciliation sums the run reported (`batch.metric`), exact
 
     def as_json(self) -> dict:
         times = ("watermark", "oldest_input_at", "wall_clock")
         return {
             "input_rows": self.input_rows,
             "input_versions": self.input_versions,
-            "metrics": self.metrics,
+            "metrics": {name: exact.text(value) for name, value in self.metrics.items()},
             **{k: getattr(self, k).isoformat() if getattr(self, k) else None for k in times},
         }
 
@@ -37,7 +39,7 @@ class BatchSummary:
             when("oldest_input_at"),
             value["input_versions"],
             datetime.fromisoformat(value["wall_clock"]),  # always set: as_json writes a datetime
-            value["metrics"],
+            {name: exact.number(v) for name, v in value["metrics"].items()},  # (ints before exact metrics)
         )
 
     def progress_row(self, batch_id: int) -> dict:
@@ -48,5 +50,13 @@ class BatchSummary:
             "stream_time": self.watermark,
             "records": self.input_rows,
             "input_versions": list(self.input_versions.items()),
-            "metrics": list(self.metrics.items()),
+            "metrics": [(k, v) for k, v in self.metrics.items() if isinstance(v, int) and -(2**63) <= v < 2**63],
+            "metric_values": [(name, exact.text(value)) for name, value in self.metrics.items()],
         }
+
+
+def row_metrics(row: dict) -> dict[str, exact.Number]:
+    """The metrics of a `progress` row: its exact `metric_values`, or, in a row of a release before them, `metrics`."""
+    if row.get("metric_values") is not None:
+        return {name: exact.number(value) for name, value in row["metric_values"]}
+    return dict(row.get("metrics") or ())

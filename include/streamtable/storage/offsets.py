@@ -64,15 +64,28 @@ def _describe_latest(history: list[tuple[int, float]]) -> str:
 
 
 def reprocess_arguments(
-    lake: Lake, pipeline: object, from_version: object = None, from_timestamp: object = None, dry_run: object = False
+    lake: Lake,
+    pipeline: object,
+    from_version: object = None,
+    from_timestamp: object = None,
+    dry_run: object = False,
+    input_name: object = None,
 ) -> tuple[list[str], str]:
     """Check a reprocess request; return the arguments after `reprocess PIPELINE` and a one-line summary.
 
-    Exactly one of `from_version` (an integer from 0 to the primary input's latest version) and
-    `from_timestamp` (an ISO-8601 time at or before the primary input's latest commit) must be given.
-    Raises BadInputError or OffsetOutOfRangeError with the reason.
+    Exactly one of `from_version` (an integer from 0 to the input's latest version) and `from_timestamp` (an
+    ISO-8601 time at or before the input's latest commit) must be given; `input_name` is the input to seek in (empty:
+    the primary). Raises BadInputError or OffsetOutOfRangeError with the reason.
     """
-    primary = _known_pipeline(pipeline).primary
+    spec = _known_pipeline(pipeline)
+    primary = spec.primary
+    if input_name not in (None, ""):
+        if input_name not in spec.inputs:
+            raise BadInputError(
+                f"input {input_name!r} is not an input of {pipeline} (its inputs: {', '.join(spec.inputs)})"
+            )
+        primary = str(input_name)
+    sought = [] if primary == spec.primary else ["--input", primary]
     if not isinstance(dry_run, bool):
         raise BadInputError(f"dry_run must be true or false, got {dry_run!r}")
     if from_timestamp == "":
@@ -113,7 +126,7 @@ def reprocess_arguments(
         start = ["--from-timestamp", moment.isoformat()]
         origin = f"{moment.isoformat()} (version {found})"
     summary = f"{'dry run: ' if dry_run else ''}reprocess {pipeline} from {origin} of {primary} (versions 0..{latest})"
-    return start + (["--dry-run"] if dry_run else []), summary
+    return sought + start + (["--dry-run"] if dry_run else []), summary
 
 
 def lookback_arguments(lake: Lake, pipeline: str, since: datetime) -> tuple[list[str], str] | None:

@@ -1,0 +1,111 @@
+"""A table input as a batch sees it: its changes in the batch (Kafka Streams' `Change(old, new)` per key) and its rows
+as of the version the batch consumed.
+
+A keyed input is a table: per key, its latest record. Its changes come from the versions a batch consumed:
+- a Delta table of another job read through its Change Data Feed: the feed's rows (`insert`, `update_preimage`,
+  `update_postimage`, `delete`), folded per key: the old row is the one before the batch's first change of the key
+  (a pre-image, or a deleted row's values; none when the first change is an insert), the new row the one after its
+  last (none when it is a delete);
+- an input changelog streamtable keeps: records appended per key; a record whose columns other than its keys and
+  time are all null deletes its key (a Kafka tombstone). The old row is the key's latest record before the batch,
+  the new row its latest record in it.
+A row that breaks the input's rules is absent from the table, as a skipped record is absent from a stream. The first
+batch of an input in a generation (after a reprocess, or once the input was added) sees the table's rows at the
+version it consumed as inserts: a new KTable's state arrives whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import reduce
+
+from pyspark.sql import Column as SparkColumn, DataFrame, functions as F
+
+from streamtable.core.errors import OperatorArgumentError
+from streamtable.core.tables import COMMIT_VERSION, LINE, Table
+
+CHANGE = "_change"  # a Change Data Feed row's `_change_type`, kept for the fold
+OLD, NEW = "old", "new"
+BEFORE = ("update_preimage", "delete")  # change types that carry a row as it was before the change
+
+
+def require_keys(table: Table) -> list[str]:
+    if not table.keys:
+        raise OperatorArgumentError(f"input {table.name} declares no keys: a table's changes and rows are per key")
+    return list(table.keys)
+
+
+def fold_change_feed(rows: DataFrame, table: Table, present: SparkColumn) -> DataFrame:
+    """Change Data Feed rows of one batch (declared columns, `_change`, `_commit_version`) as one change per key;
+    `present` is false for rows that break the input's rules (absent from the table)."""
+    keys = require_keys(table)
+    row = F.when(present, F.struct(*[c.name for c in table.columns]))
+    before = F.col(CHANGE).isin(*BEFORE)
+    # within a version a key's pre-image (or delete) comes before its post-image (or insert)
+    events = rows.select(
+        *keys,
+        F.struct(before.alias("before"), row.alias("row")).alias("_e"),
+        F.struct(COMMIT_VERSION, ~before).alias("_o"),
+    )
+    folded = events.groupBy(*keys).agg(F.min_by("_e", "_o").alias("_first"), F.max_by("_e", "_o").alias("_last"))
+    old = F.when(F.col("_first.before"), F.col("_first.row"))
+    new = F.when(~F.col("_last.before"), F.col("_last.row"))
+    return _changed(folded.select(*keys, old.alias(OLD), new.alias(NEW)))
+
+
+def fold_changelog(changelog: DataFrame, table: Table, start: int, present: SparkColumn) -> DataFrame:
+    """A keyed input changelog's records up to the batch's version as one change per key of versions `start` on."""
+    keys = require_keys(table)
+    row = F.when(present & ~_tombstone(table), F.struct(*[c.name for c in table.columns]))
+    records = changelog.select(*keys, row.alias("_row"), F.struct(COMMIT_VERSION, LINE).alias("_o"), COMMIT_VERSION)
+    touched = records.where(F.col(COMMIT_VERSION) >= start).select(*keys).distinct()
+    history = null_safe_join(records, touched, keys, "left_semi")
+    after = history.groupBy(*keys).agg(F.max_by("_row", "_o").alias(NEW))
+    before = history.where(F.col(COMMIT_VERSION) < start).groupBy(*keys).agg(F.max_by("_row", "_o").alias(OLD))
+    return _changed(null_safe_join(after, before, keys, "left").select(*keys, OLD, NEW))
+
+
+def latest_rows(changelog: DataFrame, table: Table, present: SparkColumn) -> DataFrame:
+    """A keyed input changelog's current rows (one per key: its latest record, unless that deletes the key)."""
+    keys = require_keys(table)
+    row = F.when(present & ~_tombstone(table), F.struct(*[c.name for c in table.columns]))
+    latest = changelog.groupBy(*keys).agg(F.max_by(row, F.struct(COMMIT_VERSION, LINE)).alias("_row"))
+    return latest.where(F.col("_row").isNotNull()).select("_row.*")
+
+
+def as_inserts(rows: DataFrame, table: Table) -> DataFrame:
+    """A table's rows as changes that insert them (the first batch of a table input)."""
+    keys = require_keys(table)
+    row = F.struct(*[c.name for c in table.columns])
+    absent = F.lit(None).cast(rows.select(row).schema[0].dataType)
+    return rows.select(*keys, absent.alias(OLD), row.alias(NEW))
+
+
+def of_keys(rows: DataFrame, keys_of: DataFrame | None, keys: Sequence[str]) -> DataFrame:
+    """The rows whose keys (null-safely) are those of a row of `keys_of` (all rows when it is None)."""
+    if keys_of is None:
+        return rows
+    return null_safe_join(rows, keys_of.select(*keys).distinct(), keys, "left_semi")
+
+
+def null_safe_join(left: DataFrame, right: DataFrame, keys: Sequence[str], how: str) -> DataFrame:
+    """`left` joined with `right` on `keys`, a null key equal to a null key (SQL's `<=>`), with one copy of the keys."""
+    condition: SparkColumn = reduce(lambda a, b: a & b, [F.col(f"_l.{k}").eqNullSafe(F.col(f"_r.{k}")) for k in keys])
+    joined = left.alias("_l").join(right.alias("_r"), condition, how)
+    if how in ("left_semi", "left_anti"):
+        return joined
+    rest = [F.col(f"_r.{c}") for c in right.columns if c not in keys]
+    return joined.select(*[F.col(f"_l.{c}") for c in left.columns], *rest)
+
+
+def _tombstone(table: Table) -> SparkColumn:
+    """A changelog record that deletes its key: every column but the keys and the time is null (none: never)."""
+    values = [c.name for c in table.columns if c.name not in table.keys and c.name != table.time_column]
+    if not values:
+        return F.lit(False)
+    return reduce(lambda a, b: a & b, [F.col(v).isNull() for v in values])
+
+
+def _changed(changes: DataFrame) -> DataFrame:
+    """Leave out keys with neither an old nor a new row (inserted and deleted within the batch)."""
+    return changes.where(F.col(OLD).isNotNull() | F.col(NEW).isNotNull())

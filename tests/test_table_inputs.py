@@ -1,0 +1,180 @@
+"""Tables that change drive pipelines: a Delta table another job updates and deletes (MERGE, UPDATE, DELETE with
+deletion vectors), read as a keyed table input, its changes aggregated with retraction (Kafka Streams' KTable).
+
+The other job is tests/orders_job.py (plain Spark SQL). After every run, each output must equal the same aggregate
+computed in plain Python (`decimal`) from the table's latest snapshot: a table input's changes, applied batch by
+batch, are the table.
+"""
+
+from __future__ import annotations
+
+import random
+import textwrap
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+import orders_job
+from helpers import cli
+from streamtable.core import registry
+from streamtable.core.errors import DeclarationChangedError
+from streamtable.runtime.lifecycle import reprocess, run
+from streamtable.runtime.status import pipeline_status
+from streamtable.storage.delta_rs import table_version
+from streamtable.storage.lake import Lake
+from streamtable.storage.reader import rows
+
+PIPELINE = '''
+"""Revenue and orders per customer, and orders per status, of another job's orders table."""
+from streamtable import Column, Pipeline, RETRACT, Type, aggregate_table, changed_groups, delta_table, table
+
+S, L, MONEY = Type.STRING, Type.LONG, Type.decimal(18, 2)
+ORDERS = delta_table(
+    "orders",
+    path={path!r},
+    columns=[
+        Column("order_id", S), Column("customer", S), Column("status", S), Column("amount", MONEY),
+        Column("paid_at", Type.TIMESTAMP),
+    ],
+    keys=["order_id"],
+    time_column="paid_at",
+)
+
+
+def process(batch):
+    orders = batch.changes("orders")
+    for output, group in (("revenue_per_customer", "customer"), ("orders_per_status", "status")):
+        current = batch.current(output, keys_of=changed_groups(orders, [group]))
+        sums = {{"revenue": "amount"}} if group == "customer" else {{}}
+        batch.upsert(output, aggregate_table(current, orders, [group], "orders", sums=sums), delete=RETRACT)
+
+
+PIPELINE = Pipeline(
+    name="order_totals",
+    doc=__doc__,
+    streams={streams},
+    tables=("orders",),
+    outputs=(
+        table(
+            "revenue_per_customer",
+            [Column("customer", S), Column("orders", L), Column("revenue", Type.decimal(38, 2))],
+            keys=["customer"],
+        ),
+        table("orders_per_status", [Column("status", S), Column("orders", L)], keys=["status"]),
+    ),
+    process=process,{extra}
+)
+'''
+
+
+def write_pipeline(folder: Path, path: str, extra: str = "", streams: tuple[str, ...] = ()) -> None:
+    (folder / "orders_pipeline.py").write_text(PIPELINE.format(path=path, extra=extra, streams=streams))
+    registry.current.cache_clear()
+
+
+@pytest.fixture
+def pipelines(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    monkeypatch.setenv(registry.ENV, str(folder))
+    yield folder
+    registry.current.cache_clear()
+
+
+def expected(snapshot: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The two outputs computed from the table's rows in plain Python."""
+    revenue: dict[str, list] = defaultdict(lambda: [0, Decimal("0.00")])
+    statuses: dict[str, int] = defaultdict(int)
+    for row in snapshot:
+        revenue[row["customer"]][0] += 1
+        revenue[row["customer"]][1] += row["amount"]
+        statuses[row["status"]] += 1
+    per_customer = [
+        {"customer": c, "orders": n, "revenue": total} for c, (n, total) in sorted(revenue.items())
+    ]
+    per_status = [{"status": s, "orders": n} for s, n in sorted(statuses.items())]
+    return per_customer, per_status
+
+
+def outputs(lake: Lake) -> tuple[list[dict], list[dict]]:
+    return rows(lake, "revenue_per_customer"), rows(lake, "orders_per_status")
+
+
+def test_a_table_only_pipeline_follows_merges_updates_and_deletes(spark, pipelines, tmp_path):
+    path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
+    orders_job.create(spark, path)
+    write_pipeline(pipelines, path)
+    rng = random.Random(35)
+    orders_job.insert(spark, path, range(0, 8), rng)
+    report = run(lake, "order_totals")
+    assert report.batches == 1 and outputs(lake) == expected(orders_job.snapshot(spark, path))
+
+    # one MERGE that updates, deletes and inserts; an order moves to another customer; a DELETE; a re-insert
+    orders_job.merge(spark, path, upserts=[1, 2, 9], deletes=[3, 4], rng=rng)
+    orders_job.move(spark, path, 5, "zed")
+    orders_job.delete(spark, path, [6])
+    orders_job.merge(spark, path, upserts=[3], deletes=[], rng=rng)  # o3 deleted, then back
+    status = pipeline_status(lake, "order_totals").as_dict()
+    (lag,) = status["inputs"]
+    assert status["behind"] and lag["table"] == "orders" and lag["versions_behind"] == 4 and lag["records_behind"] > 0
+    assert outputs(lake) != expected(orders_job.snapshot(spark, path))  # stale until the run: and it says so
+
+    report = run(lake, "order_totals")
+    assert report.batches == 1 and outputs(lake) == expected(orders_job.snapshot(spark, path))
+    assert not pipeline_status(lake, "order_totals").as_dict()["behind"]
+    (consumed,) = report.lineage["inputs"]
+    assert consumed["version"] == table_version(path)  # what it lists is what it read
+
+    assert run(lake, "order_totals").batches == 0  # nothing moved: nothing to do
+
+    # random commits, several between runs: several changes of one key fold into one change
+    known, next_id = list(range(0, 10)), 10
+    for _ in range(6):
+        for _ in range(rng.randint(0, 3)):
+            next_id = orders_job.random_step(spark, path, known, rng, next_id)
+        run(lake, "order_totals")
+        assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+
+
+def test_reprocess_from_a_table_inputs_version_and_a_changed_declaration(spark, pipelines, tmp_path):
+    path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
+    orders_job.create(spark, path)
+    write_pipeline(pipelines, path)
+    rng = random.Random(36)
+    orders_job.insert(spark, path, range(0, 6), rng)
+    run(lake, "order_totals")
+    orders_job.merge(spark, path, upserts=[0, 7], deletes=[1], rng=rng)
+
+    # wall_clock turned on: the heartbeat joins the query's inputs, applied in a new checkpoint
+    write_pipeline(pipelines, path, "\n    wall_clock=True,")
+    run(lake, "order_totals")
+    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+    orders_job.move(spark, path, 2, "zed")
+    write_pipeline(pipelines, path)  # ... and off again
+    run(lake, "order_totals")
+    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+
+    # the table seeks: its rows at version 2 - 1 arrive as inserts, its later changes in order
+    result = reprocess(lake, "order_totals", 2, input_name="orders")
+    assert result.published and outputs(lake) == expected(orders_job.snapshot(spark, path))
+    orders_job.delete(spark, path, [0])
+    run(lake, "order_totals")  # goes on from the reprocess, nothing counted twice
+    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+
+    # a stream input added: named in one line, with what applies it; never a Spark stack trace
+    (pipelines / "clicks.py").write_text(
+        textwrap.dedent(
+            """
+            from streamtable import Column, Type, changelog
+            CLICKS = changelog("order_clicks", [Column("order_id", Type.STRING), Column("event_time", Type.TIMESTAMP)])
+            """
+        )
+    )
+    write_pipeline(pipelines, path, streams=("order_clicks",))
+    with pytest.raises(DeclarationChangedError, match=r"order_clicks added as a stream.*reprocess order_totals"):
+        run(lake, "order_totals")
+    refused = cli(lake, "run", "order_totals", check=False, env={registry.ENV: str(pipelines)})
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "order_clicks added as a stream" in refused.stderr

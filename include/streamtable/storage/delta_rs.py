@@ -16,10 +16,11 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from streamtable.core.errors import TableReadError
 from streamtable.storage.lease import Lease
-from streamtable.storage.store import Store, join, parquet_dataset, read_path, storage_options
+from streamtable.storage.store import Store, describe, join, parquet_dataset, read_path, storage_options
 
 log = logging.getLogger("streamtable.storage.delta_rs")
 
@@ -83,8 +84,23 @@ def _has_commit(store: Store, path: str) -> bool:
 
 
 def delta_table(path: str, version: int | None = None) -> DeltaTable:
-    """The Delta table at `path` (a local path or `s3://` URI, with the lake's storage options)."""
-    return DeltaTable(path, version=version, storage_options=storage_options(path))
+    """The Delta table at `path` (a local path or `s3://` URI, with the lake's storage options).
+
+    Raises TableReadError, one line naming the path and the cause, when it cannot be opened: no table there, the
+    store refused (credentials), did not answer (network), or the log cannot be read (a corrupt entry).
+    """
+    try:
+        return DeltaTable(path, version=version, storage_options=storage_options(path))
+    except TableNotFoundError as error:
+        raise TableReadError(f"there is no Delta table at {path}") from error
+    except Exception as error:
+        raise unreadable(path, error, version) from error
+
+
+def unreadable(path: str, error: BaseException, version: int | None = None) -> TableReadError:
+    """The error that says the table at `path` (of `version`) cannot be read, and why."""
+    at = "" if version is None else f" (version {version})"
+    return TableReadError(f"cannot read the Delta table at {path}{at}: {describe(error)}")
 
 
 def write(target: str | DeltaTable, data: Any, **options: Any) -> None:
@@ -101,15 +117,28 @@ def log_entry(path: str, version: int) -> list[dict] | None:
 
 
 def open_table(path: str) -> DeltaTable | None:
-    """The Delta table at `path` at its latest version, or None when there is none."""
+    """The Delta table at `path` at its latest version, or None when there is none: no commit in its `_delta_log`.
+
+    Anything else that keeps it from being read (credentials, the network, a corrupt log) raises TableReadError:
+    a table that cannot be read is never taken for an absent, empty one. A table whose log is removed while it is
+    read (a reset or a reprocess dropping a generation's state) is absent.
+    """
     try:
-        return delta_table(path)
-    except Exception:  # deltalake raises TableNotFoundError; its class moved between releases
+        return DeltaTable(path, storage_options=storage_options(path))
+    except TableNotFoundError:
         return None
+    except Exception as error:
+        try:
+            gone = not _has_commit(Store.for_lake(path.rstrip("/").rsplit("/", 1)[0]), path)
+        except Exception:  # the store refuses the listing too: the first error says why
+            gone = False
+        if gone:
+            return None
+        raise unreadable(path, error) from error
 
 
 def table_version(path: str) -> int | None:
-    """The latest version of the Delta table at `path`, or None when there is none."""
+    """The latest version of the Delta table at `path`, or None when there is none (else as `open_table`)."""
     table = open_table(path)
     return None if table is None else table.version()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,9 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import obstore as obs
-from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
+from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError, PreconditionError
 from obstore.store import LocalStore, S3Store
 
+from streamtable.core.errors import StorageError
 from streamtable.core.settings import S3_SCHEMES, aws_settings
 
 if TYPE_CHECKING:
@@ -121,6 +123,8 @@ class Store:
             result = obs.get(self._store, self.key(path))
         except (NotFoundError, FileNotFoundError):
             return None
+        except BaseError as error:
+            raise refused("read", path, error) from error
         return Versioned(bytes(result.bytes()), result.meta["e_tag"] or "")
 
     def read_json(self, path: str) -> Any | None:
@@ -132,6 +136,8 @@ class Store:
             obs.head(self._store, self.key(path))
         except (NotFoundError, FileNotFoundError):
             return False
+        except BaseError as error:
+            raise refused("read", path, error) from error
         return True
 
     def objects(self, prefix: str) -> list[str]:
@@ -143,6 +149,8 @@ class Store:
                 found += [join(self.root, meta["path"]) for meta in chunk if not _hidden(meta["path"])]
         except (NotFoundError, FileNotFoundError):
             return []
+        except BaseError as error:
+            raise refused("list", prefix, error) from error
         return sorted(found)
 
     def children(self, prefix: str) -> list[str]:
@@ -152,6 +160,8 @@ class Store:
             listed = obs.list_with_delimiter(self._store, key + "/" if key else None)
         except (NotFoundError, FileNotFoundError):
             return []
+        except BaseError as error:
+            raise refused("list", prefix, error) from error
         names = [p.rstrip("/").rsplit("/", 1)[-1] for p in listed["common_prefixes"]]
         names += [m["path"].rsplit("/", 1)[-1] for m in listed["objects"]]
         return sorted({n for n in names if not _hidden(n)})
@@ -244,6 +254,34 @@ class Store:
         with open(os.path.join(folder, f".{name}.cas"), "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             yield
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NOISE = re.compile(r"^(\d+: |at |<\?xml)")  # a Rust backtrace's frames, an S3 error's XML prologue
+_PREFIX = re.compile(r"^(Kernel error|Generic delta kernel error|Generic DeltaTable error)\s*(->|:)\s*")
+_S3_ERROR = re.compile(r"<Code>(.*?)</Code>\s*<Message>(.*?)</Message>", re.S)
+
+
+def refused(what: str, path: str, error: BaseException) -> StorageError:
+    """The error that says the store refused to `what` (read, list) `path`, or did not answer, and why."""
+    return StorageError(f"cannot {what} {path}: {describe(error)}")
+
+
+def describe(error: BaseException) -> str:
+    """Why a store or delta-rs refused, in one line: the error's first line, then what the server answered (an S3
+    error's code and message) or the innermost cause (`Connection refused`); no backtrace, no terminal colours."""
+    text = _ANSI.sub("", str(error)).split("\nDebug source:")[0]  # obstore adds a Rust `Debug` dump
+    lines = [line.strip().lstrip("\u21b3").strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not _NOISE.match(line)]
+    if not lines:
+        return type(error).__name__
+    head, _, request = _PREFIX.sub("", lines[0]).partition(": Error performing ")  # not the URL and timings
+    answer = _S3_ERROR.search(text)
+    if answer:
+        return f"{head}: {answer[1]}: {answer[2]}"
+    if len(lines) > 1:
+        return f"{head}: {lines[-1]}"
+    return f"{head}: {request.rsplit(' - ', 1)[-1].strip()}" if request else head
 
 
 def _hidden(path: str) -> bool:

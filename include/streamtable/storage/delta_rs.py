@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -26,7 +28,16 @@ log = logging.getLogger("streamtable.storage.delta_rs")
 
 DELETE = "_delete"  # staged upserts carry this column: true removes the row with those keys
 COMPACT_FILES = 50  # files that make a table compacted after a commit (Delta Spark's autoCompact.minNumFiles)
-COMMIT_RETRIES = 20  # appends racing other appends (`late_events`, `stream_progress`) retry their commit
+# One commit-retry policy (`retrying`) for every commit made here and in `storage.external`: a commit refused
+# because another writer committed first (appends racing on `late_events`, `stream_progress`, `quarantine`; a swap
+# of `late_events` beside them) reads the table again and is tried again, at most COMMIT_ATTEMPTS times in all,
+# after a pause drawn at random up to BACKOFF_S, doubled after each refusal up to BACKOFF_MAX_S ("full jitter": the
+# losers of one race do not meet again at the next). delta-rs's own retry of a commit is off in these commits
+# (`max_commit_retries=0`), so the two never multiply: 8 attempts are 8 attempts, with 5.2 s of pauses at most.
+COMMIT_ATTEMPTS = 8
+BACKOFF_S = 0.05
+BACKOFF_MAX_S = 2.0
+T = TypeVar("T")
 
 CHANGE_FEED = "delta.enableChangeDataFeed"
 # Every input changelog's table properties (ingest creates them, a run may create an empty one first).
@@ -150,25 +161,32 @@ def _done(table: DeltaTable, app_id: str, version: int) -> bool:
 
 
 def _once(app_id: str, version: int) -> CommitProperties:
-    return CommitProperties(app_transactions=[Transaction(app_id, version)], max_commit_retries=COMMIT_RETRIES)
+    return CommitProperties(app_transactions=[Transaction(app_id, version)], max_commit_retries=0)  # see `retrying`
 
 
 def table_schema(table: DeltaTable) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
-def _retried(commit: Callable[[], Any]) -> Any:
-    """Run `commit` again (it re-reads the table and its txn) when delta-rs refuses it for a conflicting commit, such
-    as a swap replacing another pipeline's rows of `late_events`, which delta-rs's conflict check counts as deleting
-    what an append read."""
-    for attempt in range(COMMIT_RETRIES):
+def retrying(commit: Callable[[], T], what: str) -> T:
+    """`commit()`, run again while delta-rs refuses it because another writer committed first (CommitFailedError);
+    the one commit-retry policy (COMMIT_ATTEMPTS, with jittered exponential backoff: see there).
+
+    `commit` reads the table afresh each time (its app transactions too, so a retry never writes twice) and commits
+    with `max_commit_retries=0`. Refusals include a swap replacing another pipeline's rows of `late_events`, which
+    delta-rs's conflict check counts as deleting what an append read. Any other error is raised at once.
+    """
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
         try:
             return commit()
         except CommitFailedError as error:
-            if attempt == COMMIT_RETRIES - 1:
+            if attempt == COMMIT_ATTEMPTS:
+                log.warning("%s: commit refused %d times in a row, giving up: %s", what, attempt, describe(error))
                 raise
-            log.info("commit retried after a conflicting commit: %s", error)
-    return None
+            pause = random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_S * 2 ** (attempt - 1)))
+            log.info("%s: commit refused (%s); attempt %d in %.3f s", what, describe(error), attempt + 1, pause)
+            time.sleep(pause)
+    raise AssertionError("unreachable")
 
 
 def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: pa.Schema | None = None) -> bool:
@@ -176,7 +194,7 @@ def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: 
 
     `schema` defaults to the table's; a table that does not exist yet is created with it.
     """
-    return bool(_retried(lambda: _append_once(path, rows, app_id, version, schema)))
+    return retrying(lambda: _append_once(path, rows, app_id, version, schema), path)
 
 
 def _append_once(path: str, rows: list[dict], app_id: str, version: int, schema: pa.Schema | None) -> bool:
@@ -212,7 +230,7 @@ def staged_rows(path: str, schema: pa.Schema) -> pa.RecordBatchReader:
 
 def append_staged(path: str, staged: str, app_id: str, version: int) -> None:
     """Append the staged rows to the table at `path` exactly once for (app_id, version)."""
-    _retried(lambda: _append_staged(path, staged, app_id, version))
+    retrying(lambda: _append_staged(path, staged, app_id, version), path)
 
 
 def _append_staged(path: str, staged: str, app_id: str, version: int) -> None:
@@ -229,31 +247,26 @@ def replace_rows(path: str, source: str | None, column: str, value: str) -> None
 
     delta-rs, not Spark, because other pipelines' batches append to that table with delta-rs at any time: each commit
     is a put-if-absent of its log entry, so on S3 the two writers never overwrite each other's commit (Delta Spark's
-    S3 log store assumes one writer). A commit that conflicts with such an append is retried on the new version;
-    running the replacement again after a crash gives the same rows.
+    S3 log store assumes one writer). A commit that conflicts with such an append is retried on the new version
+    (`retrying`); running the replacement again after a crash gives the same rows.
     """
-    table = delta_table(path)
-    schema = table_schema(table)
+    schema = table_schema(delta_table(path))
     rows = (
         delta_table(source).to_pyarrow_dataset().to_table(columns=schema.names).cast(schema)
         if source is not None
         else schema.empty_table()
     )
     predicate = f"{column} = '" + value.replace("'", "''") + "'"
-    for attempt in range(COMMIT_RETRIES):
-        try:
-            write(
-                table,
-                rows,
-                mode="overwrite",
-                predicate=predicate,
-                commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES),
-            )
-            return
-        except CommitFailedError:
-            if attempt == COMMIT_RETRIES - 1:
-                raise
-            table.update_incremental()
+    retrying(
+        lambda: write(
+            delta_table(path),
+            rows,
+            mode="overwrite",
+            predicate=predicate,
+            commit_properties=CommitProperties(max_commit_retries=0),  # see `retrying`
+        ),
+        path,
+    )
 
 
 def merge_staged(path: str, staged: str, keys: Sequence[str], app_id: str, version: int) -> None:
@@ -261,6 +274,10 @@ def merge_staged(path: str, staged: str, keys: Sequence[str], app_id: str, versi
 
     Keys match null-safely (a null key is a key), as Spark's `<=>`.
     """
+    retrying(lambda: _merge_staged(path, staged, keys, app_id, version), path)
+
+
+def _merge_staged(path: str, staged: str, keys: Sequence[str], app_id: str, version: int) -> None:
     table = delta_table(path)
     if _done(table, app_id, version):
         return

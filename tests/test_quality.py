@@ -132,6 +132,30 @@ def test_sum_equals_counts_an_empty_frame_as_zero(spark, tmp_path, engine):
     assert validate(nulls, "p", suite, quality_dir, {"clicks": 0}, build_docs=False, engine=engine).success
 
 
+def test_sum_equals_is_exact_for_decimals_and_longs_and_allows_rounding_for_doubles(spark, tmp_path, engine):
+    """Issue 36: GX's own sum went through floats, so a DECIMAL(18,2) total of 0.60 was checked against a metric cut to
+    0, and sums beyond a double's 15.9 digits were compared rounded."""
+    quality_dir = str(tmp_path / "_quality")
+    df = spark.createDataFrame(
+        [(Decimal("1234567891358044.50"), 2**53 + 1, 0.1), (Decimal("0.46"), 2, 0.2), (None, None, None)],
+        "total decimal(18,2), n long, x double",
+    )
+    suite = expect.Suite(
+        "t", (expect.sum_equals("total", "total"), expect.sum_equals("n", "n"), expect.sum_equals("x", "x"))
+    )
+
+    def check(total: Decimal, n: int, x: float) -> tuple[str, ...]:
+        metrics = {"total": total, "n": n, "x": Decimal(repr(x))}
+        return validate(df, "p", suite, quality_dir, metrics, build_docs=False, engine=engine).failures
+
+    assert check(Decimal("1234567891358044.96"), 2**53 + 3, 0.3) == ()  # 0.1 + 0.2 is 0.30000000000000004
+    assert check(Decimal("1234567891358044.95"), 2**53 + 2, 0.31) == (
+        "t: sum of total is 1234567891358044.96, but metric total is 1234567891358044.95",
+        f"t: sum of n is {2**53 + 3}, but metric n is {2**53 + 2}",
+        "t: sum of x is 0.30000000000000004, but metric x is 0.31",
+    )
+
+
 def test_sum_equals_needs_its_metric(spark, tmp_path):
     df = spark.createDataFrame([(1,)], "clicks long")
     with pytest.raises(ValueError, match="metric 'clicks'"):

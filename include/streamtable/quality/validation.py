@@ -20,6 +20,7 @@ import hashlib
 import importlib
 import importlib.util
 import logging
+import math
 import os
 import re
 import sys
@@ -36,6 +37,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 
 from streamtable.core.expectations import Expectation, Suite
+from streamtable.quality import exact
 from streamtable.storage.lease import Lease
 from streamtable.storage.store import Store, is_object_store, join
 
@@ -125,7 +127,7 @@ def validate(
     pipeline: str,
     suite: Suite,
     quality_dir: str,
-    metrics: dict[str, int] | None = None,
+    metrics: dict[str, exact.Number] | None = None,
     build_docs: bool = True,
     engine: str | None = None,
 ) -> Report:
@@ -159,7 +161,7 @@ def validate_rows(
     pipeline: str,
     suite: Suite,
     quality_dir: str,
-    sums: dict[int, tuple[int, int]],
+    sums: dict[int, tuple[exact.Number, exact.Number]],
 ) -> Report:
     """Validate some rows of a table (see `runtime.gate`) with `suite`, without Data Docs; in pandas when exact.
 
@@ -178,10 +180,10 @@ def _check(
     pipeline: str,
     suite: Suite,
     quality_dir: str,
-    params: dict[str, int],
+    params: dict[str, exact.Number],
     build_docs: bool,
     rows: int,
-    offsets: dict[int, int] | None = None,
+    offsets: dict[int, exact.Number] | None = None,
 ) -> Report:
     """Run the suite on a Spark or pandas frame through its (cached) GX checkpoint and report the failed rules."""
     name = f"{pipeline}.{suite.table}"
@@ -189,7 +191,8 @@ def _check(
     with _locked(quality_dir):
         ctx = _context(quality_dir)
         prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
-        result = _run_checkpoint(ctx, name, suite.expectations, build_docs, engine, data, params)
+        gx_params = _gx_parameters(suite.expectations, params, offsets or {})
+        result = _run_checkpoint(ctx, name, suite.expectations, build_docs, engine, data, gx_params)
         docs = page = None
         if build_docs:
             _publish_docs(quality_dir)
@@ -338,23 +341,75 @@ def _gx() -> Any:
     return great_expectations
 
 
+EXACT_SUM = "column.streamtable_exact_sum"  # the GX metric `sum_equals` checks (`_null_safe_sum`)
+
+
 @lru_cache(maxsize=1)
 def _null_safe_sum() -> type:
-    """ExpectColumnSumToBeBetween counting the sum of an empty (or all-null) column as 0.
+    """ExpectColumnSumToBeBetween made the check of `sum_equals`: the column's sum equals `total` (a parameter, the
+    exact text of the metric's total), exactly, or for DOUBLE and FLOAT columns up to `quality.exact`'s rounding.
 
-    Spark's SUM over no values is NULL, which the stock expectation always fails.
+    GX's own `column.sum` goes through floats (pandas sums decimals as floats; on Spark 4 it sums integers as doubles)
+    and its bounds are floats, so it could pass 0.6 for 0 or fail 1234567891358044.96: this sums the column exactly
+    (`EXACT_SUM`: Spark's decimal sum, integers as DECIMAL(38, 0), Python's Decimal on pandas) and compares with the
+    exact total. An empty (or all-null) column sums to 0 (Spark's SUM over no values is NULL). The bounds
+    (`min_value`, `max_value`) are the total as a float, for the Data Docs.
     """
 
     _gx()  # analytics off and logs at WARNING before GX is used
+    from great_expectations.execution_engine import PandasExecutionEngine, SparkDFExecutionEngine
     from great_expectations.expectations import ExpectColumnSumToBeBetween
+    from great_expectations.expectations.metrics.column_aggregate_metric_provider import (
+        ColumnAggregateMetricProvider,
+        column_aggregate_partial,
+        column_aggregate_value,
+    )
+    from pyspark.sql import functions as F
+
+    class ColumnStreamtableExactSum(ColumnAggregateMetricProvider):
+        """(the sum: exact text, or a float for a DOUBLE or FLOAT column; the sum of absolute values or None; the
+        relative tolerance of the column's type). Text, as GX turns a Decimal a metric gives into a float."""
+
+        metric_name = EXACT_SUM
+        filter_column_isnull = True
+
+        @column_aggregate_value(engine=PandasExecutionEngine)
+        def _pandas(cls, column: Any, **kwargs: Any) -> tuple:
+            if column.dtype.kind == "f":
+                values = column.to_numpy(dtype="float64")
+                tolerance = exact.relative_tolerance("float" if column.dtype.itemsize == 4 else "double")
+                return math.fsum(values), math.fsum(abs(values)), tolerance
+            return exact.text(exact.add(*(exact.exact(v, finite=False) for v in column))), None, 0.0
+
+        @column_aggregate_partial(engine=SparkDFExecutionEngine)
+        def _spark(cls, column: Any, _table: Any = None, _column_name: Any = None, **kwargs: Any) -> Any:
+            kind = _table.schema[_column_name].dataType.typeName() if _table is not None else "decimal"
+            tolerance = exact.relative_tolerance(kind)
+            if tolerance:
+                return F.struct(F.sum(column), F.sum(F.abs(column)), F.lit(tolerance))
+            summed = column.cast("decimal(38,0)") if kind in ("byte", "short", "integer", "long") else column
+            return F.struct(F.sum(summed).cast("string"), F.lit(None).cast("double"), F.lit(0.0))
 
     class ExpectColumnNullSafeSumToBeBetween(ExpectColumnSumToBeBetween):
+        total: str | dict | None = None  # the exact expected sum, as `exact.text`
+        scale: float | dict | None = None  # the magnitude the sum's floating-point rounding is relative to
+
+        metric_dependencies = (EXACT_SUM,)
+        success_keys = (*ExpectColumnSumToBeBetween.success_keys, "total", "scale")
+        args_keys = (*ExpectColumnSumToBeBetween.args_keys, "total", "scale")
+
         def _validate(
             self, metrics: dict, runtime_configuration: dict | None = None, execution_engine: Any = None
         ) -> dict:
-            if metrics.get("column.sum") is None:
-                metrics = {**metrics, "column.sum": 0}
-            return super()._validate(metrics, runtime_configuration, execution_engine)
+            observed, absolute, tolerance = tuple(metrics[EXACT_SUM])
+            observed = exact.number(observed) if isinstance(observed, str) else exact.exact(observed, finite=False)
+            expected = exact.number(self.total) if isinstance(self.total, str) else exact.exact(self.min_value)
+            scale = max(float(self.scale or 0), float(absolute or 0))
+            shown = observed if isinstance(observed, int) else float(observed)
+            return {
+                "success": exact.approximately_equal(observed, expected, tolerance, scale),
+                "result": {"observed_value": shown, "details": {"exact_sum": exact.text(observed)}},
+            }
 
     return ExpectColumnNullSafeSumToBeBetween
 
@@ -364,9 +419,9 @@ def _parameter(index: int, rule: Expectation) -> str:
     return f"rule{index}_" + re.sub(r"\W", "_", rule.metric or "")
 
 
-def reconciled_metrics(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict[int, int]:
+def reconciled_metrics(rules: tuple[Expectation, ...], metrics: dict[str, exact.Number]) -> dict[int, exact.Number]:
     """The value in `metrics` of each sum_equals rule's metric, by the rule's index; ValueError if one is missing."""
-    values: dict[int, int] = {}
+    values: dict[int, exact.Number] = {}
     for index, rule in enumerate(rules):
         if rule.kind != "sum_equals":
             continue
@@ -379,9 +434,27 @@ def reconciled_metrics(rules: tuple[Expectation, ...], metrics: dict[str, int]) 
     return values
 
 
-def _parameters(rules: tuple[Expectation, ...], metrics: dict[str, int]) -> dict[str, int]:
-    """The suite parameters of the sum_equals rules, taken from this run's metrics."""
+def _parameters(rules: tuple[Expectation, ...], metrics: dict[str, exact.Number]) -> dict[str, exact.Number]:
+    """The sums the sum_equals rules expect (by parameter name), taken from this run's metrics."""
     return {_parameter(i, rules[i]): value for i, value in reconciled_metrics(rules, metrics).items()}
+
+
+def _gx_parameters(
+    rules: tuple[Expectation, ...], sums: dict[str, exact.Number], offsets: dict[int, exact.Number]
+) -> dict[str, Any]:
+    """GX's suite parameters for the sums the sum_equals rules expect (`sums`, by parameter name), the rows checked
+    being the table but for rows that add `offsets[rule]`: each sum as a float (the bounds, for the Data Docs), as
+    exact text (`total`) and the magnitude its rounding is relative to (`scale`: the total's and the offset's)."""
+    params: dict[str, Any] = {}
+    for index, rule in enumerate(rules):
+        name = _parameter(index, rule)
+        if rule.kind != "sum_equals" or name not in sums:
+            continue
+        value, offset = sums[name], offsets.get(index, 0)
+        params[name] = float(value)
+        params[f"{name}_total"] = exact.text(value)
+        params[f"{name}_scale"] = max(abs(float(exact.add(value, offset))), abs(float(offset)))
+    return params
 
 
 def _gx_expectation(rule: Expectation, index: int) -> Any:
@@ -402,8 +475,9 @@ def _gx_expectation(rule: Expectation, index: int) -> Any:
     if rule.kind == "in_set":
         return gxe.ExpectColumnValuesToBeInSet(column=c[0], value_set=list(rule.value_set), **mostly)
     if rule.kind == "sum_equals":
-        bound = {"$PARAMETER": _parameter(index, rule)}
-        return _null_safe_sum()(column=c[0], min_value=bound, max_value=bound, meta=meta)
+        name = _parameter(index, rule)
+        bound, total, scale = ({"$PARAMETER": f"{name}{part}"} for part in ("", "_total", "_scale"))
+        return _null_safe_sum()(column=c[0], min_value=bound, max_value=bound, total=total, scale=scale, meta=meta)
     if rule.kind == "column_pair_le":  # left <= right  <=>  right >= left; rows with a null are skipped
         return gxe.ExpectColumnPairValuesAToBeGreaterThanB(
             column_A=c[1], column_B=c[0], or_equal=True, ignore_row_if="either_value_is_missing", **mostly
@@ -604,7 +678,12 @@ def _error(exception_info: dict | None) -> str | None:
 
 
 def _failure(
-    table: str, rule: Expectation, result: dict, exception_info: dict | None, expected: int | None, offset: int
+    table: str,
+    rule: Expectation,
+    result: dict,
+    exception_info: dict | None,
+    expected: exact.Number | None,
+    offset: exact.Number,
 ) -> str:
     """One short human line for a failed rule (a sum_equals rule's sums shown plus `offset`)."""
     cols = ", ".join(rule.columns)
@@ -630,9 +709,10 @@ def _failure(
     if rule.kind == "in_set":
         return f"{table}: {cols} has values outside {list(rule.value_set)} ({rows}{_examples(result)})"
     if rule.kind == "sum_equals":
-        observed = result.get("observed_value")
-        shown = _number(observed if observed is None else observed + offset)
-        total = None if expected is None else expected + offset
+        exact_sum = (result.get("details") or {}).get("exact_sum")
+        observed = result.get("observed_value") if exact_sum is None else exact.number(exact_sum)
+        shown = _number(observed if observed is None else exact.add(exact.exact(observed, finite=False), offset))
+        total = None if expected is None else exact.add(expected, offset)
         return f"{table}: sum of {cols} is {shown}, but metric {rule.metric} is {total}"
     if rule.kind == "column_pair_le":
         return f"{table}: {rule.columns[0]} > {rule.columns[1]} ({rows})"

@@ -162,6 +162,32 @@ def test_a_file_that_cannot_fit_is_refused_naming_the_column_and_the_others_go_i
     assert [r["user"] for r in rows(lake, "user_clicks")] == ["alice", "bob"]
 
 
+def test_a_nullable_column_a_csv_or_parquet_file_lacks_is_null_as_in_a_json_line(lake, tmp_path):
+    """Issue 36: a CSV header or a Parquet schema without a nullable column (`user_regions.region`) refused the whole
+    file, while a JSON line without it reads it as null. A missing column that is not nullable still refuses it."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    at = pa.array([datetime(2026, 3, 1, 10, 2, tzinfo=UTC)], pa.timestamp("ms", tz="UTC"))
+    write_jsonl(folder / "a.jsonl", [{"user": "ann", "event_time": "2026-03-01T10:00:00Z"}])
+    write_csv(folder / "b.csv", ["user", "event_time"], [["bob", "2026-03-01T10:01:00Z"]])
+    pq.write_table(pa.table({"user": ["cy"], "event_time": at}), folder / "c.parquet")
+    write_csv(folder / "d.csv", ["region", "event_time"], [["eu", "2026-03-01T10:03:00Z"]])
+    pq.write_table(pa.table({"region": ["eu"], "event_time": at}), folder / "e.parquet")
+    code, out, err = run_main("ingest", "user_regions", str(folder), "--lake", str(lake.root))
+    assert code == 2  # d and e lack `user`
+    assert [(r["source"], r["appended"], r["quarantined"]) for r in reports(out)] == [
+        ("a.jsonl", 1, 0),
+        ("b.csv", 1, 0),
+        ("c.parquet", 1, 0),
+    ]
+    assert [line.split(": ")[1:3] for line in err.splitlines()] == [
+        ["refused d.csv", "column user is not in its header; nothing of it was written"],
+        ["refused e.parquet", "column user is not in its schema; nothing of it was written"],
+    ]
+    regions = [(r["user"], r["region"]) for r in rows(lake, "user_regions")]
+    assert regions == [("ann", None), ("bob", None), ("cy", None)]
+
+
 def test_csv_cells_are_typed_as_json_would_be_and_quarantine_names_the_file_line(lake, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()

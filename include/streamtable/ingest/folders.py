@@ -20,9 +20,13 @@ nulls for the rest, cells beyond the header are ignored. Parquet columns are rea
 its declared type or of one that widens to it losslessly (INT32 to LONG, FLOAT to DOUBLE, DECIMAL(5,2) to
 DECIMAL(10,2), INT32 to DOUBLE, large or dictionary strings to STRING, any timestamp unit to TIMESTAMP).
 
-Refused files. A file whose columns cannot fit TABLE (a declared column missing from a CSV header or a Parquet
-schema, or a Parquet column of a type that cannot widen losslessly) is refused before anything of it is
-written: one stderr line names it and the column; the other files go in, and the command exits 2 (bad input).
+Missing columns. A nullable declared column that a CSV header or a Parquet schema lacks is null in each record
+of the file, as in a JSON line without it (so an input that gained a nullable column takes its older files).
+
+Refused files. A file whose columns cannot fit TABLE (a declared column that is not nullable missing from a CSV
+header or a Parquet schema, or a Parquet column of a type that cannot widen losslessly) is refused before
+anything of it is written: one stderr line names it and the column; the other files go in, and the command exits
+2 (bad input).
 
 `--follow`. Passes over DIR every `poll_interval` seconds until SIGTERM (then the file in flight is finished,
 and the command exits 0). A file is taken only once its size and modification time are the same as at the
@@ -201,7 +205,7 @@ def csv_lines(table: Table, text: io.TextIOBase, name: str) -> Iterator[bytes]:
     header = next(reader, None)
     if header is None:
         return iter(())
-    missing = [c.name for c in table.columns if c.name not in header]
+    missing = [c.name for c in table.columns if c.name not in header and not c.nullable]  # a nullable one: null
     if missing:
         raise RefusedFile(f"column {missing[0]} is not in its header")
     twice = [c.name for c in table.columns if header.count(c.name) > 1]
@@ -248,17 +252,20 @@ def cell_json(type_: Type | None, cell: str) -> str:
 def parquet_lines(table: Table, parquet: pq.ParquetFile, name: str) -> Iterator[bytes]:
     """The JSON lines of a Parquet file's rows, one per row. Checks its schema first (raises RefusedFile)."""
     schema = parquet.schema_arrow
+    present = []
     for column in table.columns:
         index = schema.get_field_index(column.name)
+        if index < 0 and column.nullable and column.name not in schema.names:
+            continue  # read as null, as in a JSON line without it
         if index < 0:
             raise RefusedFile(f"column {column.name} is not in its schema")
+        present.append(column.name)
         found = schema.field(index).type
         if not widens(found, column.type):
             raise RefusedFile(
                 f"column {column.name} is {found}, which does not widen losslessly to {column.type.value}"
             )
-    names = None if table.keep_raw else [c.name for c in table.columns]
-    return _parquet_rows(parquet, names)
+    return _parquet_rows(parquet, None if table.keep_raw else present)
 
 
 def _parquet_rows(parquet: pq.ParquetFile, names: list[str] | None) -> Iterator[bytes]:

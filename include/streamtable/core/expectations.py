@@ -84,6 +84,11 @@ def sum_equals(column: str, metric: str) -> Expectation:
 
         expect.sum_equals("clicks", metric="clicks")      # Pipeline(..., metrics=("clicks",))
         batch.metric("clicks", clicks.count() - late.count())
+
+    The column may be of any numeric type, the metric Spark's sum of it as is (`F.sum("amount")`): for `LONG`,
+    `INT` and `DECIMAL(p, s)` columns the sums are compared exactly (never through a float: `0.60` is `0.60`);
+    for `DOUBLE` and `FLOAT` columns, whose sums depend on the order of their additions, within a relative
+    1e-9 (`FLOAT`: 1e-6).
     """
     return Expectation("sum_equals", (column,), metric=metric)
 

@@ -58,6 +58,38 @@ def test_a_spark_run_stops_spark_and_exits_0_without_being_finalised_nor_litter(
     assert list(work.iterdir()) == []
 
 
+FAILING_PIPELINE = '''"""boom: a pipeline whose process fails in Spark (a column that is not there)."""
+from streamtable import Column, Pipeline, Type, changelog, table
+
+EVENTS = changelog("boom_events", [Column("key", Type.STRING), Column("event_time", Type.TIMESTAMP)])
+OUT = table("boom_out", [Column("key", Type.STRING)], keys=["key"])
+
+
+def process(batch) -> None:
+    batch.new("boom_events").selectExpr("no_such_column")
+
+
+PIPELINE = Pipeline(name="boom", doc=__doc__, streams=("boom_events",), outputs=(OUT,), process=process)
+'''
+
+
+@pytest.mark.slow
+def test_a_failing_spark_command_prints_its_one_line_and_nothing_of_the_jvm(lake, tmp_path):
+    """The contract's one line, alone: before it, every Spark command printed the JDK's "WARNING: Using incubator
+    modules: jdk.incubator.vector" (Spark's launcher adds that module; the CLI's driver leaves the line out) and
+    Spark's "Setting default log level ..." and "To adjust logging level ..." (log4j2.properties turns them off)."""
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "boom.py").write_text(FAILING_PIPELINE)
+    records = tmp_path / "records.jsonl"
+    records.write_text('{"key": "a", "event_time": "2026-01-01T00:00:00Z"}\n')
+    cli(lake, "ingest", "boom_events", str(records), "--pipelines", str(folder))
+    failed = cli(lake, "run", "boom", "--pipelines", str(folder), check=False)
+    assert failed.returncode not in (0, None)
+    assert failed.stderr.count("\n") == 1, failed.stderr
+    assert failed.stderr.startswith("streamtable: ") and "no_such_column" in failed.stderr, failed.stderr
+
+
 def test_show_into_a_closed_pipe_ends_quietly(lake):
     """`streamtable show TABLE | head -1` prints one line and nothing on stderr, as `cat FILE | head -1` does."""
     ingest(lake, "text_lines", [{"line": "x" * 200, "event_time": "2026-01-01T00:00:00Z"} for _ in range(2000)])
@@ -106,9 +138,8 @@ def test_version_prints_the_package_version():
 def test_a_run_logs_its_stages_at_info_and_nothing_by_default(lake):
     """`--log-level info` (what the Airflow tasks run with, through $STREAMTABLE_LOG_LEVEL) logs each batch's stages,
     the gate's result per suite and the committed batch's progress (stage timings, output rows) on stderr, every
-    line naming the pipeline; without it a successful run logs nothing (the JVM's start-up notices aside, such as
-    "Using incubator modules", which the JVM prints before any logging is configured): the back-to-back test above
-    checks that of every pipeline's run."""
+    line naming the pipeline; without it a successful run logs nothing: the back-to-back test above checks that of
+    every pipeline's run (and the failing-command test that the JVM's start-up notices are gone too)."""
     ingest(lake, "text_lines", [{"line": "b c", "event_time": "2026-01-01T00:01:00Z"}])
     logged = cli(lake, "run", "word_count", "--log-level", "info").stderr.splitlines()
     ours = [line for line in logged if " [word_count] streamtable" in line]

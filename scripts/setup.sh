@@ -13,8 +13,9 @@
 #      start: installed with apt-get when root, started, role/db `airflow`). Without root or apt it only
 #      says that the integration test needs PostgreSQL. STREAMTABLE_SETUP_POSTGRES=0 skips it.
 #
-# Idempotent. A stamp (.venv/.streamtable-setup) records a hash of the inputs of steps 2-4: when
-# nothing changed, a second run only re-checks the tools (and that PostgreSQL runs) and exits in about a second.
+# Idempotent. A stamp (.venv/.streamtable-setup) records a hash of the inputs of steps 2-4, written when they all
+# succeeded (the class archive included): when nothing changed and their results are there, a second run only
+# re-checks the tools (and that PostgreSQL runs) and exits in about a second; otherwise it redoes what is missing.
 # Environment (the Makefile exports it; defaults here let the script run on its own):
 #   AIRFLOW_HOME, STREAMTABLE_PYTHON (the interpreter for .venv, default python3.11), SETUP_FORCE=1.
 set -euo pipefail
@@ -34,6 +35,19 @@ started=$(date +%s)
 
 say() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Step 3b: the drivers' class archive (core/settings.py's default place; STREAMTABLE_CLASS_ARCHIVE= turns it off).
+CLASS_ARCHIVE="${STREAMTABLE_CLASS_ARCHIVE-$STREAMTABLE_JARS/spark-classes.jsa}"
+class_archive_present() { [[ -z "$CLASS_ARCHIVE" || -f "$CLASS_ARCHIVE" ]]; }
+# Keep a copy of the archive ARCHIVE as CACHED, in a cache folder that may not exist yet or be empty, beside the two
+# most recently used others (each is ~190 MB; clones at other paths have keys of their own).
+cache_class_archive() {
+  local archive="$1" cached="$2" stale=()
+  mkdir -p "$(dirname "$cached")" || return
+  mapfile -t stale < <(ls -1t "$(dirname "$cached")"/spark-classes-*.jsa 2>/dev/null | tail -n +3)
+  (( ${#stale[@]} == 0 )) || rm -f -- "${stale[@]}"
+  cp "$archive" "$cached.partial" && mv "$cached.partial" "$cached"
+}
 
 # Step 5 (optional): PostgreSQL for the integration test. Never fails setup.
 postgres() {
@@ -96,7 +110,7 @@ object_store_present() {
 web_assets_present() { [[ -f include/streamtable/airflow/data_docs_assets/jquery@3.7.1/dist/jquery.min.js ]]; }  # step 2b
 if [[ "${SETUP_FORCE:-0}" != 1 && -f "$STAMP" && "$(cat "$STAMP")" == "$inputs_hash" \
       && -x "$VENV/bin/streamtable" && -f "$AIRFLOW_HOME/airflow.db" ]] && jars_present && kafka_jars_present && object_store_present \
-      && web_assets_present; then
+      && web_assets_present && class_archive_present; then
   say "up to date (java $java_version, $("$VENV/bin/python" -V), Delta $delta_version jars, AIRFLOW_HOME=$AIRFLOW_HOME); SETUP_FORCE=1 to redo"
   postgres
   exit 0
@@ -170,7 +184,7 @@ ln -sfn "$ROOT/jars" "$VENV/share/streamtable/jars"
 # ---------------------------------------------------------------- 3b. the drivers' class archive
 # Every driver JVM maps the classes of Spark and Delta from jars/spark-classes.jsa (include/streamtable/deploy/class_archive.py):
 # a cold `streamtable run` starts about 7 s sooner. Recorded in the background while step 4 runs; without it
-# everything works, only slower, so a failure here is a warning.
+# everything works, only slower, so a failure here is a warning (and no stamp: the next setup tries again).
 # The archive is only valid for this JDK and this class path, the size and modification time of each jar on it
 # included (Spark's own, in the venv: the JVM checks them and ignores the whole archive on a mismatch), so a copy is
 # kept in $CLASS_ARCHIVE_CACHE under a key of those: a fresh clone at the same path (CI's) takes it instead of spending
@@ -184,20 +198,19 @@ archive_key="$( { "$java_bin" -version 2>&1; echo "$ROOT"; "$VENV/bin/python" -c
 CLASS_ARCHIVE_CACHE="$MACHINE_CACHE/class-archives"
 cached_archive="$CLASS_ARCHIVE_CACHE/spark-classes-$archive_key.jsa"
 archive_log="$(mktemp)"
-if [[ -f "$cached_archive" ]]; then
-  say "class archive for this JDK and class path from $CLASS_ARCHIVE_CACHE (jars/spark-classes.jsa)"
+archive_pid=""
+if [[ -z "$CLASS_ARCHIVE" ]]; then
+  say "STREAMTABLE_CLASS_ARCHIVE is empty: no class archive"
+elif [[ -f "$cached_archive" ]]; then
+  say "class archive for this JDK and class path from $CLASS_ARCHIVE_CACHE ($CLASS_ARCHIVE)"
   touch "$cached_archive"  # the cache keeps the most recently used: a clone set up every day keeps its archive
-  rm -f jars/spark-classes.jsa
-  ln "$cached_archive" jars/spark-classes.jsa 2>/dev/null || cp "$cached_archive" jars/spark-classes.jsa
-  archive_pid=""
+  rm -f "$CLASS_ARCHIVE"
+  ln "$cached_archive" "$CLASS_ARCHIVE" 2>/dev/null || cp "$cached_archive" "$CLASS_ARCHIVE"
 else
-  say "recording the classes a Spark driver loads (jars/spark-classes.jsa, python -m streamtable.deploy.class_archive), beside step 4"
-  (
-    "$VENV/bin/python" -m streamtable.deploy.class_archive
-    mkdir -p "$CLASS_ARCHIVE_CACHE"
-    # the two most recently used kept beside it (each is ~190 MB): clones at other paths have keys of their own
-    ls -t "$CLASS_ARCHIVE_CACHE"/spark-classes-*.jsa 2>/dev/null | tail -n +3 | xargs -r rm -f
-    cp jars/spark-classes.jsa "$cached_archive.partial" && mv "$cached_archive.partial" "$cached_archive"
+  say "recording the classes a Spark driver loads ($CLASS_ARCHIVE, python -m streamtable.deploy.class_archive), beside step 4"
+  (  # exit 1: not recorded; 2: recorded, not cached
+    "$VENV/bin/python" -m streamtable.deploy.class_archive || exit 1
+    cache_class_archive "$CLASS_ARCHIVE" "$cached_archive" || exit 2
   ) >"$archive_log" 2>&1 &
   archive_pid=$!
 fi
@@ -269,13 +282,22 @@ say "initialising Airflow's metadata DB in $AIRFLOW_HOME (SQLite)"
   --conn-description 'streamtable: spark-submit on this machine (local[2])' >/dev/null \
   || die "could not create the spark_default connection"
 
-if [[ -n "$archive_pid" ]] && ! wait "$archive_pid"; then
-  tail -5 "$archive_log" >&2
-  say "warning: no class archive (python -m streamtable.deploy.class_archive failed): Spark drivers start without it"
+archive_status=0
+if [[ -n "$archive_pid" ]]; then
+  wait "$archive_pid" || archive_status=$?
 fi
+case "$archive_status" in
+  0) ;;
+  2) tail -5 "$archive_log" >&2
+     say "warning: the class archive was recorded but not kept in $CLASS_ARCHIVE_CACHE (above): the next make setup tries again" ;;
+  *) tail -5 "$archive_log" >&2
+     say "warning: no class archive (python -m streamtable.deploy.class_archive failed): Spark drivers start without it; the next make setup tries again" ;;
+esac
 rm -f "$archive_log"
 
-echo "$inputs_hash" >"$STAMP"
+if (( archive_status == 0 )); then
+  echo "$inputs_hash" >"$STAMP"
+fi
 
 # ---------------------------------------------------------------- 5. PostgreSQL (optional)
 postgres

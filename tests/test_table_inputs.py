@@ -8,16 +8,20 @@ batch, are the table.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
 import textwrap
+import time
 from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
 
+import orders_job
 import pytest
 
-import orders_job
-from helpers import cli
+from helpers import CLI, cli
 from streamtable.core import registry
 from streamtable.core.errors import DeclarationChangedError
 from streamtable.runtime.lifecycle import reprocess, run
@@ -91,9 +95,7 @@ def expected(snapshot: list[dict]) -> tuple[list[dict], list[dict]]:
         revenue[row["customer"]][0] += 1
         revenue[row["customer"]][1] += row["amount"]
         statuses[row["status"]] += 1
-    per_customer = [
-        {"customer": c, "orders": n, "revenue": total} for c, (n, total) in sorted(revenue.items())
-    ]
+    per_customer = [{"customer": c, "orders": n, "revenue": total} for c, (n, total) in sorted(revenue.items())]
     per_status = [{"status": s, "orders": n} for s, n in sorted(statuses.items())]
     return per_customer, per_status
 
@@ -131,7 +133,7 @@ def test_a_table_only_pipeline_follows_merges_updates_and_deletes(spark, pipelin
 
     # random commits, several between runs: several changes of one key fold into one change
     known, next_id = list(range(0, 10)), 10
-    for _ in range(6):
+    for _ in range(4):
         for _ in range(rng.randint(0, 3)):
             next_id = orders_job.random_step(spark, path, known, rng, next_id)
         run(lake, "order_totals")
@@ -178,3 +180,33 @@ def test_reprocess_from_a_table_inputs_version_and_a_changed_declaration(spark, 
     refused = cli(lake, "run", "order_totals", check=False, env={registry.ENV: str(pipelines)})
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "order_clicks added as a stream" in refused.stderr
+
+
+@pytest.mark.slow
+def test_runs_killed_mid_commit_and_at_a_random_moment_lose_and_repeat_nothing(spark, pipelines, tmp_path):
+    path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
+    orders_job.create(spark, path)
+    write_pipeline(pipelines, path)
+    rng = random.Random(37)
+    env = {registry.ENV: str(pipelines)}
+    orders_job.insert(spark, path, range(0, 8), rng)
+    run(lake, "order_totals")
+    orders_job.merge(spark, path, upserts=[1, 2, 9], deletes=[3], rng=rng)
+    orders_job.move(spark, path, 4, "zed")
+    # killed after its first output committed, before the second: the next run commits the rest, once
+    point = {"STREAMTABLE_KILL_AT": "committed:revenue_per_customer"}
+    killed = cli(lake, "run", "order_totals", env=env | point, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    orders_job.delete(spark, path, [5, 6])  # the other job goes on meanwhile
+    # killed at a random moment of a run
+    proc = subprocess.Popen(
+        [CLI, "run", "order_totals", "--lake", str(lake.root)],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(rng.uniform(2.0, 20.0))
+    proc.kill()
+    proc.wait()
+    run(lake, "order_totals")
+    assert outputs(lake) == expected(orders_job.snapshot(spark, path))

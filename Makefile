@@ -41,7 +41,7 @@ WORKERS ?= -n 3 --dist loadfile --no-loadscope-reorder
 
 help:
 	@echo "make setup     install everything into the project (.venv, jars/, airflow_home/); fast when done"
-	@echo "make wheel     build the wheel and sdist into dist/ (uv build): what a team installs"
+	@echo "make wheel     build the wheel and sdist into dist/ (uv build, seconds, no setup needed): what a team installs"
 	@echo "make demo      run the clicks_per_region example through Airflow on a fresh demo lake"
 	@echo "make test      every test, on three workers (what CI runs); the integration test needs PostgreSQL (skipped"
 	@echo "               without it unless STREAMTABLE_REQUIRE_INTEGRATION=1); WORKERS= runs them one by one"
@@ -60,9 +60,18 @@ help:
 setup:
 	@bash scripts/setup.sh
 
-wheel: setup
+# The wheel and sdist in seconds, without the developer setup: the Data Docs assets the wheel ships
+# (scripts/fetch_web_assets.py: standard library only, npm tarballs cached per machine), then uv's build (setuptools in
+# an isolated environment). uv is the one on PATH (.venv's after make setup), else the version setup pins, installed
+# once into build/uv.
+UV_VERSION := $(shell sed -n 's/^UV_VERSION=\([0-9.]*\).*/\1/p' scripts/setup.sh)
+WHEEL_PYTHON ?= $(or $(wildcard $(PY)),$(STREAMTABLE_PYTHON),python3.11)
+wheel:
 	rm -rf dist
-	$(PY) -m uv build -q --out-dir dist
+	$(WHEEL_PYTHON) scripts/fetch_web_assets.py >/dev/null
+	@if command -v uv >/dev/null 2>&1; then uv=uv; else uv=build/uv/bin/uv; \
+	  [ -x $$uv ] || { $(WHEEL_PYTHON) -m venv build/uv && build/uv/bin/pip install -q --disable-pip-version-check "uv==$(UV_VERSION)"; }; \
+	fi; $$uv build -q --out-dir dist
 	rm -rf include/streamtable.egg-info  # setuptools' copy of the metadata, on the import path (scripts/setup.sh)
 	@ls dist
 

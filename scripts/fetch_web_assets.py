@@ -1,6 +1,6 @@
 """Copy the Data Docs pages' CDN assets (`streamtable.airflow.web_assets`) from their npm packages into the package.
 
-`make setup` runs it (and so does `make wheel`, through setup): each package's tarball is downloaded once from the
+`make setup` runs it, and so does `make wheel` (without setup): each package's tarball is downloaded once from the
 npm registry into a cache (`$XDG_CACHE_HOME` or ~/.cache, `streamtable/npm/`), checked against the integrity hash
 npm publishes for it (pinned in web_assets.lock.json, as a package-lock.json pins it), and the files the pages load
 are copied into `include/streamtable/airflow/data_docs_assets/` (not in git; in the wheel). Nothing is downloaded

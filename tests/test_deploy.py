@@ -164,6 +164,14 @@ def test_scripts_are_valid_bash(script):
     assert proc.returncode == 0, proc.stderr
 
 
+def test_make_wheel_builds_without_the_developer_setup():
+    """`make wheel` is the Data Docs assets and a `uv build`: seconds, not setup's jars, Airflow DB and PostgreSQL."""
+    proc = subprocess.run(["make", "-n", "-C", str(ROOT), "wheel"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "bash scripts/setup.sh" not in proc.stdout and "scripts/fetch_web_assets.py" in proc.stdout
+    assert "build -q --out-dir dist" in proc.stdout
+
+
 def test_makefile_targets():
     proc = subprocess.run(
         ["make", "-n", "-C", str(ROOT), "setup", "demo", "test-quick", "bench", "clean"],
@@ -190,6 +198,7 @@ def test_makefile_targets():
     assert exported["AIRFLOW_HOME"] == str(ROOT / "airflow_home")
     assert exported["AIRFLOW__CORE__DAGS_FOLDER"] == str(ROOT / "dags")
     assert exported["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
+    assert exported["STREAMTABLE_EXAMPLES"] == "1"  # this checkout's Airflow makes the built-in pipelines' DAGs
     assert exported["STREAMTABLE_LAKE"] == str(ROOT / "lake")
     assert exported["PYSPARK_PYTHON"] == str(ROOT / ".venv" / "bin" / "python")
     assert yaml.safe_load(exported["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == "local[2]"

@@ -101,6 +101,9 @@ RUN_ELSEWHERE = {
     "airflow dags list": (
         "tests/test_user_pipelines.py::test_the_variable_set_with_the_airflow_cli_makes_the_folders_dags"
     ),
+    "airflow connections add spark_default --conn-type spark --conn-host local[2]": (
+        "scripts/setup.sh (make setup) adds this very connection, with a description, to the checkout's Airflow"
+    ),
     "airflow connections add spark_default --conn-type spark --conn-host spark://spark-master --conn-port 7077": (
         "nothing: needs a Spark standalone master (scripts/setup.sh adds the local[2] connection the same way)"
     ),

@@ -84,7 +84,9 @@ def _start_driver_without_notices(conf: dict[str, str]) -> None:
     read, write = os.pipe()  # read from before the JVM starts: a JVM that fails to start says why
     threading.Thread(target=_pass_on_stderr, args=(read,), name="driver-stderr", daemon=True).start()
     try:
-        gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(conf.items()), popen_kwargs={"stderr": write})
+        gateway = launch_gateway(
+            SparkConf(loadDefaults=False).setAll(list(conf.items())), popen_kwargs={"stderr": write}
+        )
     finally:
         os.close(write)  # the JVM holds its own copy: the thread ends when the JVM (and its children) have exited
     SparkContext._ensure_initialized(gateway=gateway)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from streamtable.core.timefmt import parse_time
 
@@ -359,3 +361,41 @@ def aggregate_in_windows(
         stream_time = max([t for _, t, _ in records] + ([stream_time] if stream_time is not None else []), default=None)
         results.append({"table": dict(table), "late": sorted(late)})
     return results
+
+
+def table_aggregate(rows: Iterable[dict], group_by: list[str], sums: list[str]) -> dict[tuple, tuple]:
+    """Kafka's KTable groupBy().aggregate(adder, subtractor) as it must stand, from the table's latest snapshot.
+
+    `rows`: the table's rows now. Per group (the `group_by` values, None a value like any other) that has rows:
+    (the number of its rows, then each of `sums` summed over them, a None value counting as nothing: a group
+    of None values sums to 0). Exact for `decimal.Decimal` values. A group with no rows has no entry (as SQL).
+    """
+    groups: dict[tuple, list] = {}
+    for row in rows:
+        totals = groups.setdefault(tuple(row[c] for c in group_by), [0] + [0 for _ in sums])
+        totals[0] += 1
+        for i, column in enumerate(sums, start=1):
+            if row[column] is not None:
+                totals[i] += row[column]
+    return {group: tuple(totals) for group, totals in groups.items()}
+
+
+def table_join(
+    left: dict[Any, dict],
+    right: dict[Any, dict],
+    how: str,
+    keep: Callable[[dict | None, dict | None], bool] | None = None,
+) -> dict[Any, tuple[dict | None, dict | None]]:
+    """Kafka's KTable-KTable join (`how="inner"`), leftJoin ("left") and outerJoin ("outer"), from both snapshots.
+
+    `left`, `right`: each table's rows now by key (None a key like any other). Per key on both sides (inner), on
+    the left (left) or on either (outer): (its left row or None, its right row or None), kept if `keep` of them
+    holds.
+    """
+    present = {
+        "inner": left.keys() & right.keys(),
+        "left": set(left),
+        "outer": left.keys() | right.keys(),
+    }[how]
+    joined = {k: (left.get(k), right.get(k)) for k in present}
+    return {k: sides for k, sides in joined.items() if keep is None or keep(*sides)}

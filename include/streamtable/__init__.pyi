@@ -47,8 +47,14 @@ from .operators.stream_join import (
     join_within as join_within,
     outer_join_within as outer_join_within,
 )
+from .operators.table_changes import (
+    aggregate_table as aggregate_table,
+    changed_groups as changed_groups,
+    changed_rows as changed_rows,
+)
 from .operators.table_join import (
     RETRACT as RETRACT,
+    table_join as table_join,
     table_left_join as table_left_join,
 )
 from .operators.windows import (

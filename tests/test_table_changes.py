@@ -239,6 +239,30 @@ def test_table_joins_equal_the_reference_batch_by_batch(spark):
     assert [s for s in WHAT_HAPPENS if not seen[s]] == [], seen
 
 
+def test_an_order_moving_to_another_customer_leaves_the_first_who_is_deleted_when_emptied(spark):
+    order = "STRUCT<order: STRING, customer: STRING, amount: DECIMAL(18,2)>"
+    d = Decimal
+    changes = [  # before: o1 (A, 10.00), o2 (A, 5.50), o3 (B, 1.25)
+        ("o1", ("o1", "A", d("10.00")), ("o1", "B", d("12.00"))),  # moves from A to B, its amount changed too
+        ("o2", ("o2", "A", d("5.50")), None),  # deleted: A's last order
+        ("o4", None, ("o4", None, None)),  # a new order with no customer and no amount yet
+    ]
+    frame = local(
+        spark,
+        changes,
+        f"order STRING, old {order}, new {order}",
+    )
+    current = local(
+        spark, [("A", 2, d("15.50")), ("B", 1, d("1.25"))], "customer STRING, orders BIGINT, revenue DECIMAL(18,2)"
+    )
+    rows = aggregate_table(current, frame, ["customer"], "orders", sums={"revenue": "amount"}).collect()
+    assert sorted((tuple(r) for r in rows), key=repr) == [
+        ("A", 0, d("0.00"), True),
+        ("B", 2, d("13.25"), False),
+        (None, 1, d("0.00"), False),
+    ]
+
+
 def test_a_group_missing_from_current_fails_the_batch_rather_than_going_below_zero(spark):
     fields = "k STRING, g STRING, qty INT"
     changes = changes_frame(spark, [("k1", {"k": "k1", "g": "a", "qty": 3}, None)], fields)

@@ -52,3 +52,13 @@ def test_a_key_of_two_columns_and_ties(spark):
     records = spark.createDataFrame([("x", 1, 5), ("x", 2, 5), ("x", 1, 5)], "a STRING, b BIGINT, v BIGINT")
     rows = sorted(tuple(r) for r in aggregate(table, records, ["a", "b"], aggregates()).collect())
     assert rows == [("x", 1, 4, 15, 5, 5), ("x", 2, 1, 5, 5, 5)]
+
+
+def test_add_to_totals_counts_a_null_delta_as_nothing(spark):
+    """The campaign's seed 6: a key whose deltas in a run are all null kept a null total (the earlier one lost)."""
+    from streamtable import add_to_totals
+
+    current = spark.createDataFrame([("a", 5), ("b", 2)], "k STRING, v BIGINT")
+    deltas = spark.createDataFrame([("a", None), ("c", None), ("b", 3), ("b", None)], "k STRING, v INT")
+    totals = {r["k"]: r["v"] for r in add_to_totals(current, deltas, ["k"], "v").collect()}
+    assert totals == {"a": 5, "b": 5, "c": 0}

@@ -49,7 +49,8 @@ def aggregate(
 def add_to_totals(current: DataFrame, deltas: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
     """The new totals of the keys in `deltas`: each key's current `value` (0 if absent) plus the sum of its deltas.
 
-    A total keeps its deltas' type family: a sum of INT or LONG is a LONG, of FLOAT or DOUBLE a DOUBLE, of
+    A null delta counts as nothing (a key whose deltas are all null keeps its total, 0 for a new key). A total
+    keeps its deltas' type family: a sum of INT or LONG is a LONG, of FLOAT or DOUBLE a DOUBLE, of
     DECIMAL(p, s) a DECIMAL(38, s) (exact: the output column's declared type then holds it, or the batch fails).
     Returns `keys` and `value`, one row per key in `deltas`; `current` may hold only the rows of those keys
     (`batch.current(table, keys_of=deltas)`, a keyed lookup). Revenue per customer:
@@ -57,7 +58,8 @@ def add_to_totals(current: DataFrame, deltas: DataFrame, keys: Sequence[str], va
         orders = batch.new("orders").select("customer", "amount")
         batch.upsert("revenue", add_to_totals(batch.current("revenue", keys_of=orders), orders, ["customer"], "amount"))
     """
-    summed = deltas.groupBy(*keys).agg(F.sum(value).alias("_delta"))
+    # A null delta counts as nothing (as in aggregate_table): a key whose deltas are all null keeps its total.
+    summed = deltas.groupBy(*keys).agg(F.coalesce(F.sum(value), F.lit(0)).alias("_delta"))
     return summed.join(current.select(*keys, F.col(value).alias("_old")), list(keys), "left").select(
         *keys,
         (F.coalesce("_old", F.lit(0)) + F.col("_delta")).cast(_total_type(deltas.schema[value].dataType)).alias(value),

@@ -18,10 +18,12 @@ CUSTOMERS = ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal")
 STATUSES = ("new", "paid", "shipped")
 
 
-def create(spark: SparkSession, path: str) -> None:
+def create(spark: SparkSession, path: str, column_mapping: bool = False) -> None:
+    """The table, empty; with `column_mapping`, its columns mapped by name (physical names differ from logical ones)."""
+    mapping = ", 'delta.columnMapping.mode' = 'name'" if column_mapping else ""
     spark.sql(
         f"CREATE TABLE delta.`{path}` ({COLUMNS}) USING delta TBLPROPERTIES ("
-        "'delta.enableChangeDataFeed' = 'true', 'delta.enableDeletionVectors' = 'true')"
+        f"'delta.enableChangeDataFeed' = 'true', 'delta.enableDeletionVectors' = 'true'{mapping})"
     )
 
 

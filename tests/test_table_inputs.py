@@ -8,6 +8,7 @@ batch, are the table.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -23,7 +24,7 @@ import pytest
 
 from helpers import CLI, cli
 from streamtable.core import registry
-from streamtable.core.errors import DeclarationChangedError
+from streamtable.core.errors import BadInputError, DeclarationChangedError
 from streamtable.runtime.lifecycle import reprocess, run
 from streamtable.runtime.status import pipeline_status
 from streamtable.storage.delta_rs import table_version
@@ -141,8 +142,9 @@ def test_a_table_only_pipeline_follows_merges_updates_and_deletes(spark, pipelin
 
 
 def test_reprocess_from_a_table_inputs_version_and_a_changed_declaration(spark, pipelines, tmp_path):
+    """... over a table with column mapping (its files' column names are not the declared ones)."""
     path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
-    orders_job.create(spark, path)
+    orders_job.create(spark, path, column_mapping=True)
     write_pipeline(pipelines, path)
     rng = random.Random(36)
     orders_job.insert(spark, path, range(0, 6), rng)
@@ -210,3 +212,17 @@ def test_runs_killed_mid_commit_and_at_a_random_moment_lose_and_repeat_nothing(s
     proc.wait()
     run(lake, "order_totals")
     assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+
+
+def test_a_table_whose_protocol_needs_a_feature_no_reader_here_has_is_refused_with_the_feature_named(
+    spark, pipelines, tmp_path
+):
+    path, lake = tmp_path / "orders", Lake(tmp_path / "lake")
+    orders_job.create(spark, str(path))
+    commit = {"commitInfo": {"timestamp": 1, "operation": "SET TBLPROPERTIES"}}
+    protocol = {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["fancyFuture"]}}
+    protocol["protocol"]["writerFeatures"] = ["fancyFuture"]
+    (path / "_delta_log" / "00000000000000000001.json").write_text(json.dumps(commit) + "\n" + json.dumps(protocol))
+    write_pipeline(pipelines, str(path))
+    with pytest.raises(BadInputError, match=r"input orders .*fancyFuture.*refused"):
+        run(lake, "order_totals")

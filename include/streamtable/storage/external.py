@@ -15,9 +15,10 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, Transaction
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import DeltaError
 
-from streamtable.core.errors import BadInputError, UnknownTableError
+from streamtable.core.errors import BadInputError, TableReadError, UnknownTableError
 from streamtable.core.registry import get_input
 from streamtable.core.schema import arrow_schema, widens
 from streamtable.core.tables import QUARANTINE, Table
@@ -93,10 +94,26 @@ def file_versions(path: str, first: int, last: int) -> dict[str, tuple[int, int]
 
 def latest_version(table: Table) -> int:
     """The table's latest version, or BadInputError when there is no Delta table at its path."""
-    delta = open_table(location(table))
+    return _opened(table).version()
+
+
+def _opened(table: Table) -> DeltaTable:
+    """The input's Delta table; BadInputError when there is none at its path, or when its protocol needs a feature
+    no reader here supports (delta-rs refuses to open it: a retry cannot succeed)."""
+    path = location(table)
+    try:
+        delta = open_table(path)
+    except TableReadError as e:
+        cause = e.__cause__
+        if isinstance(cause, DeltaError) and "is not supported" in str(cause):
+            raise BadInputError(
+                f"input {table.name} ({path}): its protocol needs a feature streamtable cannot read "
+                f"({str(cause).removeprefix('Kernel error: ')}): refused, it would be misread"
+            ) from None
+        raise
     if delta is None:
-        raise BadInputError(f"input {table.name}: there is no Delta table at {location(table)}")
-    return delta.version()
+        raise BadInputError(f"input {table.name}: there is no Delta table at {path}")
+    return delta
 
 
 def check(table: Table, start: int, stream: bool) -> bool:
@@ -105,10 +122,9 @@ def check(table: Table, start: int, stream: bool) -> bool:
     Raises BadInputError with one line naming the table (and the column or version) when it cannot.
     """
     path = location(table)
-    delta = open_table(path)
-    if delta is None:
-        raise BadInputError(f"input {table.name}: there is no Delta table at {path}")
+    delta = _opened(table)
     where = f"input {table.name} ({path})"
+    _check_protocol(delta, where)
     schema = pa.schema(delta.schema().to_arrow())
     found = {schema.field(i).name: schema.field(i).type for i in range(len(schema))}
     for column in table.columns:
@@ -146,6 +162,39 @@ def check(table: Table, start: int, stream: bool) -> bool:
                 f"{since}: refused, it would be misread"
             )
     return feed and bool(table.keys)
+
+
+# The reader features Delta Spark 4 (which reads these tables) reads exactly; a table needing any other is refused.
+READER_FEATURES = frozenset(
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "typeWidening",
+        "typeWidening-preview",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "variantType",
+        "variantType-preview",
+    }
+)
+MAX_READER_VERSION = 3
+
+
+def _check_protocol(delta: DeltaTable, where: str) -> None:
+    """Refuse, with the feature named, a table whose protocol asks its readers for what streamtable cannot read."""
+    protocol = delta.protocol()
+    if protocol.min_reader_version > MAX_READER_VERSION:
+        raise BadInputError(
+            f"{where}: its protocol needs reader version {protocol.min_reader_version} (streamtable reads up to "
+            f"{MAX_READER_VERSION}): refused, it would be misread"
+        )
+    unknown = sorted(set(protocol.reader_features or ()) - READER_FEATURES)
+    if unknown:
+        raise BadInputError(
+            f"{where}: its protocol needs the reader feature {', '.join(unknown)}, which streamtable cannot read: "
+            "refused, it would be misread"
+        )
 
 
 def _feed_at(path: str, version: int) -> bool:

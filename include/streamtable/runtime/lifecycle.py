@@ -17,7 +17,7 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_pipeline
 from streamtable.core.tables import LATE_EVENTS
 from streamtable.core.timefmt import system_clock
-from streamtable.runtime import checkpoint
+from streamtable.runtime import checkpoint, provenance
 from streamtable.runtime.changelogs import KeptChangelogs
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.handoff import served_run
@@ -211,8 +211,9 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
         return live.read(table).limit(0) if swap.get("reset") else shadow.read(table)
 
     live.prepare()
+    about = provenance.swap_metadata(pipeline, live.generation, reset=bool(swap.get("reset")))  # for `explain`
     for table in pipeline.outputs:
-        delta_io.replace(rows(table.name), live.path(table.name))
+        delta_io.replace(rows(table.name), live.path(table.name), metadata=about)
     late = None if swap.get("reset") else shadow.path(LATE_EVENTS.name)  # delta-rs: other pipelines append to it
     delta_rs.replace_rows(live.path(LATE_EVENTS.name), late, "pipeline", pipeline.name)
     lake.set_generation(pipeline.name, live.generation)

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, functions as F
 
 from streamtable.core.errors import QualityGateError
 from streamtable.core.faults import crash_point
-from streamtable.runtime import gate
+from streamtable.runtime import gate, provenance
 from streamtable.runtime.context import PROGRESS_SCHEMA, RunContext
 from streamtable.runtime.progress import Stages
 from streamtable.runtime.summary import BatchSummary
@@ -34,6 +34,7 @@ class Staging:
         self.dir = join(ctx.dir, "staging", str(batch_id))
         self.manifest = join(self.dir, "changes.json")
         self.changes: list[dict] = []
+        self.ran: dict | None = None  # how the process that computed the batch ran (`runtime.provenance`)
 
     def complete(self) -> bool:
         return self.store.exists(self.manifest)
@@ -92,37 +93,42 @@ class Staging:
             )
 
     def mark_complete(self, summary: BatchSummary) -> None:
-        self.store.write_json(self.manifest, {"changes": self.changes, "summary": summary.as_json()})
+        ran = provenance.of_run(self.ctx.pipeline)
+        self.store.write_json(self.manifest, {"changes": self.changes, "summary": summary.as_json(), "ran": ran})
         crash_point("staged")
 
     def commit(self, stages: Stages) -> tuple[list[dict], BatchSummary]:
         """Apply the staged changes (each idempotent for this batch), then the batch's progress row."""
         ctx = self.ctx
         changes, summary = self._read_manifest()
+        mode = "reprocess" if ctx.shadow else "serve" if ctx.kept is not None else "run"
+        about = provenance.batch_metadata(
+            ctx.pipeline.name, ctx.generation, self.batch_id, mode, summary.input_versions, self.ran
+        )
         for change in changes:
             if change["rows"] == 0:
                 continue
             check_held()  # the pipeline's lease is still this process's: else stop before committing
             with stages.time(f"commit:{change['table']}"):
-                self._apply(change)
+                self._apply(change, about)
             crash_point(f"committed:{change['table']}")
         with stages.time("progress"):
             row = summary.progress_row(self.batch_id)  # (a store of an earlier release gains `metric_values`)
-            delta_rs.append_once(ctx.path(PROGRESS), [row], ctx.app_id, self.batch_id, PROGRESS_SCHEMA)
+            delta_rs.append_once(ctx.path(PROGRESS), [row], ctx.app_id, self.batch_id, PROGRESS_SCHEMA, about)
         crash_point(f"committed:{PROGRESS}")
         return [c for c in changes if c["table"] != PROGRESS and c["mode"] != "quarantine"], summary
 
-    def _apply(self, change: dict) -> None:
+    def _apply(self, change: dict, about: dict | None = None) -> None:
         """Commit one staged change to its table (delta-rs, no Spark job), idempotently for this batch."""
         if change["mode"] == "quarantine":  # the lake's own, whatever the generation: once per input and version
             external.record_quarantined(self.ctx.lake, change["path"], change["offsets"])
             return
         path = self.ctx.path(change["table"])
         if change["mode"] == "append":
-            delta_rs.append_staged(path, change["path"], self.ctx.app_id, self.batch_id)
+            delta_rs.append_staged(path, change["path"], self.ctx.app_id, self.batch_id, about)
         else:
             keys = self.ctx.pipeline.output(change["table"]).keys
-            delta_rs.merge_staged(path, change["path"], keys, self.ctx.app_id, self.batch_id)
+            delta_rs.merge_staged(path, change["path"], keys, self.ctx.app_id, self.batch_id, about)
 
     def _read_manifest(self) -> tuple[list[dict], BatchSummary]:
         """The staged changes and their summary (an older release's manifest: `runtime.legacy`)."""
@@ -130,6 +136,7 @@ class Staging:
         if manifest is None:
             raise RuntimeError(f"{self.manifest}: the batch's manifest is gone")
         if isinstance(manifest, dict):
+            self.ran = manifest.get("ran")  # (none in a manifest of an earlier release)
             return manifest["changes"], BatchSummary.from_json(manifest["summary"])
         from streamtable.runtime.legacy import read_list_manifest
 

@@ -160,8 +160,10 @@ def _done(table: DeltaTable, app_id: str, version: int) -> bool:
     return recorded is not None and recorded >= version
 
 
-def _once(app_id: str, version: int) -> CommitProperties:
-    return CommitProperties(app_transactions=[Transaction(app_id, version)], max_commit_retries=0)  # see `retrying`
+def _once(app_id: str, version: int, metadata: dict | None = None) -> CommitProperties:
+    """The commit of (app_id, version), with `metadata` in its commit info (`runtime.provenance`)."""
+    transactions = [Transaction(app_id, version)]
+    return CommitProperties(custom_metadata=metadata, app_transactions=transactions, max_commit_retries=0)  # `retrying`
 
 
 def table_schema(table: DeltaTable) -> pa.Schema:
@@ -189,15 +191,25 @@ def retrying(commit: Callable[[], T], what: str) -> T:
     raise AssertionError("unreachable")
 
 
-def append_once(path: str, rows: list[dict], app_id: str, version: int, schema: pa.Schema | None = None) -> bool:
+def append_once(
+    path: str,
+    rows: list[dict],
+    app_id: str,
+    version: int,
+    schema: pa.Schema | None = None,
+    metadata: dict | None = None,
+) -> bool:
     """Append rows to the Delta table at `path` unless (app_id, version) is already in its log; return whether it wrote.
 
-    `schema` defaults to the table's; a table that does not exist yet is created with it.
+    `schema` defaults to the table's; a table that does not exist yet is created with it. `metadata` goes into the
+    commit's info.
     """
-    return retrying(lambda: _append_once(path, rows, app_id, version, schema), path)
+    return retrying(lambda: _append_once(path, rows, app_id, version, schema, metadata), path)
 
 
-def _append_once(path: str, rows: list[dict], app_id: str, version: int, schema: pa.Schema | None) -> bool:
+def _append_once(
+    path: str, rows: list[dict], app_id: str, version: int, schema: pa.Schema | None, metadata: dict | None = None
+) -> bool:
     table = open_table(path)
     if table is not None and _done(table, app_id, version):
         return False
@@ -210,7 +222,7 @@ def _append_once(path: str, rows: list[dict], app_id: str, version: int, schema:
         pa.Table.from_pylist(rows, schema=schema),
         mode="append",
         schema_mode="merge",  # tables made by an earlier release gain its new columns (`stage_ms`)
-        commit_properties=_once(app_id, version),
+        commit_properties=_once(app_id, version, metadata),
     )
     if table is not None:  # a write to a DeltaTable moves it to the version it committed
         compact_if_fragmented(table)
@@ -228,16 +240,17 @@ def staged_rows(path: str, schema: pa.Schema) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
-def append_staged(path: str, staged: str, app_id: str, version: int) -> None:
+def append_staged(path: str, staged: str, app_id: str, version: int, metadata: dict | None = None) -> None:
     """Append the staged rows to the table at `path` exactly once for (app_id, version)."""
-    retrying(lambda: _append_staged(path, staged, app_id, version), path)
+    retrying(lambda: _append_staged(path, staged, app_id, version, metadata), path)
 
 
-def _append_staged(path: str, staged: str, app_id: str, version: int) -> None:
+def _append_staged(path: str, staged: str, app_id: str, version: int, metadata: dict | None = None) -> None:
     table = delta_table(path)
     if _done(table, app_id, version):
         return
-    write(table, staged_rows(staged, table_schema(table)), mode="append", commit_properties=_once(app_id, version))
+    once = _once(app_id, version, metadata)
+    write(table, staged_rows(staged, table_schema(table)), mode="append", commit_properties=once)
     compact_if_fragmented(table)
 
 
@@ -269,15 +282,19 @@ def replace_rows(path: str, source: str | None, column: str, value: str) -> None
     )
 
 
-def merge_staged(path: str, staged: str, keys: Sequence[str], app_id: str, version: int) -> None:
+def merge_staged(
+    path: str, staged: str, keys: Sequence[str], app_id: str, version: int, metadata: dict | None = None
+) -> None:
     """MERGE the staged rows into `path` by `keys` once: rows replace same-key rows, rows with `_delete` remove them.
 
     Keys match null-safely (a null key is a key), as Spark's `<=>`.
     """
-    retrying(lambda: _merge_staged(path, staged, keys, app_id, version), path)
+    retrying(lambda: _merge_staged(path, staged, keys, app_id, version, metadata), path)
 
 
-def _merge_staged(path: str, staged: str, keys: Sequence[str], app_id: str, version: int) -> None:
+def _merge_staged(
+    path: str, staged: str, keys: Sequence[str], app_id: str, version: int, metadata: dict | None = None
+) -> None:
     table = delta_table(path)
     if _done(table, app_id, version):
         return
@@ -289,7 +306,7 @@ def _merge_staged(path: str, staged: str, keys: Sequence[str], app_id: str, vers
             " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in keys),
             source_alias="s",
             target_alias="t",
-            commit_properties=_once(app_id, version),
+            commit_properties=_once(app_id, version, metadata),
         )
         .when_matched_delete(f's."{DELETE}"')
         .when_matched_update(columns)

@@ -1,8 +1,9 @@
-"""The `streamtable` command (its contract: docs/README.md): ingest, run, serve, status, reprocess, reset, show, query.
+"""The `streamtable` command (its contract: docs/README.md): ingest, run, serve, status, reprocess, reset, show, query,
+explain.
 
 Errors print one line to stderr and exit non-zero, the code saying what happened (`streamtable.core.exits`); `--debug`
 shows the traceback.
-Commands that need Spark import it lazily, so `ingest`, `show`, `query`, `status` and `pipelines` start fast.
+Commands that need Spark import it lazily, so `ingest`, `show`, `query`, `explain`, `status` and `pipelines` start fast.
 """
 
 from __future__ import annotations
@@ -182,6 +183,13 @@ def cmd_query(args: argparse.Namespace) -> None:
         print(line)
 
 
+def cmd_explain(args: argparse.Namespace) -> None:
+    from streamtable.runtime.explain import explain
+
+    for line in explain(_lake(args), args.table, *args.key, limit=args.limit or None, records=args.records):
+        print(json.dumps(line, ensure_ascii=False))
+
+
 def cmd_emit_ticks(args: argparse.Namespace) -> None:
     from streamtable.core.timefmt import parse_time
     from streamtable.ingest.ticks import emit_ticks
@@ -335,6 +343,26 @@ def parser() -> argparse.ArgumentParser:
     p = command("query", cmd_query, "print the current rows whose leading keys equal KEY...")
     p.add_argument("table")
     p.add_argument("key", nargs="*")
+    p = command(
+        "explain",
+        cmd_explain,
+        "where the rows of KEY... came from: each change, the batch, run and input versions that made it, and how "
+        "far behind its inputs the pipeline is",
+    )
+    p.add_argument("table")
+    p.add_argument("key", nargs="+", help="the row's key values (leading key columns: every row that has them)")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=10,
+        metavar="N",
+        help="at most N changes per row, newest first (0: all; default 10)",
+    )
+    p.add_argument(
+        "--records",
+        action="store_true",
+        help="also the input records that fed the current row, where the pipeline lets streamtable know them",
+    )
     command("status", cmd_status, "each pipeline's last batch and how far behind its inputs it is").add_argument(
         "pipeline", nargs="?"
     )
@@ -363,7 +391,7 @@ def parser() -> argparse.ArgumentParser:
 LOG_LEVELS = ("error", "warning", "info", "debug")
 # Commands that only read and print: a reader that closed their output (`| head`) ends them by SIGPIPE, as it ends
 # `cat`; the others keep Python's BrokenPipeError, so nothing of theirs stops between a commit and its report.
-QUIET_ON_A_CLOSED_PIPE = ("show", "query", "status", "pipelines")
+QUIET_ON_A_CLOSED_PIPE = ("show", "query", "explain", "status", "pipelines")
 SPARK_LOG_LEVELS = {"error": "error", "warning": "warn", "info": "warn", "debug": "info"}  # the JVM's, per level
 
 

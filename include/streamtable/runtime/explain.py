@@ -1,0 +1,348 @@
+"""`streamtable explain TABLE KEY...`: where a row came from and whether it is current (no Spark: delta-rs only).
+
+For the rows of KEY (leading key columns, as `query`), one JSON-ready dict per change of each row, newest first:
+the output's Delta version and commit time, the change (insert, update, rewrite, delete) with the row before and
+after, and the batch that made it: pipeline, generation, batch id, mode (run, serve, reprocess, or the `reset` that
+emptied the table), the Airflow run that launched it, the SHA-256 of the pipeline's file as it ran, and the input
+versions it consumed. The first dict (`current`: the change that made the row as it is now) also has each input's
+lag behind the pipeline's live generation (`runtime.status`) and `behind`.
+
+Which batch made a version is in that version's log entry: the app transaction of its commit
+(`streamtable.<pipeline>.g<generation>`, batch id) and its commit info (`runtime.provenance`); the batch's
+`stream_progress` row adds its mode and times. A reprocess's swap rewrites every row in one Spark commit: the row
+is then attributed to the reprocess's generation and its batches (`batch_id` when there was one batch). Commits
+of a release that recorded none of this, or of another writer, say so (`mode` null, `writer` its operation).
+
+With `records`, the input records that fed the current row where streamtable can know them (`RECORDS`: the re-keyed
+sums of `word_count`, `inventory` and `clicks_per_region`, whose groups are a function of the record and, for the
+as-of join, of the table version the batch consumed); elsewhere `"records": "unknown"` and why.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable
+from datetime import UTC
+
+import pyarrow as pa
+
+from streamtable.core.errors import BadInputError
+from streamtable.core.pipeline import Pipeline
+from streamtable.core.registry import current as registry
+from streamtable.core.schema import arrow_schema
+from streamtable.core.tables import LINE
+from streamtable.core.values import to_json
+from streamtable.runtime import checkpoint, provenance
+from streamtable.runtime.progress import history
+from streamtable.runtime.status import pipeline_status
+from streamtable.storage import row_history
+from streamtable.storage.delta_rs import delta_table, open_table
+from streamtable.storage.external import path_of
+from streamtable.storage.lake import Lake, resolve_lake
+from streamtable.storage.reader import _parse_key, table_spec
+
+APP_ID = re.compile(r"streamtable\.(?P<pipeline>\w+)\.g(?P<generation>\d+)")
+UNKNOWN = "unknown"
+
+
+def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, records: bool = False) -> list[dict]:
+    """The changes of the rows of `key` in `table`, newest first per row (at most `limit` each), JSON-ready.
+
+    explain("lake", "word_counts", "hello")  # [{"current": True, "row": {"word": "hello", "count": 2}, ...}]
+    """
+    lake = lake if isinstance(lake, Lake) else Lake(resolve_lake(str(lake)))
+    spec = table_spec(table)
+    keys = spec.keys if spec.kind == "table" else spec.sort_columns
+    if not key:
+        raise BadInputError(f"explain {table} needs a KEY: {table} is keyed by {', '.join(keys)}")
+    if len(key) > len(keys):
+        raise BadInputError(f"{table} is keyed by {', '.join(keys)}: got {len(key)} values")
+    types = {c.name: c.type for c in spec.columns}
+    wanted = {column: _parse_key(types[column], text) for column, text in zip(keys, key, strict=False)}
+    schema = arrow_schema(spec.columns)
+    path = path_of(lake, table)
+    delta = open_table(path)
+    if delta is None:
+        now, changes = schema.empty_table(), pa.schema(list(schema) + row_history.CHANGE_COLUMNS).empty_table()
+    else:
+        now = row_history.current_rows(delta, wanted, schema)
+        changes = row_history.changes(delta, wanted, schema)
+    owner = _owner(table)
+    writers = Writers(lake, path, owner)
+    lag = _lag(lake, owner) if owner else None
+    explained: list[dict] = []
+    for full_key in _row_keys(now, changes, keys):
+        row = next((r for r in now.to_pylist() if _key_of(r, keys) == full_key), None)
+        versions = _changes_of(changes, keys, full_key)
+        lines = [
+            _line(table, keys, full_key, version, change, writers) for version, change in versions[: limit or None]
+        ]
+        if not lines or (row is not None and lines[0]["change"] not in ("insert", "update", "rewrite")):
+            lines.insert(0, _line(table, keys, full_key, None, {"after": row, "before": None, "kind": None}, writers))
+        lines[0]["current"] = True
+        lines[0]["row"] = to_json(row)
+        if lag is not None:
+            lines[0] |= lag
+        if records:
+            lines[0]["records"] = input_records(lake, owner, table, row, lines[0])
+        explained.extend(lines)
+    if not explained:  # no row and no history: say so, with the inputs' lag (is it not there yet?)
+        explained.append(
+            {"table": table, "key": to_json(wanted), "current": True, "row": None, "change": None, "version": None}
+            | (lag or {})
+        )
+    return explained
+
+
+def _owner(table: str) -> Pipeline | None:
+    """The pipeline that writes `table` (None for an input or a system table)."""
+    return next((p for p in registry().pipelines.values() if table in {t.name for t in p.outputs}), None)
+
+
+def _key_of(row: dict, keys: tuple[str, ...]) -> tuple:
+    return tuple(row[k] for k in keys)
+
+
+def _row_keys(now: pa.Table, changes: pa.Table, keys: tuple[str, ...]) -> list[tuple]:
+    """The full keys of the rows there are and of those there were (deleted), in key order (nulls first)."""
+    found = {_key_of(r, keys) for r in now.select(list(keys)).to_pylist()}
+    found |= {_key_of(r, keys) for r in changes.select(list(keys)).to_pylist()}
+    return sorted(found, key=lambda k: tuple((v is not None, str(v)) for v in k))
+
+
+def _changes_of(changes: pa.Table, keys: tuple[str, ...], full_key: tuple) -> list[tuple[int, dict]]:
+    """The versions that changed the row of `full_key`, newest first, each with the row before and after it."""
+    by_version: dict[int, dict] = {}
+    for r in changes.to_pylist():
+        if _key_of(r, keys) != full_key:
+            continue
+        change = by_version.setdefault(r[row_history.VERSION], {"at": r[row_history.TIMESTAMP]})
+        kind = r.pop(row_history.CHANGE_TYPE)
+        r.pop(row_history.VERSION), r.pop(row_history.TIMESTAMP)
+        change["after" if kind in ("insert", "update_postimage") else "before"] = r
+    found = []
+    for version in sorted(by_version, reverse=True):
+        change = by_version[version]
+        before, after = change.get("before"), change.get("after")
+        kind = "delete" if after is None else "insert" if before is None else "rewrite" if before == after else "update"
+        found.append((version, change | {"kind": kind, "before": before, "after": after}))
+    return found
+
+
+def _line(table: str, keys: tuple[str, ...], full_key: tuple, version: int | None, change: dict, writers) -> dict:
+    line = {
+        "table": table,
+        "key": to_json(dict(zip(keys, full_key, strict=True))),
+        "current": False,
+        "change": change["kind"],
+        "row": to_json(change["after"]),
+        "before": to_json(change["before"]),
+        "version": version,
+        "committed_at": to_json(change.get("at")),
+    }
+    return line | (writers.of(version) if version is not None else {})
+
+
+class Writers:
+    """Which batch (or swap) made each version of a table, read once per version."""
+
+    def __init__(self, lake: Lake, path: str, owner: Pipeline | None):
+        self.lake, self.path, self.owner = lake, path, owner
+        self._seen: dict[int, dict] = {}
+        self._progress: dict[str, dict[tuple[int, int], dict]] = {}
+
+    def progress(self, pipeline: str) -> dict[tuple[int, int], dict]:
+        """The pipeline's `stream_progress` rows, every generation, by (generation, batch id)."""
+        if pipeline not in self._progress:
+            rows = history(self.lake, pipeline)
+            self._progress[pipeline] = {(r["generation"], r["batch_id"]): r for r in rows}
+        return self._progress[pipeline]
+
+    def of(self, version: int) -> dict:
+        if version not in self._seen:
+            self._seen[version] = self._writer(version)
+        return dict(self._seen[version])
+
+    def _writer(self, version: int) -> dict:
+        commit = row_history.commit(self.path, version)
+        about = provenance.read(commit["info"]) or {}
+        found = {
+            "operation": commit["info"].get("operation"),
+            "pipeline": self.owner.name if self.owner else None,
+            "generation": None,
+            "batch_id": None,
+            "mode": None,
+            "airflow": about.get("airflow"),
+            "pipeline_sha256": about.get("pipeline_sha256"),
+            "input_versions": None,
+        }
+        batch = next(((m, v) for app, v in commit["txn"].items() if (m := APP_ID.fullmatch(app))), None)
+        if batch is not None:
+            match, batch_id = batch
+            pipeline, generation = match["pipeline"], int(match["generation"])
+            row = self.progress(pipeline).get((generation, batch_id))
+            return found | {
+                "pipeline": pipeline,
+                "generation": generation,
+                "batch_id": batch_id,
+                "mode": row["mode"] if row else about.get("mode"),
+                "input_versions": row["input_versions"] if row else about.get("input_versions"),
+            }
+        if about.get("swap"):
+            pipeline, generation = about["pipeline"], about["generation"]
+            found |= {"pipeline": pipeline, "generation": generation, "mode": about["swap"]}
+            if about["swap"] == "reprocess":
+                batches = sorted(
+                    (
+                        r
+                        for (g, _), r in self.progress(pipeline).items()
+                        if g == generation and r["mode"] == "reprocess"
+                    ),
+                    key=lambda r: r["batch_id"],
+                )
+                consumed: dict[str, int] = {}
+                for r in batches:
+                    for name, v in r["input_versions"].items():
+                        consumed[name] = max(v, consumed.get(name, v))
+                ids = [r["batch_id"] for r in batches]
+                found |= {"batch_id": ids[0] if len(ids) == 1 else None, "batch_ids": ids, "input_versions": consumed}
+            return found
+        return found | {"writer": commit["info"].get("operation") or UNKNOWN}
+
+
+def _lag(lake: Lake, pipeline: Pipeline) -> dict:
+    """Each input of the pipeline: the newest version its live generation consumed, the latest, and the versions and
+    rows no batch consumed yet (`streamtable status`'s lag); `behind` when there are any."""
+    status = pipeline_status(lake, pipeline.name)
+    inputs = [{k: v for k, v in i.as_dict().items() if k != "oldest_unconsumed_at"} for i in status.inputs]
+    return {"live_generation": status.generation, "inputs": inputs, "behind": status.behind}
+
+
+# ------------------------------------------------------------------------------------------------- records
+
+
+def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | None, current: dict) -> object:
+    """The input records that fed the current row, each with the batch that consumed it; or "unknown" and why."""
+    finder = RECORDS.get((owner.name if owner else "", table))
+    if finder is None:
+        return {"records": UNKNOWN, "why": f"the operators that write {table} do not tell which records made a row"}
+    if row is None:
+        return {"records": [], "why": "the row does not exist"}
+    generation = lake.generation(owner.name)  # type: ignore[union-attr]
+    if current.get("generation") != generation:
+        return {
+            "records": UNKNOWN,
+            "why": f"the row was written by generation {current.get('generation')}, "
+            f"whose progress is gone (live: {generation})",
+        }
+    batches = sorted(
+        (r for r in history(lake, owner.name, generation)),  # type: ignore[union-attr]
+        key=lambda r: r["batch_id"],
+    )
+    epoch = checkpoint.recorded(lake, owner, generation)  # type: ignore[arg-type]
+    if epoch is None or (epoch.number and any(r["mode"] == "reprocess" for r in batches)):
+        return {"records": UNKNOWN, "why": "where the generation started reading is no longer recorded"}
+    found = finder(lake, row, batches, dict(epoch.starting) if epoch.number == 0 else {})
+    return {"records": [to_json(r) for r in found]}
+
+
+def _changelog(lake: Lake, table: str, first: int, last: int) -> list[dict]:
+    """The records of an input's versions `first`..`last`, with `_commit_version` and `_line`, in ingest order."""
+    if last < first:
+        return []
+    data = pa.table(delta_table(path_of(lake, table)).load_cdf(first, last))
+    rows = [r for r in data.to_pylist() if r["_change_type"] == "insert"]
+    for r in rows:
+        r.pop("_change_type"), r.pop("_commit_timestamp", None)
+        if r.get("event_time") is not None and r["event_time"].tzinfo is None:
+            r["event_time"] = r["event_time"].replace(tzinfo=UTC)
+    return sorted(rows, key=lambda r: (r["_commit_version"], r[LINE]))
+
+
+def _consumed_by(batches: list[dict], table: str, starting: dict[str, int]) -> list[tuple[dict, int, int]]:
+    """Each batch with the versions of a stream input it consumed (first, last): after the previous batch's."""
+    spans, before = [], starting.get(table, 0) - 1
+    for b in batches:
+        last = b["input_versions"].get(table)
+        if last is not None and last > before:
+            spans.append((b, before + 1, last))
+            before = last
+    return spans
+
+
+def _record(table: str, batch: dict, r: dict, **extra: object) -> dict:
+    fields = {k: v for k, v in r.items() if k not in ("_commit_version", LINE)}
+    return (
+        {"table": table, "version": r["_commit_version"], "line": r[LINE], "batch_id": batch["batch_id"]}
+        | {
+            "mode": batch["mode"],
+            "record": fields,
+        }
+        | extra
+    )
+
+
+def words(line: str) -> list[str]:
+    """`word_count`'s words (its Java pattern `[\\p{L}\\p{N}][\\p{L}\\p{M}\\p{N}]*`), lower-cased."""
+    found, word = [], ""
+    for ch in line:
+        kind = unicodedata.category(ch)[0]
+        if kind in "LN" or (kind == "M" and word):
+            word += ch
+        elif word:
+            found.append(word)
+            word = ""
+    return [w.lower() for w in found + ([word] if word else [])]
+
+
+def _word_records(lake: Lake, row: dict, batches: list[dict], starting: dict[str, int]) -> list[dict]:
+    found = []
+    for batch, first, last in _consumed_by(batches, "text_lines", starting):
+        for r in _changelog(lake, "text_lines", first, last):
+            n = words(r["line"] or "").count(row["word"])
+            if n:
+                found.append(_record("text_lines", batch, r, adds=n))
+    return found
+
+
+def _inventory_records(lake: Lake, row: dict, batches: list[dict], starting: dict[str, int]) -> list[dict]:
+    found = []
+    for batch, first, last in _consumed_by(batches, "inventory_events", starting):
+        for r in _changelog(lake, "inventory_events", first, last):
+            if (r["store"], r["item"]) == (row["store"], row["item"]):
+                found.append(_record("inventory_events", batch, r, adds=r["quantity"]))
+    return found
+
+
+def _click_records(lake: Lake, row: dict, batches: list[dict], starting: dict[str, int]) -> list[dict]:
+    """The clicks counted for the row's region: each click's region as of its event time in the `user_regions`
+    versions its batch consumed (`matched`: the region record's version and line; none: `UNKNOWN`)."""
+    found, bound = [], -1
+    bounds = {}
+    for b in batches:  # the newest table version consumed by each batch or an earlier one (`StagedBatch._bound`)
+        bound = max(bound, b["input_versions"].get("user_regions", -1))
+        bounds[b["batch_id"]] = bound
+    regions = _changelog(lake, "user_regions", 0, max(bounds.values(), default=-1))
+    for batch, first, last in _consumed_by(batches, "user_clicks", starting):
+        visible = [g for g in regions if g["_commit_version"] <= bounds[batch["batch_id"]]]
+        for r in _changelog(lake, "user_clicks", first, last):
+            candidates = [g for g in visible if g["user"] == r["user"] and g["event_time"] <= r["event_time"]]
+            match = max(candidates, key=lambda g: (g["event_time"], g["_commit_version"], g[LINE]), default=None)
+            region = (match or {}).get("region") or "UNKNOWN"
+            if region == row["region"]:
+                matched = (
+                    {"table": "user_regions", "version": match["_commit_version"], "line": match[LINE]}
+                    if match
+                    else None
+                )
+                found.append(_record("user_clicks", batch, r, adds=r["clicks"], matched=matched))
+    return found
+
+
+Finder = Callable[[Lake, dict, list[dict], dict[str, int]], list[dict]]
+RECORDS: dict[tuple[str, str], Finder] = {  # (pipeline, output) -> the records of a row's group
+    ("word_count", "word_counts"): _word_records,
+    ("inventory", "inventory"): _inventory_records,
+    ("clicks_per_region", "clicks_per_region"): _click_records,
+}

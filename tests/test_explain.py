@@ -1,0 +1,127 @@
+"""`streamtable explain`: each change of a row with the batch, generation, mode and input versions that made it,
+across runs, a reprocess and a reset, compared with what the test ran; the records that fed a re-keyed sum; a row
+that reports itself behind an input that moved on. Read with delta-rs: explain starts no Spark."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+
+from helpers import ingest
+from reference import word_count as expected_counts
+from streamtable.runtime import explain as explain_module
+from streamtable.runtime.explain import explain
+from streamtable.runtime.lifecycle import reprocess, reset, run
+
+P = "word_count"
+FILE = explain_module.__file__.replace("runtime/explain.py", "pipelines/word_count.py")
+
+
+def line(text: str, minute: int = 0) -> dict:
+    return {"line": text, "event_time": f"2026-01-01T00:{minute:02d}:00Z"}
+
+
+def summary(lines: list[dict]) -> list[tuple]:
+    return [
+        (x["version"], x["change"], (x["row"] or {}).get("count"), x["generation"], x["batch_id"], x["mode"])
+        for x in lines
+    ]
+
+
+def test_explain_follows_a_row_across_runs_a_reprocess_and_a_reset(spark, lake, monkeypatch):
+    ingest(lake, "text_lines", [line("a b a")])  # text_lines v0
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "word_count")
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_RUN_ID", "manual__2026-01-01")
+    monkeypatch.setenv("AIRFLOW_CTX_TASK_ID", "run")
+    monkeypatch.setenv("AIRFLOW_CTX_TRY_NUMBER", "1")
+    run(lake, P)  # word_counts v1: g0 batch 0
+    for var in ("AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_DAG_RUN_ID", "AIRFLOW_CTX_TASK_ID", "AIRFLOW_CTX_TRY_NUMBER"):
+        monkeypatch.delenv(var)
+    ingest(lake, "text_lines", [line("a c", 1)])  # v1
+    run(lake, P)  # v2: g0 batch 1
+
+    got = explain(lake, "word_counts", "a")
+    assert summary(got) == [(2, "update", 3, 0, 1, "run"), (1, "insert", 2, 0, 0, "run")]
+    now, first = got
+    assert now["current"] and not first["current"]
+    assert now["row"] == {"word": "a", "count": 3} and now["before"] == {"word": "a", "count": 2}
+    assert now["input_versions"] == {"text_lines": 1} and first["input_versions"] == {"text_lines": 0}
+    assert first["airflow"] == {"dag_id": P, "dag_run_id": "manual__2026-01-01", "task_id": "run", "try_number": "1"}
+    assert now["airflow"] is None
+    assert now["pipeline_sha256"] == hashlib.sha256(open(FILE, "rb").read()).hexdigest()
+    assert now["behind"] is False and now["inputs"] == [
+        {"table": "text_lines", "consumed_version": 1, "latest_version": 1, "versions_behind": 0, "records_behind": 0}
+    ]
+    assert summary(explain(lake, "word_counts", "a", limit=1)) == summary(got)[:1]
+
+    # --records: the lines that counted the word, each with the batch that consumed it; they add up to the row
+    records = explain(lake, "word_counts", "a", records=True)[0]["records"]["records"]
+    assert [(r["version"], r["line"], r["batch_id"], r["adds"]) for r in records] == [(0, 0, 0, 2), (1, 0, 1, 1)]
+    assert sum(r["adds"] for r in records) == expected_counts(["a b a", "a c"])["a"]
+
+    # a reprocess from v1 rewrites every row in one swap, attributed to its generation and its one batch
+    reprocess(lake, P, 1)  # v3: swap of g1 (batch 0)
+    got = explain(lake, "word_counts", "a", limit=0)
+    assert summary(got) == [
+        (3, "update", 1, 1, 0, "reprocess"),
+        (2, "update", 3, 0, 1, "run"),
+        (1, "insert", 2, 0, 0, "run"),
+    ]
+    assert got[0]["batch_ids"] == [0] and got[0]["input_versions"] == {"text_lines": 1}
+    assert [r["version"] for r in explain(lake, "word_counts", "a", records=True)[0]["records"]["records"]] == [1]
+    assert summary(explain(lake, "word_counts", "b"))[0] == (3, "delete", None, 1, 0, "reprocess")
+
+    # the input moves on: the row says it is behind; the next run catches up (g1 batch 1)
+    ingest(lake, "text_lines", [line("a a", 2), line("z", 2)])  # v2
+    behind = explain(lake, "word_counts", "a")[0]
+    assert behind["behind"] is True and behind["row"] == {"word": "a", "count": 1}
+    assert behind["inputs"][0] | {"table": "text_lines"} == {
+        "table": "text_lines",
+        "consumed_version": 1,
+        "latest_version": 2,
+        "versions_behind": 1,
+        "records_behind": 2,
+    }
+    run(lake, P)  # v4
+    got = explain(lake, "word_counts", "a")
+    assert summary(got)[0] == (4, "update", 3, 1, 1, "run") and got[0]["behind"] is False
+
+    # a reset empties the table (the change says so), and the next run writes the row again in a new generation
+    reset(lake, P)  # v5
+    gone = explain(lake, "word_counts", "a")
+    assert summary(gone)[0] == (5, "delete", None, 2, None, "reset") and gone[0]["row"] is None
+    run(lake, P)  # v6: g2 batch 0, every version of text_lines
+    got = explain(lake, "word_counts", "a", limit=0)
+    assert [x["version"] for x in got] == [6, 5, 4, 3, 2, 1]
+    assert summary(got)[0] == (6, "insert", 5, 2, 0, "run") and got[0]["input_versions"] == {"text_lines": 2}
+    records = explain(lake, "word_counts", "a", records=True)[0]["records"]["records"]
+    assert sum(r["adds"] for r in records) == 5 and {r["batch_id"] for r in records} == {0}
+
+
+def test_a_key_without_a_row_and_an_unknown_provenance(spark, lake):
+    ingest(lake, "inventory_events", [{"store": "berlin", "item": "apples", "quantity": 3, "event_time": 0}])
+    ingest(lake, "inventory_events", [{"store": "berlin", "item": "pears", "quantity": -1, "event_time": 1}])
+    run(lake, "inventory")
+    ingest(lake, "inventory_events", [{"store": "berlin", "item": "apples", "quantity": 4, "event_time": 2}])
+    [none] = explain(lake, "inventory", "paris")
+    assert none["row"] is None and none["version"] is None and none["behind"] is True
+    both = explain(lake, "inventory", "berlin", records=True)  # leading keys: each row of the store
+    assert [(x["key"]["item"], x["row"]["quantity"]) for x in both] == [("apples", 3), ("pears", -1)]
+    assert [r["adds"] for r in both[0]["records"]["records"]] == [3]  # the 4 is not consumed yet
+    json.dumps(both)
+
+
+def test_explain_starts_no_spark(lake):
+    """In a fresh interpreter: explain of a key of an output, through the command, never imports pyspark."""
+    import subprocess
+
+    ingest(lake, "text_lines", [line("x")])
+    code = (
+        "import sys; from streamtable.cli.main import main; main(['explain', 'word_counts', 'x', '--lake', "
+        f"{str(lake.root)!r}]); assert 'pyspark' not in sys.modules, 'pyspark imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [only] = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert only["row"] is None and only["behind"] is True

@@ -31,9 +31,9 @@ def exact(value: object, name: str = "metric", finite: bool = True) -> Number:
     if value is None:
         return 0
     if isinstance(value, bool | numbers.Integral):  # numpy's integers too
-        return int(value)  # type: ignore[arg-type]
+        return int(value)
     if isinstance(value, Decimal | numbers.Real):  # float, numpy's floats
-        number = value if isinstance(value, Decimal) else Decimal(repr(float(value)))  # type: ignore[arg-type]
+        number = value if isinstance(value, Decimal) else Decimal(repr(float(value)))
         if number.is_finite() or not finite:
             return number
     raise OperatorArgumentError(f"{name} must be a finite number, not {value!r}")
@@ -69,7 +69,7 @@ def approximately_equal(observed: Number | float, expected: Number, tolerance: f
     """Whether `observed` is `expected`: exactly, or within `tolerance` of the larger of the two and `scale`."""
     if not tolerance:
         return observed == expected
-    observed, expected = float(observed), float(expected)
-    if math.isnan(observed):
+    seen, wanted = float(observed), float(expected)
+    if math.isnan(seen):
         return False
-    return abs(observed - expected) <= tolerance * max(abs(observed), abs(expected), scale)
+    return abs(seen - wanted) <= tolerance * max(abs(seen), abs(wanted), scale)

@@ -404,7 +404,7 @@ def _null_safe_sum() -> type:
             observed, absolute, tolerance = tuple(metrics[EXACT_SUM])
             observed = exact.number(observed) if isinstance(observed, str) else exact.exact(observed, finite=False)
             expected = exact.number(self.total) if isinstance(self.total, str) else exact.exact(self.min_value)
-            scale = max(float(self.scale or 0), float(absolute or 0))
+            scale = max(float(self.scale or 0), float(absolute or 0))  # type: ignore[arg-type]
             shown = observed if isinstance(observed, int) else float(observed)
             return {
                 "success": exact.approximately_equal(observed, expected, tolerance, scale),

@@ -89,7 +89,8 @@ def save(lake: Lake, pipeline: str, generation: int, epoch: Epoch) -> None:
 
 def change(pipeline: Pipeline, old: tuple[str, ...], new: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """How the sources changed from `old` to `new`: (what can be applied by a new epoch, what needs a reprocess)."""
-    safe, unsafe = [], []
+    safe: list[str] = []
+    unsafe: list[str] = []
     for name in new:
         if name not in old:
             what = "the wall-clock heartbeat turned on" if name == HEARTBEAT else f"input {name} added"

@@ -258,7 +258,8 @@ class BatchHandler:
         """
         good = F.col(external.REASON).isNull() if external.REASON in records.columns else F.lit(True)
         times = [
-            F.when(F.col(SOURCE) == name, F.col(get_input(name).time_column)) for name in self.ctx.pipeline.streams
+            F.when(F.col(SOURCE) == name, F.col(get_input(name).time_column or "event_time"))
+            for name in self.ctx.pipeline.streams
         ]
         event_time = F.coalesce(*times) if times else F.lit(None).cast("timestamp")
         return (

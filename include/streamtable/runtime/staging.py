@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, functions as F
 
 from streamtable.core.errors import QualityGateError
 from streamtable.core.faults import crash_point
+from streamtable.quality import exact
 from streamtable.runtime import gate, provenance
 from streamtable.runtime.context import PROGRESS_SCHEMA, RunContext
 from streamtable.runtime.progress import Stages
@@ -67,7 +68,10 @@ class Staging:
         return kept.unionByName(rows.where(~F.col(delta_rs.DELETE)).drop(delta_rs.DELETE))
 
     def validate(
-        self, before: dict[str, int], after: dict[str, int], lookups: dict[str, keyed.Lookup] | None = None
+        self,
+        before: dict[str, exact.Number],
+        after: dict[str, exact.Number],
+        lookups: dict[str, keyed.Lookup] | None = None,
     ) -> None:
         """The per-batch gate (`streamtable.runtime.gate`) with the metrics' totals before and after the batch, and
         the rows the batch looked up by key (table -> lookup).

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from pyspark.sql import Column, DataFrame, functions as F
 
+from streamtable.core.errors import OperatorArgumentError
 from streamtable.operators.aggregate import Aggregate, aggregate
 
 ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"  # the contract's JSON time format (the session time zone is UTC)
@@ -41,9 +42,21 @@ def record_json(records: DataFrame) -> Column:
     return F.to_json(F.struct(*[F.col(c) for c in records.columns if not c.startswith("_")]))
 
 
-def as_late(records: DataFrame, table: str, reason: Column) -> DataFrame:
-    """Records (with their JSON text in `_raw`) in the shape `Batch.late` takes: table, raw, reason, event_time."""
-    return records.select(F.lit(table).alias("table"), F.col("_raw").alias("raw"), reason.alias("reason"), "event_time")
+def as_late(records: DataFrame, table: str, reason: Column, time: str = "event_time") -> DataFrame:
+    """Records (with their JSON text in `_raw`) in the shape `Batch.late` takes: table, raw, reason, event_time (the
+    records' `time` column)."""
+    return records.select(
+        F.lit(table).alias("table"), F.col("_raw").alias("raw"), reason.alias("reason"), F.col(time).alias("event_time")
+    )
+
+
+def has_time(operator: str, records: DataFrame, time: str) -> None:
+    """Fail with the reason, not Spark's unresolved column, when `records` lack their time column `time`."""
+    if time not in records.columns:
+        raise OperatorArgumentError(
+            f"{operator}: the records have no time column {time!r} (their columns: {', '.join(records.columns)}); "
+            "an input whose time_column is another name needs time=NAME"
+        )
 
 
 @dataclass(frozen=True)
@@ -92,6 +105,7 @@ def aggregate_in_windows(
     stream_time: datetime | None,
     raw: Column | None = None,
     table: str = "",
+    time: str = "event_time",
 ) -> tuple[DataFrame, DataFrame]:
     """Each record adds to the aggregates of its key in each of its windows that is still open, and is late in the
     others; returns (new rows for the windows that changed, late records).
@@ -101,7 +115,8 @@ def aggregate_in_windows(
     to the late records with the windows it missed in the reason (as does a record before the epoch, which is
     in no window). The late records have `Batch.late`'s columns: `table` (the `table` argument: name the input),
     `raw` (the `raw` column, else the record's columns as JSON text, without `_` bookkeeping columns: select
-    what a reader of `late_events` needs before calling), `reason` and `event_time`. A sum and a reduce per
+    what a reader of `late_events` needs before calling), `reason` and `event_time`. `time` names the records'
+    event-time column (an input's `time_column`, `event_time` by default). A sum and a reduce per
     customer and hour:
 
         hourly, late = aggregate_in_windows(
@@ -112,10 +127,11 @@ def aggregate_in_windows(
         batch.upsert("hourly_amounts", hourly)
         batch.late(late)
     """
+    has_time("aggregate_in_windows", records, time)
     tagged = records.withColumn("_raw", raw if raw is not None else record_json(records)).withColumn(
         "_record", F.monotonically_increasing_id()
     )
-    assigned = windows.assign(tagged).withColumn("_closed", windows.closed(stream_time))
+    assigned = windows.assign(tagged, time).withColumn("_closed", windows.closed(stream_time))
     changed = aggregate(current, assigned.where(~F.col("_closed")), [*keys, "window_start"], aggregates).select(
         *keys,
         "window_start",
@@ -124,14 +140,16 @@ def aggregate_in_windows(
     )
     missed = F.concat_ws(", ", F.array_sort(F.collect_list(span("window_start", "window_end", ")"))))
     late = as_late(
-        assigned.where("_closed").groupBy("_record", "_raw", "event_time").agg(missed.alias("_missed")),
+        assigned.where("_closed").groupBy("_record", "_raw", time).agg(missed.alias("_missed")),
         table,
         F.concat(F.lit("late: window(s) "), F.col("_missed"), F.lit(f" already closed (grace {windows.grace})")),
+        time,
     )
     before_epoch = as_late(
-        tagged.where(F.unix_micros("event_time") < 0),
+        tagged.where(F.unix_micros(time) < 0),
         table,
         F.lit("in no window: event time before 1970-01-01 (windows start at the epoch)"),
+        time,
     )
     return changed, late.unionByName(before_epoch)
 
@@ -145,12 +163,14 @@ def count_in_windows(
     count: str = "count",
     raw: Column | None = None,
     table: str = "",
+    time: str = "event_time",
 ) -> tuple[DataFrame, DataFrame]:
     """Count records per key and window into `current`: `aggregate_in_windows` with one count, in column `count`.
 
     Returns (changed rows: keys, `window_start`, `window_end`, `count`; late records, as `aggregate_in_windows`).
     `count=` names the count's column (the output's), `table=` the input named in the late records' `table`, and
-    `raw=` a column to store as the late records' `raw` (default: the record's columns as JSON). Orders per
+    `raw=` a column to store as the late records' `raw` (default: the record's columns as JSON), `time=` the
+    records' event-time column (an input's `time_column`; default `event_time`). Orders per
     customer and hour:
 
         orders = batch.new("orders").select("order_id", "customer", "amount", "event_time")
@@ -161,4 +181,6 @@ def count_in_windows(
         batch.upsert("hourly_orders", hourly)
         batch.late(late)
     """
-    return aggregate_in_windows(records, current, keys, windows, [Aggregate(count, F.lit(1))], stream_time, raw, table)
+    return aggregate_in_windows(
+        records, current, keys, windows, [Aggregate(count, F.lit(1))], stream_time, raw, table, time
+    )

@@ -1,0 +1,92 @@
+"""A stream input whose time column is not `event_time` (`changelog(..., time_column="paid_at")`), as the docs offer it:
+its records come from a landing folder of CSV and Parquet files that have no `event_time`, runs advance stream time
+by `paid_at`, and windows close against it (issue 36: every run failed with UNRESOLVED_COLUMN event_time)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from streamtable.ingest.folders import ingest_folder
+
+PIPELINE = '''
+"""Payments per customer, and per customer and hour (windows of paid_at, 10 minutes' grace)."""
+from datetime import timedelta
+
+from streamtable import Column, Pipeline, Type, Windows, add_to_totals, changelog, count_in_windows, table
+
+S, TS = Type.STRING, Type.TIMESTAMP
+PAYMENTS = changelog(
+    "payments",
+    [Column("customer", S), Column("amount", Type.decimal(18, 2)), Column("paid_at", TS)],
+    time_column="paid_at",
+)
+HOURS = Windows(size=timedelta(hours=1), advance=timedelta(hours=1), grace=timedelta(minutes=10))
+
+
+def process(batch):
+    paid = batch.new("payments").select("customer", "amount", "paid_at")
+    batch.upsert("paid", add_to_totals(batch.current("paid"), paid, ["customer"], "amount"))
+    hourly, late = count_in_windows(
+        paid, batch.current("paid_hourly"), ["customer"], HOURS, batch.stream_time, table="payments", time="paid_at"
+    )
+    batch.upsert("paid_hourly", hourly)
+    batch.late(late)
+
+
+PIPELINE = Pipeline(
+    name="payments",
+    doc=__doc__,
+    streams=("payments",),
+    outputs=(
+        table("paid", [Column("customer", S), Column("amount", Type.decimal(38, 2))], keys=["customer"]),
+        table(
+            "paid_hourly",
+            [Column("customer", S), Column("window_start", TS), Column("window_end", TS), Column("count", Type.LONG)],
+            keys=["customer", "window_start"],
+        ),
+    ),
+    process=process,
+)
+'''
+
+
+def test_a_time_column_of_another_name_from_csv_and_parquet_files(streamtable_driver, tmp_path):
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "payments.py").write_text(PIPELINE)
+    driver = streamtable_driver("payments", pipelines=folder)
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "a.csv").write_text(
+        "customer,amount,paid_at\nann,10.50,2026-03-01T10:05:00Z\nbob,0.10,2026-03-01T10:20:00Z\n"
+    )
+    at = datetime(2026, 3, 1, 11, 30, tzinfo=UTC)
+    schema = pa.schema(
+        [("customer", pa.string()), ("amount", pa.decimal128(18, 2)), ("paid_at", pa.timestamp("us", "UTC"))]
+    )
+    pq.write_table(
+        pa.Table.from_pylist([{"customer": "ann", "amount": Decimal("0.50"), "paid_at": at}], schema),
+        landing / "b.parquet",
+    )
+    assert ingest_folder(driver.lake, "payments", landing).refused == 0
+    report = driver.run()
+    assert report["stream_time"] == "2026-03-01T11:30:00.000Z"
+    assert driver.output("paid") == [
+        {"customer": "ann", "amount": Decimal("11.00")},
+        {"customer": "bob", "amount": Decimal("0.10")},
+    ]
+    # 10:00's hour closed at 11:10 by paid_at: a payment in it is late; 11:00's is open
+    driver.pipe("payments", [{"customer": "ann", "amount": "1.00", "paid_at": "2026-03-01T10:59:00Z"}])
+    driver.pipe("payments", [{"customer": "ann", "amount": "2.00", "paid_at": "2026-03-01T11:59:00Z"}])
+    driver.run()
+    assert [(r["customer"], r["window_start"].hour, r["count"]) for r in driver.output("paid_hourly")] == [
+        ("ann", 10, 1),
+        ("ann", 11, 2),
+        ("bob", 10, 1),
+    ]
+    assert [r["reason"][:25] for r in driver.late_events()] == ["late: window(s) [2026-03-"]
+    assert driver.output("paid")[0]["amount"] == Decimal("14.00")

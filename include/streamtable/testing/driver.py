@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from streamtable.core import registry
+from streamtable.core.errors import UnknownPipelineError
 from streamtable.core.values import to_json
 from streamtable.ingest.files import ingest_lines
 from streamtable.ingest.ticks import emit
@@ -40,7 +41,11 @@ class PipelineDriver:
     ) -> None:
         folders = [pipelines] if isinstance(pipelines, str | Path) else list(pipelines)
         registry.use_folders([str(f) for f in folders])
-        registry.get_pipeline(pipeline)  # an unknown name fails here, listing the known ones
+        try:
+            registry.get_pipeline(pipeline)  # an unknown name fails here, listing the known ones
+        except UnknownPipelineError as e:  # ... and the files that did not load, with why: a test says what to fix
+            broken = registry.current().errors
+            raise UnknownPipelineError("; ".join([str(e), *broken])) from None
         self.pipeline = pipeline
         self.lake = Lake(str(Path(lake).resolve()))
         self.wall_clock = (wall_clock or datetime.now(UTC)).astimezone(UTC)
@@ -56,9 +61,11 @@ class PipelineDriver:
         """One run of the pipeline over everything piped since the last: `streamtable run`'s report."""
         return run(self.lake, self.pipeline, clock=lambda: self.wall_clock).as_dict()
 
-    def reprocess(self, from_version: int) -> dict:
-        """Rebuild the outputs from `from_version` of the primary input and swap them in (`streamtable reprocess`)."""
-        return reprocess(self.lake, self.pipeline, from_version, clock=lambda: self.wall_clock).as_dict()
+    def reprocess(self, from_version: int, input: str | None = None) -> dict:
+        """Rebuild the outputs from `from_version` of the primary input (or of `input`, stream or table) and swap them
+        in (`streamtable reprocess`)."""
+        clock = lambda: self.wall_clock  # noqa: E731
+        return reprocess(self.lake, self.pipeline, from_version, clock=clock, input_name=input).as_dict()
 
     def advance_wall_clock(self, by: timedelta) -> datetime:
         """Move the wall clock forward (never back) by `by`, as a punctuator sees time pass: a pipeline that

@@ -56,7 +56,7 @@ def test_explain_follows_a_row_across_runs_a_reprocess_and_a_reset(spark, lake, 
     assert summary(explain(lake, "word_counts", "a", limit=1)) == summary(got)[:1]
 
     # --records: the lines that counted the word, each with the batch that consumed it; they add up to the row
-    records = explain(lake, "word_counts", "a", records=True)[0]["records"]["records"]
+    records = explain(lake, "word_counts", "a", records=True)[0]["records"]
     assert [(r["version"], r["line"], r["batch_id"], r["adds"]) for r in records] == [(0, 0, 0, 2), (1, 0, 1, 1)]
     assert sum(r["adds"] for r in records) == expected_counts(["a b a", "a c"])["a"]
 
@@ -69,7 +69,7 @@ def test_explain_follows_a_row_across_runs_a_reprocess_and_a_reset(spark, lake, 
         (1, "insert", 2, 0, 0, "run"),
     ]
     assert got[0]["batch_ids"] == [0] and got[0]["input_versions"] == {"text_lines": 1}
-    assert [r["version"] for r in explain(lake, "word_counts", "a", records=True)[0]["records"]["records"]] == [1]
+    assert [r["version"] for r in explain(lake, "word_counts", "a", records=True)[0]["records"]] == [1]
     assert summary(explain(lake, "word_counts", "b"))[0] == (3, "delete", None, 1, 0, "reprocess")
 
     # the input moves on: the row says it is behind; the next run catches up (g1 batch 1)
@@ -95,7 +95,7 @@ def test_explain_follows_a_row_across_runs_a_reprocess_and_a_reset(spark, lake, 
     got = explain(lake, "word_counts", "a", limit=0)
     assert [x["version"] for x in got] == [6, 5, 4, 3, 2, 1]
     assert summary(got)[0] == (6, "insert", 5, 2, 0, "run") and got[0]["input_versions"] == {"text_lines": 2}
-    records = explain(lake, "word_counts", "a", records=True)[0]["records"]["records"]
+    records = explain(lake, "word_counts", "a", records=True)[0]["records"]
     assert sum(r["adds"] for r in records) == 5 and {r["batch_id"] for r in records} == {0}
 
 
@@ -108,7 +108,7 @@ def test_a_key_without_a_row_and_an_unknown_provenance(spark, lake):
     assert none["row"] is None and none["version"] is None and none["behind"] is True
     both = explain(lake, "inventory", "berlin", records=True)  # leading keys: each row of the store
     assert [(x["key"]["item"], x["row"]["quantity"]) for x in both] == [("apples", 3), ("pears", -1)]
-    assert [r["adds"] for r in both[0]["records"]["records"]] == [3]  # the 4 is not consumed yet
+    assert [r["adds"] for r in both[0]["records"]] == [3]  # the 4 is not consumed yet
     json.dumps(both)
 
 

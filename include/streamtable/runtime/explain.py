@@ -85,7 +85,7 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
         if lag is not None:
             lines[0] |= lag
         if records:
-            lines[0]["records"] = input_records(lake, owner, table, row, lines[0])
+            lines[0] |= input_records(lake, owner, table, row, lines[0])
         explained.extend(lines)
     if not explained:  # no row and no history: say so, with the inputs' lag (is it not there yet?)
         explained.append(
@@ -222,18 +222,22 @@ def _lag(lake: Lake, pipeline: Pipeline) -> dict:
 # ------------------------------------------------------------------------------------------------- records
 
 
-def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | None, current: dict) -> object:
-    """The input records that fed the current row, each with the batch that consumed it; or "unknown" and why."""
+def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | None, current: dict) -> dict:
+    """`records`: the input records that fed the current row, each with the batch that consumed it; or "unknown" and
+    `records_why`."""
     finder = RECORDS.get((owner.name if owner else "", table))
     if finder is None:
-        return {"records": UNKNOWN, "why": f"the operators that write {table} do not tell which records made a row"}
+        return {
+            "records": UNKNOWN,
+            "records_why": f"the operators that write {table} do not tell which records made a row",
+        }
     if row is None:
-        return {"records": [], "why": "the row does not exist"}
+        return {"records": [], "records_why": "the row does not exist"}
     generation = lake.generation(owner.name)  # type: ignore[union-attr]
     if current.get("generation") != generation:
         return {
             "records": UNKNOWN,
-            "why": f"the row was written by generation {current.get('generation')}, "
+            "records_why": f"the row was written by generation {current.get('generation')}, "
             f"whose progress is gone (live: {generation})",
         }
     batches = sorted(
@@ -242,7 +246,7 @@ def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | No
     )
     epoch = checkpoint.recorded(lake, owner, generation)  # type: ignore[arg-type]
     if epoch is None or (epoch.number and any(r["mode"] == "reprocess" for r in batches)):
-        return {"records": UNKNOWN, "why": "where the generation started reading is no longer recorded"}
+        return {"records": UNKNOWN, "records_why": "where the generation started reading is no longer recorded"}
     found = finder(lake, row, batches, dict(epoch.starting) if epoch.number == 0 else {})
     return {"records": [to_json(r) for r in found]}
 

@@ -91,6 +91,6 @@ def commit(path: str, version: int) -> dict:
     """What version `version` of the table at `path` says of itself: its commit info and app transactions
     (`txn`: app id -> version); empty when its log entry is gone (a log cleaned up after a checkpoint)."""
     actions = log_entry(path, version) or []
-    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    info: dict = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
     txn = {a["txn"]["appId"]: a["txn"]["version"] for a in actions if "txn" in a}
     return {"info": info, "txn": txn}

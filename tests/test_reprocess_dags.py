@@ -167,7 +167,7 @@ print("RESULT " + json.dumps(out, default=str))
     reprocess = dags["reprocess"]
     assert reprocess["schedule"] == "None"
     params = reprocess["params"]
-    assert set(params) == {"pipeline", "from_version", "from_timestamp", "dry_run"}
+    assert set(params) == {"pipeline", "input", "from_version", "from_timestamp", "dry_run"}
     assert all(p["description"] for p in params.values())
     assert params["pipeline"]["schema"]["enum"] == names
     assert params["from_version"]["schema"] == {"type": ["null", "integer"], "minimum": 0, "title": "From version"}
@@ -388,7 +388,8 @@ def test_a_run_waits_for_a_reprocess_holding_the_lock_and_nothing_is_counted_twi
     rebuilt, went_on = json.loads(out_reprocess.splitlines()[-1]), json.loads(out_run.splitlines()[-1])
     assert rebuilt["published"] and went_on["generation"] == rebuilt["generation"]
     # every click from versions[1] on is consumed exactly once, by the reprocess or by the run after it
-    assert rebuilt["run"]["records"] + went_on["records"] == len(CLICKS[1]) + len(CLICKS[2])
+    clicks = rebuilt["run"]["inputs"]["user_clicks"] + went_on["inputs"].get("user_clicks", 0)
+    assert clicks == len(CLICKS[1]) + len(CLICKS[2])
     assert totals(lake) == want(*CLICKS[1:3])
 
 

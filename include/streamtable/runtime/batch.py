@@ -176,7 +176,7 @@ class StagedBatch:
             raise UndeclaredNameError(f"{self.ctx.pipeline.name} reports the undeclared metric {name!r}")
         self._metrics[name] = exact.exact(value, f"metric {name!r}")
 
-    def finish(self, records: int, oldest_input_at: datetime | None, stages: Stages) -> None:
+    def finish(self, records: dict[str, int], oldest_input_at: datetime | None, stages: Stages) -> None:
         """Stage late records, run the quality suites, and mark the batch complete (with what it consumed)."""
         if self._late:
             with stages.time("compute"):
@@ -189,7 +189,15 @@ class StagedBatch:
             self._staging.validate(before, after, self._lookups)
         log.info("batch %d validated", self.batch_id)
         self._staging.mark_complete(
-            BatchSummary(records, self.next_stream_time, oldest_input_at, self.versions, self.wall_clock, self._metrics)
+            BatchSummary(
+                sum(records.values()),
+                self.next_stream_time,
+                oldest_input_at,
+                self.versions,
+                self.wall_clock,
+                self._metrics,
+                records,
+            )
         )
 
     def _stage_quarantined(self, stages: Stages) -> None:

@@ -181,7 +181,7 @@ def lineage(
     lake: Lake, pipeline: Pipeline, progress: list[dict], output_path: Callable[[str], str]
 ) -> dict[str, list[dict]]:
     """What a generation (its committed `progress` rows) read and wrote, for OpenLineage: each input with the newest
-    version its runs consumed (a table read whole: its latest), each output (at `output_path`) with its version."""
+    version its runs consumed (None before one did), each output (at `output_path`) with its version."""
     consumed: dict[str, int] = {}
     for row in progress:
         for name, version in row["input_versions"] or ():
@@ -189,7 +189,7 @@ def lineage(
     inputs = []
     for name in pipeline.inputs:
         path = path_of(lake, name)
-        version = consumed.get(name) if name in pipeline.streams else delta_rs.table_version(path)
+        version = consumed.get(name)  # what a batch read, stream or table: never a version no batch read
         inputs.append({"table": name, "uri": lake.uri(path), "version": version})
     outputs = [
         {"table": t.name, "uri": lake.uri(output_path(t.name)), "version": delta_rs.table_version(output_path(t.name))}

@@ -55,6 +55,7 @@ class RunReport:
     generation: int
     batches: int = 0
     records: int = 0
+    inputs: dict[str, int] = field(default_factory=dict)  # per input, the records (a table's: changes) consumed
     stream_time: datetime | None = None
     changes: dict[str, int] = field(default_factory=dict)
     lineage: dict[str, list[dict]] = field(default_factory=dict)  # `RunContext.lineage` once the run ended
@@ -66,6 +67,7 @@ class RunReport:
             "generation": self.generation,
             "batches": self.batches,
             "records": self.records,
+            "inputs": self.inputs,
             "stream_time": format_time(self.stream_time) if self.stream_time else None,
             "changes": self.changes,
             "lineage": self.lineage,
@@ -192,6 +194,8 @@ class BatchHandler:
         """Add a committed batch to the run's report and to `stream_progress`."""
         self.report.batches += 1
         self.report.records += summary.input_rows
+        for name, count in summary.input_records.items():
+            self.report.inputs[name] = self.report.inputs.get(name, 0) + count
         self.report.stream_time = summary.watermark
         for table, rows in output_rows.items():
             self.report.changes[table] = self.report.changes.get(table, 0) + rows
@@ -238,7 +242,7 @@ class BatchHandler:
             with stages.time("compute"):
                 run_process(self.ctx.pipeline, batch)
             batch.finish(
-                sum(r["n"] for r in stats),
+                {r[SOURCE]: int(r["n"]) for r in stats},
                 min((self._committed_at(r) for r in stats), default=None),
                 stages,
             )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from streamtable.quality import exact
@@ -18,12 +18,14 @@ class BatchSummary:
     input_versions: dict[str, int]
     wall_clock: datetime  # the run's wall-clock time (`Batch.wall_clock`)
     metrics: dict[str, exact.Number]  # the reconciliation sums the run reported (`batch.metric`), exact
+    input_records: dict[str, int] = field(default_factory=dict)  # per input, its records (a table's: its changes)
 
     def as_json(self) -> dict:
         times = ("watermark", "oldest_input_at", "wall_clock")
         return {
             "input_rows": self.input_rows,
             "input_versions": self.input_versions,
+            "input_records": self.input_records,
             "metrics": {name: exact.text(value) for name, value in self.metrics.items()},
             **{k: getattr(self, k).isoformat() if getattr(self, k) else None for k in times},
         }
@@ -40,6 +42,7 @@ class BatchSummary:
             value["input_versions"],
             datetime.fromisoformat(value["wall_clock"]),  # always set: as_json writes a datetime
             {name: exact.number(v) for name, v in value["metrics"].items()},  # (ints before exact metrics)
+            value.get("input_records") or {},  # (none in a manifest of a release before them)
         )
 
     def progress_row(self, batch_id: int) -> dict:

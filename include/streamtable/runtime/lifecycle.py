@@ -17,7 +17,7 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_pipeline
 from streamtable.core.tables import LATE_EVENTS
 from streamtable.core.timefmt import system_clock
-from streamtable.runtime import checkpoint, provenance
+from streamtable.runtime import checkpoint, declaration, provenance
 from streamtable.runtime.changelogs import KeptChangelogs
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.handoff import served_run
@@ -47,6 +47,7 @@ def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
     with lake.lock(name, "run"):
         finish_swap(lake, pipeline)
         checkpoint.check_declaration(lake, pipeline, lake.generation(name))
+        declaration.check(lake, pipeline, lake.generation(name))
         return drain(RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name)), clock)
 
 
@@ -58,6 +59,7 @@ def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float
     with lake.lock(name, "serve"):
         finish_swap(lake, pipeline)
         checkpoint.check_declaration(lake, pipeline, lake.generation(name))
+        declaration.check(lake, pipeline, lake.generation(name))
         return serve(
             RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name), kept=KeptChangelogs()),
             interval,

@@ -1,0 +1,109 @@
+"""What a generation's declaration was when its first run started, and what changed since: applied where it is safe,
+named where it is not.
+
+A generation's outputs were computed under one declaration. When the pipeline's file changes under a live
+generation, `check` compares the declaration now with the one recorded (`declaration.json` beside the generation):
+- a nullable column added to an output is applied (the column is added to the Delta table; its earlier rows hold
+  null), and so is an output removed (its table stays as it is);
+- anything else that would make the outputs wrong (an output added, which would start from nothing; a key, a type
+  or a column removed; an input's keys, time column or path changed) is refused with one line naming the changes
+  and the `reprocess` that applies them (`checkpoint.refuse`). The inputs a query reads are checked by
+  `runtime.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from deltalake import Field
+
+from streamtable.core.pipeline import Pipeline
+from streamtable.core.registry import get_input
+from streamtable.core.schema import arrow_schema
+from streamtable.core.tables import Column
+from streamtable.runtime.checkpoint import refuse
+from streamtable.storage.delta_rs import open_table
+from streamtable.storage.lake import Lake
+from streamtable.storage.store import join
+
+log = logging.getLogger("streamtable")
+DECLARATION = "declaration.json"
+
+
+def shape(pipeline: Pipeline) -> dict:
+    """The parts of a declaration a generation's outputs depend on, as JSON."""
+    outputs = {
+        t.name: {"kind": t.kind, "keys": list(t.keys), "columns": {c.name: [c.type.ddl, c.nullable] for c in t.columns}}
+        for t in pipeline.outputs + pipeline.state
+    }
+    inputs = {}
+    for name in pipeline.inputs:
+        table = get_input(name)
+        inputs[name] = {"keys": list(table.keys), "time_column": table.time_column, "path": table.path}
+    return {"outputs": outputs, "inputs": inputs}
+
+
+def differences(old: dict, new: dict) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """(changes that are safe, changes that need a reprocess, output -> the nullable columns added to it)."""
+    safe: list[str] = []
+    unsafe: list[str] = []
+    added: dict[str, list[str]] = {}
+    for name, was in old["outputs"].items():
+        now = new["outputs"].get(name)
+        if now is None:
+            safe.append(f"output {name} removed")
+            continue
+        if now["kind"] != was["kind"] or now["keys"] != was["keys"]:
+            unsafe.append(f"output {name}'s keys or kind changed ({was['keys']} -> {now['keys']})")
+        for column, (ddl, _) in was["columns"].items():
+            if column not in now["columns"]:
+                unsafe.append(f"column {name}.{column} removed")
+            elif now["columns"][column][0] != ddl:
+                unsafe.append(f"column {name}.{column} changed type ({ddl} -> {now['columns'][column][0]})")
+        for column, (_, nullable) in now["columns"].items():
+            if column not in was["columns"]:
+                if nullable:
+                    added.setdefault(name, []).append(column)
+                    safe.append(f"nullable column {name}.{column} added")
+                else:
+                    unsafe.append(f"column {name}.{column} added, not nullable (its earlier rows have none)")
+    unsafe += [
+        f"output {name} added (it would hold only later batches)" for name in new["outputs"].keys() - old["outputs"]
+    ]
+    for name, was in old["inputs"].items():
+        now = new["inputs"].get(name)
+        if now is not None and now != was:
+            what = [k.replace("_", " ") for k in ("keys", "time_column", "path") if now[k] != was[k]]
+            unsafe.append(f"input {name}'s {' and '.join(what)} changed")
+    return safe, unsafe, added
+
+
+def check(lake: Lake, pipeline: Pipeline, generation: int) -> None:
+    """Record the declaration a generation starts with; after a change, apply it where safe, else refuse."""
+    path = join(lake.generation_dir(pipeline.name, generation), DECLARATION)
+    state = {t.name for t in pipeline.state}
+    now = shape(pipeline)
+    recorded = lake.store.read_json(path)
+    if recorded == now:
+        return
+    if recorded is not None:
+        safe, unsafe, added = differences(recorded, now)
+        if unsafe:
+            raise refuse(pipeline, generation, unsafe)
+        for table, columns in added.items():
+            path_of = lake.state_path(pipeline.name, generation, table) if table in state else lake.table_path(table)
+            _add_columns(path_of, [c for c in pipeline.output(table).columns if c.name in columns])
+        if safe:
+            log.warning("%s: %s: applied", pipeline.name, "; ".join(safe))
+    lake.store.write_json(path, now)
+
+
+def _add_columns(path: str, columns: list[Column]) -> None:
+    """Add nullable columns to an output's Delta table (its earlier rows hold null), unless it has them."""
+    delta = open_table(path)
+    if delta is None:
+        return
+    present = set(delta.schema().to_arrow().names)
+    missing = [Field.from_arrow(f) for f in arrow_schema(tuple(columns)) if f.name not in present]
+    if missing:
+        delta.alter.add_columns(missing)

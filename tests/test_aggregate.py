@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import random
 
+import pyarrow as pa
 from pyspark.sql import functions as F
 
+import reference
+from helpers import local_frame
 from streamtable import Aggregate, aggregate
 
 SCHEMA = "k STRING, n BIGINT, total BIGINT, largest BIGINT, smallest BIGINT"
@@ -62,3 +65,24 @@ def test_add_to_totals_counts_a_null_delta_as_nothing(spark):
     deltas = spark.createDataFrame([("a", None), ("c", None), ("b", 3), ("b", None)], "k STRING, v INT")
     totals = {r["k"]: r["v"] for r in add_to_totals(current, deltas, ["k"], "v").collect()}
     assert totals == {"a": 5, "b": 5, "c": 0}
+
+
+def test_aggregate_matches_a_null_key_to_its_current_row(spark):
+    """A null key's current row was dropped by a plain-equality join, so its aggregates restarted from the run."""
+    rng = random.Random(3)
+    runs = [[(rng.choice(["a", None]), rng.randint(-50, 50)) for _ in range(rng.randint(1, 6))] for _ in range(4)]
+    rows = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    table = pa.schema([("k", pa.string()), ("n", pa.int64()), ("total", pa.int64())])
+    current: dict[str | None, tuple] = {}
+    history: list[dict] = []
+    for records in runs:
+        frame = local_frame(spark, records, rows)
+        changed = aggregate(
+            local_frame(spark, [(k, *v) for k, v in current.items()], table),
+            frame,
+            ["k"],
+            [Aggregate("n", F.lit(1)), Aggregate("total", F.col("v"))],
+        )
+        current |= {r.k: (r.n, r.total) for r in changed.collect()}
+        history += [{"k": k, "v": v} for k, v in records]
+        assert current == {k: totals for (k,), totals in reference.table_aggregate(history, ["k"], ["v"]).items()}

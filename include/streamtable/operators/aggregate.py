@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, functions as F
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FractionalType, LongType
 
+from streamtable.operators.table_join import join_on_keys
+
 
 @dataclass(frozen=True)
 class Aggregate:
@@ -31,7 +33,8 @@ def aggregate(
 
     Returns the keys' columns and one column per `Aggregate`, one row per key in `records`. Keys without records
     are left out (they do not change); a key not in `current` starts from its records, so `current` may hold only
-    the rows of the keys in `records` (`batch.current(table, keys_of=records)`). Per store and item:
+    the rows of the keys in `records` (`batch.current(table, keys_of=records)`). A null key is a key like any
+    other (it meets its current row, as the commits' MERGE does). Per store and item:
 
         moved = batch.new("stock_moves")
         current = batch.current("stock", keys_of=moved)
@@ -40,7 +43,8 @@ def aggregate(
     """
     keys = list(keys)
     new = records.groupBy(*keys).agg(*[a.combine(a.value).alias(a.column) for a in aggregates])
-    touched = current.select(*keys, *[a.column for a in aggregates]).join(new.select(*keys), keys, "left_semi")
+    # Null-safe: a plain-equality join would miss a null key's current row, and the key would restart from its records.
+    touched = join_on_keys(current.select(*keys, *[a.column for a in aggregates]), new.select(*keys), keys, "left_semi")
     return (
         touched.unionByName(new).groupBy(*keys).agg(*[a.combine(F.col(a.column)).alias(a.column) for a in aggregates])
     )

@@ -53,21 +53,36 @@ def aggregate(
 def add_to_totals(current: DataFrame, deltas: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
     """The new totals of the keys in `deltas`: each key's current `value` (0 if absent) plus the sum of its deltas.
 
-    A null delta counts as nothing (a key whose deltas are all null keeps its total, 0 for a new key). A total
-    keeps its deltas' type family: a sum of INT or LONG is a LONG, of FLOAT or DOUBLE a DOUBLE, of
-    DECIMAL(p, s) a DECIMAL(38, s) (exact: the output column's declared type then holds it, or the batch fails).
-    Returns `keys` and `value`, one row per key in `deltas`; `current` may hold only the rows of those keys
+    A total is SQL's SUM over every delta its key has had, 0 where they were all null: a null delta counts as
+    nothing (as in `aggregate_table`), and a null key is a key like any other. A total keeps its deltas' type
+    family: a sum of INT or LONG is a LONG, of FLOAT or DOUBLE a DOUBLE, of DECIMAL(p, s) a DECIMAL(38, s) (exact
+    to the last of its s digits: the output column's declared type then holds it, or the batch fails).
+    Returns `keys` and `value`, one row per key in `deltas` (one per current row of a key that has several in a
+    corrupted `current`, for its unique-key suite to refuse); `current` may hold only the rows of those keys
     (`batch.current(table, keys_of=deltas)`, a keyed lookup). Revenue per customer:
 
         orders = batch.new("orders").select("customer", "amount")
         batch.upsert("revenue", add_to_totals(batch.current("revenue", keys_of=orders), orders, ["customer"], "amount"))
     """
-    # A null delta counts as nothing (as in aggregate_table): a key whose deltas are all null keeps its total.
-    summed = deltas.groupBy(*keys).agg(F.coalesce(F.sum(value), F.lit(0)).alias("_delta"))
-    return summed.join(current.select(*keys, F.col(value).alias("_old")), list(keys), "left").select(
-        *keys,
-        (F.coalesce("_old", F.lit(0)) + F.col("_delta")).cast(_total_type(deltas.schema[value].dataType)).alias(value),
+    keys = list(keys)
+    total = _total_type(deltas.schema[value].dataType)
+    new = deltas.select(*keys, F.col(value).cast(total).alias(value))
+    # One SUM over the current total and the deltas, not the current total + the deltas' sum: adding two
+    # DECIMAL(38, s) gives a DECIMAL(38, s - 1) for s > 6 (Spark's decimalOperations.allowPrecisionLoss), which
+    # rounds the last digit away, while a SUM of DECIMAL(38, s) stays DECIMAL(38, s). The join is null-safe, as
+    # the upsert that commits the totals is.
+    old = join_on_keys(
+        current.select(*keys, F.col(value).cast(total).alias(value)), new.select(*keys), keys, "left_semi"
+    ).withColumn("_rows", F.lit(1))
+    totals = (
+        old.unionByName(new.withColumn("_rows", F.lit(0)))
+        .groupBy(*keys)
+        .agg(F.coalesce(F.sum(value), F.lit(0).cast(total)).alias(value), F.sum("_rows").alias("_rows"))
     )
+    # A key with several rows in `current` (a corrupted table) keeps one row per current row, as a join would,
+    # so that the upsert's unique-key suite refuses the batch rather than one total silently absorbing them.
+    copies = F.explode(F.array_repeat(F.lit(0), F.greatest("_rows", F.lit(1)).cast("int")))
+    return totals.select(*keys, value, copies.alias("_copy")).drop("_copy")
 
 
 def _total_type(delta: DataType) -> DataType:

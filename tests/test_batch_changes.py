@@ -1,0 +1,94 @@
+"""`batch.changes` and `batch.rows` of a keyed input changelog streamtable keeps (Kafka Streams' Change(old, new)):
+several records of a key in one run fold into one change, a record whose values are all null deletes its key (a
+tombstone), a deleted key can come back, and a run where the table did not move sees no change. The reference is a
+plain-Python fold of the same records."""
+
+from __future__ import annotations
+
+import json
+
+from streamtable.core import registry
+
+PIPELINE = """
+from pyspark.sql import functions as F
+
+from streamtable import Column, Pipeline, Type, changelog, stream
+
+S = Type.STRING
+PRICES = changelog(
+    "prices",
+    [Column("item", S), Column("price", Type.LONG, nullable=True), Column("event_time", Type.TIMESTAMP)],
+    keys=["item"],
+)
+
+
+def process(batch):
+    changes = batch.changes("prices").select(
+        "item",
+        F.to_json(F.col("old").dropFields("event_time")).alias("old"),
+        F.to_json(F.col("new").dropFields("event_time")).alias("new"),
+        F.lit(batch.batch_id).alias("batch"),
+    )
+    batch.append("price_changes", changes)
+    batch.append("price_rows", batch.rows("prices").select("item", "price", F.lit(batch.batch_id).alias("batch")))
+
+
+PIPELINE = Pipeline(
+    name="price_changes",
+    doc="",
+    streams=(),
+    tables=("prices",),
+    outputs=(
+        stream("price_changes", [Column("item", S), Column("old", S), Column("new", S), Column("batch", Type.INT)]),
+        stream("price_rows", [Column("item", S), Column("price", Type.LONG), Column("batch", Type.INT)]),
+    ),
+    process=process,
+)
+"""
+
+RUNS = [  # the records of each run, in order: (item, price or None for a tombstone)
+    [("a", 1), ("b", 2), ("a", 3)],
+    [("a", None), ("b", 5), ("c", 7), ("c", None)],
+    [],
+    [("a", 9), ("b", 5)],
+]
+
+
+def reference(runs):
+    """Per run, {item: (old, new)} folded from the records, and the rows after it."""
+    rows: dict[str, int] = {}
+    out = []
+    for records in runs:
+        before = dict(rows)
+        for item, price in records:
+            if price is None:
+                rows.pop(item, None)
+            else:
+                rows[item] = price
+        changed = {item for item, _ in records}
+        folds = {i: (before.get(i), rows.get(i)) for i in changed if (before.get(i), rows.get(i)) != (None, None)}
+        out.append((folds, dict(rows)))
+    return out
+
+
+def test_changes_and_rows_of_a_keyed_changelog_equal_a_plain_fold(streamtable_driver, tmp_path):
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "prices.py").write_text(PIPELINE)
+    registry.current.cache_clear()
+    driver = streamtable_driver("price_changes", pipelines=folder)
+    for n, (records, (folds, rows)) in enumerate(zip(RUNS, reference(RUNS), strict=True)):
+        if records:
+            lines = [{"item": i, "price": p, "event_time": f"2026-01-01T00:0{n}:00Z"} for i, p in records]
+            driver.pipe("prices", lines)
+        report = driver.run()
+        assert report["batches"] == (1 if records else 0)
+        batch = n - (1 if n > 2 else 0)  # run 2 had no batch
+        seen = {
+            r["item"]: tuple(json.loads(r[side])["price"] if r[side] else None for side in ("old", "new"))
+            for r in driver.output("price_changes")
+            if r["batch"] == batch
+        }
+        if records:
+            assert seen == folds
+            assert {r["item"]: r["price"] for r in driver.output("price_rows") if r["batch"] == batch} == rows

@@ -413,3 +413,71 @@ def test_a_published_table_that_fails_its_suite_fails_the_quality_gate_not_the_r
     assert Path(page).is_file() and "word_count.word_counts" in Path(page).read_text()
     for task in ("quality_gate", "run"):
         assert f"{MOUNT}/{site_page(page)}" in result["xcom"][f"{task}._link_DataDocsLink"], result["xcom"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_table_driven_pipeline_under_dag_test_picks_up_the_other_jobs_newest_commits(
+    spark, airflow_home, tmp_path, monkeypatch, request
+):
+    """docs/sources.md's `shop_totals` (a table input only, no stream) as a user's pipeline: its micro-batch DAG under
+    `dag.test()` after the other job (tests/orders_job.py, plain Spark: MERGE, UPDATE, DELETE, deletion vectors) wrote,
+    and again after it changed orders: the outputs equal a plain-Python aggregate of the table's latest snapshot, and
+    the run's report names the version it read."""
+    import random
+    import re
+    from collections import defaultdict
+    from decimal import Decimal
+
+    import orders_job
+
+    from helpers import dag_tests
+    from streamtable.core import registry
+    from streamtable.storage.delta_rs import table_version
+    from streamtable.storage.reader import rows
+
+    path, lake, folder = str(tmp_path / "orders"), Lake(tmp_path / "lake"), tmp_path / "shop_pipelines"
+    doc = (ROOT / "docs" / "sources.md").read_text()
+    shop = re.search(r'^```python title="~/shop_pipelines/shop.py"\n(.*?)^```$', doc, re.S | re.M)
+    assert shop and '"~/shop_job/orders"' in shop.group(1)
+    folder.mkdir()
+    (folder / "shop.py").write_text(shop.group(1).replace('"~/shop_job/orders"', repr(path)))
+    env = airflow_env(airflow_home, lake.root) | {registry.ENV: str(folder), "STREAMTABLE_EXAMPLES": "0"}
+    monkeypatch.setenv(registry.ENV, str(folder))  # this process reads the outputs by name
+    registry.current.cache_clear()
+    request.addfinalizer(registry.current.cache_clear)  # the next test loads its own folders
+
+    def expected() -> tuple[list[dict], list[dict]]:
+        revenue: dict[str, list] = defaultdict(lambda: [0, Decimal("0.00")])
+        statuses: dict[str, int] = defaultdict(int)
+        for row in orders_job.snapshot(spark, path):
+            revenue[row["customer"]][0] += 1
+            revenue[row["customer"]][1] += row["amount"]
+            statuses[row["status"]] += 1
+        return (
+            [{"customer": c, "orders": n, "revenue": total} for c, (n, total) in sorted(revenue.items())],
+            [{"status": s, "orders": n} for s, n in sorted(statuses.items())],
+        )
+
+    def micro_batch() -> dict:
+        [result], output = dag_tests(env, [{"file": "streamtable_dags.py", "dag_id": "shop_totals"}], timeout=600)
+        assert result.get("tasks") == {"run": "success", "quality_gate": "success"}, output[-4000:]
+        return result["xcom"]["run.return_value"]
+
+    rng = random.Random(35)
+    orders_job.create(spark, path)
+    orders_job.insert(spark, path, range(0, 8), rng)
+    orders_job.merge(spark, path, upserts=[1, 8], deletes=[2], rng=rng)
+    micro_batch()
+    assert (rows(lake, "revenue_per_customer"), rows(lake, "orders_per_status")) == expected()
+
+    # the other job goes on: a MERGE that updates, deletes and inserts, an order moved, a DELETE, a re-insert
+    orders_job.merge(spark, path, upserts=[3, 4, 9], deletes=[5, 6], rng=rng)
+    orders_job.move(spark, path, 7, "zed")
+    orders_job.delete(spark, path, [0])
+    orders_job.merge(spark, path, upserts=[5], deletes=[], rng=rng)
+    report = micro_batch()
+    assert (rows(lake, "revenue_per_customer"), rows(lake, "orders_per_status")) == expected()
+    assert report["batches"] == 1, report
+    (consumed,) = report["lineage"]["inputs"]
+    assert consumed["version"] == table_version(path), report  # it read the other job's newest commit

@@ -75,6 +75,7 @@ _LOCK = threading.Lock()
 log = logging.getLogger("streamtable.quality")
 _CONTEXTS: dict[str, Any] = {}  # quality_dir -> its GX project, opened once per process
 _CHECKPOINTS: dict[tuple, Any] = {}  # (project, suite, rules, docs, engine) -> its checkpoint, made once per process
+_without_docs = 0  # > 0 inside `without_data_docs` (the test driver's runs)
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,18 @@ def _publish_docs(quality_dir: str) -> None:
         Store.for_lake(quality_dir).mirror_dir(_local_site(quality_dir), join(quality_dir, "gx", SITE_DIR))
 
 
+@contextmanager
+def without_data_docs() -> Iterator[None]:
+    """Validations in this process build no Data Docs inside the block (`streamtable.testing`'s runs): the same
+    suites and verdicts, without the pages no test reads."""
+    global _without_docs
+    _without_docs += 1
+    try:
+        yield
+    finally:
+        _without_docs -= 1
+
+
 def validate(
     df: DataFrame,
     pipeline: str,
@@ -140,6 +153,7 @@ def validate(
     """
     if engine is not None and engine not in ENGINES:
         raise ValueError(f"engine must be one of {sorted(ENGINES)} or None, not {engine!r}")
+    build_docs = build_docs and not _without_docs
     params = _parameters(suite.expectations, metrics or {})
     cache = not df.is_cached
     if cache:

@@ -22,17 +22,21 @@ def delta_jars() -> list[str]:
     return jars
 
 
-def get_spark(app_name: str = "streamtable", lake: str | None = None) -> SparkSession:
+def get_spark(
+    app_name: str = "streamtable", lake: str | None = None, conf: dict[str, str] | None = None
+) -> SparkSession:
     """Return the process's SparkSession, creating it with Delta configured (and s3a, for a `lake` on S3 or an
     input table of another job there).
 
     The master comes from spark-submit when there is one, else from $STREAMTABLE_SPARK_MASTER
     (default `local[2]`). Tables are always addressed by path, so no Derby metastore is created.
+    `conf` adds settings to a session made here (`spark.driver.extraJavaOptions` is added to streamtable's own);
+    a session made before keeps its own.
     """
     lake_conf = settings.lake_conf(lake or "", *registry.external_paths())
     spark = SparkSession.getActiveSession()
     if spark is None:
-        spark = _new_session(app_name, lake_conf)
+        spark = _new_session(app_name, lake_conf, conf or {})
     else:  # a session made before (for another lake): its s3a settings (its class path is the JVM's already)
         hadoop = spark.sparkContext._jsc.hadoopConfiguration()
         for key, value in lake_conf.items():
@@ -42,7 +46,7 @@ def get_spark(app_name: str = "streamtable", lake: str | None = None) -> SparkSe
     return spark
 
 
-def _new_session(app_name: str, lake_conf: dict[str, str]) -> SparkSession:
+def _new_session(app_name: str, lake_conf: dict[str, str], extra: dict[str, str] | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # else PySpark starts the driver's JVM now
     s3a_class_path = lake_conf.get("spark.executor.extraClassPath", "")  # the driver needs the executors' s3a jars
@@ -56,6 +60,9 @@ def _new_session(app_name: str, lake_conf: dict[str, str]) -> SparkSession:
         **settings.launch_conf(log_level),
         **lake_conf,
     }
+    for key, value in (extra or {}).items():
+        java_options = key == "spark.driver.extraJavaOptions"
+        conf[key] = f"{conf.get(key, '')} {value}".strip() if java_options else value
     if not launched_by_spark_submit:  # we choose the master
         conf["spark.master"] = os.environ.get("STREAMTABLE_SPARK_MASTER", "local[2]")
         conf["spark.driver.memory"] = settings.driver_memory()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streamtable.core import registry
 from streamtable.core.errors import UnknownPipelineError
@@ -16,6 +18,59 @@ from streamtable.ingest.ticks import emit
 from streamtable.runtime.lifecycle import reprocess, run
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# A test's batches are a few rows, on a session that lives for minutes: settings that make such a batch cheaper and
+# change no result. Set around each of a driver's runs only (other code on the same session keeps its own):
+# one shuffle partition and no adaptive re-planning (each a few Spark jobs less per batch), one partition for Delta's
+# snapshot of a table's log, and expressions evaluated without generating and compiling code (Spark's interpreted
+# path, held by Spark's own tests to the same results; the project's tests run so too, tests/conftest.py).
+RUN_CONF = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.databricks.delta.snapshotPartitions": "1",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+# The driver JVM the test session starts, if it starts one: C1-compiled code and the serial collector cost a JVM that
+# lives for a test session less CPU and less time (tests/conftest.py measured the CPU).
+SESSION_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def spark_session() -> SparkSession:
+    """The SparkSession the drivers of a test session run on (the `streamtable_spark` fixture's): the process's, or a
+    new local one with Delta whose JVM is tuned for a short life (SESSION_JAVA_OPTIONS). Great Expectations, which
+    the first run's gate imports, is imported on a thread while the JVM starts."""
+    from pyspark.sql import SparkSession
+
+    from streamtable.quality.validation import import_gx_in_background
+    from streamtable.runtime.spark import get_spark
+
+    if SparkSession.getActiveSession() is None:
+        import_gx_in_background()
+    return get_spark("streamtable-tests", conf={"spark.driver.extraJavaOptions": SESSION_JAVA_OPTIONS})
+
+
+@contextmanager
+def run_settings(spark: SparkSession) -> Iterator[None]:
+    """RUN_CONF on the session and no Data Docs (`quality.validation.without_data_docs`) inside the block; the
+    session's own settings again after it."""
+    from streamtable.quality.validation import without_data_docs
+
+    before = {key: spark.conf.get(key, None) for key in RUN_CONF}
+    for key, value in RUN_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        with without_data_docs():
+            yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 class PipelineDriver:
@@ -59,13 +114,15 @@ class PipelineDriver:
 
     def run(self) -> dict:
         """One run of the pipeline over everything piped since the last: `streamtable run`'s report."""
-        return run(self.lake, self.pipeline, clock=lambda: self.wall_clock).as_dict()
+        with run_settings(spark_session()):
+            return run(self.lake, self.pipeline, clock=lambda: self.wall_clock).as_dict()
 
     def reprocess(self, from_version: int, input: str | None = None) -> dict:
         """Rebuild the outputs from `from_version` of the primary input (or of `input`, stream or table) and swap them
         in (`streamtable reprocess`)."""
         clock = lambda: self.wall_clock  # noqa: E731
-        return reprocess(self.lake, self.pipeline, from_version, clock=clock, input_name=input).as_dict()
+        with run_settings(spark_session()):
+            return reprocess(self.lake, self.pipeline, from_version, clock=clock, input_name=input).as_dict()
 
     def advance_wall_clock(self, by: timedelta) -> datetime:
         """Move the wall clock forward (never back) by `by`, as a punctuator sees time pass: a pipeline that

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def streamtable_spark() -> Iterator[SparkSession]:
     """The local SparkSession with Delta that every driver of the test session runs on (made on first use)."""
-    from streamtable.runtime.spark import get_spark
+    from streamtable.testing.driver import spark_session
 
-    spark = get_spark("streamtable-tests")
+    spark = spark_session()
     yield spark
     spark.stop()
 

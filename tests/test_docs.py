@@ -119,7 +119,7 @@ RUN_ELSEWHERE = {
     ".venv/bin/python bench/latency.py --rates 1000 10000 30000 100000 --seconds 60": (
         "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
     ),
-    ".venv/bin/python bench/table_input.py --rows 1000 1000000 --changes 1000 --batches 5": (
+    ".venv/bin/python bench/table_input.py --rows 1000 1000000 --changes 1000 --batches 4": (
         "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
     ),
 }

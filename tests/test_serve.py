@@ -165,6 +165,7 @@ def test_progress_rows_and_status_follow_each_batch(spark, lake):
             "table": "text_lines",
             "consumed_version": 1,
             "latest_version": 1,
+            "versions_behind": 0,
             "records_behind": 0,
             "oldest_unconsumed_at": None,
         }

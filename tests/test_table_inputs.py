@@ -134,7 +134,7 @@ def test_a_table_only_pipeline_follows_merges_updates_and_deletes(spark, pipelin
 
     # random commits, several between runs: several changes of one key fold into one change
     known, next_id = list(range(0, 10)), 10
-    for _ in range(3):
+    for _ in range(2):
         for _ in range(rng.randint(1, 4)):
             next_id = orders_job.random_step(spark, path, known, rng, next_id)
         run(lake, "order_totals")

@@ -37,7 +37,7 @@ MYPY_CACHE_DIR ?= $(HOME)/.cache/streamtable/mypy
 # longest first (tests/conftest.py); WORKERS= runs them one by one.
 WORKERS ?= -n 3 --dist loadfile --no-loadscope-reorder
 
-.PHONY: help setup wheel demo test test-quick test-all reference lint cluster-start cluster-stop kafka kafka-stop object-store object-store-stop bench env clean distclean
+.PHONY: help setup wheel demo test test-quick test-all campaign reference lint cluster-start cluster-stop kafka kafka-stop object-store object-store-stop bench env clean distclean
 
 help:
 	@echo "make setup     install everything into the project (.venv, jars/, airflow_home/); fast when done"
@@ -46,6 +46,8 @@ help:
 	@echo "make test      every test, on three workers (what CI runs); the integration test needs PostgreSQL (skipped"
 	@echo "               without it unless STREAMTABLE_REQUIRE_INTEGRATION=1); WORKERS= runs them one by one"
 	@echo "make test-quick the tests that start no Spark process of their own (-m \"not slow\"): unit, DAGs, in-process Spark"
+	@echo "make campaign SEED=1 N=50  generated pipelines vs their models (driver; every CLI_EVERY-th, default 10, CLI too);"
+	@echo "               each failure: its pipeline file, inputs and replay command, in build/campaign/case-SEED"
 	@echo "make reference docs/reference.md, the API reference, from the docstrings (Sphinx autodoc; scripts/reference.sh)"
 	@echo "make lint      ruff check, ruff format --check, mypy (config: pyproject.toml); seconds (mypy's first run on a machine ~20 s, its cache in ~/.cache/streamtable/mypy)"
 	@echo "make cluster-start / cluster-stop   a Spark standalone master + worker (scripts/spark-cluster.sh)"
@@ -80,6 +82,13 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest $(WORKERS) $(PYTEST_ARGS)
+
+# The campaign of generated pipelines (issue 36; docs/your-own-pipeline.md, "The campaign"): N cases from SEED.
+SEED ?= 1
+N ?= 50
+CLI_EVERY ?= 10
+campaign: setup
+	$(PY) scripts/campaign.py --seed $(SEED) -n $(N) --cli-every $(CLI_EVERY)
 
 test-quick: setup
 	$(PY) -m pytest -m "not slow" $(WORKERS) $(PYTEST_ARGS)

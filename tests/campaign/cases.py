@@ -1,0 +1,67 @@
+"""A generated case: a pipeline file written with the public API, its inputs run by run, and its model's outputs.
+
+`draw(seed)` picks a family and draws a case from it; the same seed always gives the same case (its pipeline file,
+its records, their formats and its expected outputs), so a failure is replayed by its seed alone.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from campaign.values import T
+
+FORMATS = ("jsonl", "csv", "parquet", "pipe")  # pipe: the test driver's `pipe` (JSON lines, no file)
+
+
+@dataclass
+class Input:
+    """An input changelog (or another job's Delta table, `path` set): its columns (name, type, nullable)."""
+
+    name: str
+    columns: list[tuple[str, T, bool]]
+    time_column: str
+    keys: list[str] = field(default_factory=list)
+
+    def type_of(self, column: str) -> T:
+        return next(t for n, t, _ in self.columns if n == column)
+
+
+@dataclass
+class Ingest:
+    """Records for one input, in one format: a file of a landing folder, or the driver's `pipe`."""
+
+    input: str
+    format: str
+    records: list[dict]
+
+
+@dataclass
+class Output:
+    name: str
+    columns: list[tuple[str, T, bool]]
+    keys: list[str]  # sort order for a stream
+    rows: list[dict]  # the model's rows, each column's value as plain Python (compared in `show`'s form)
+
+
+@dataclass
+class Case:
+    seed: int
+    family: str
+    pipeline: str
+    source: str  # the pipeline file
+    inputs: dict[str, Input]
+    runs: list[list[Ingest]]  # what each run has arrived before it: ingests (or table versions)
+    outputs: list[Output]
+    late: int = 0  # records the model sends to late_events
+    notes: list[str] = field(default_factory=list)  # what was drawn, for the failure report
+    delta_inputs: dict[str, str] = field(default_factory=dict)  # input -> path under the case's folder (table inputs)
+
+
+def draw(seed: int, families: tuple[str, ...] = ()) -> Case:
+    from campaign import families as fam
+
+    rng = random.Random(seed)
+    chosen = families or tuple(fam.FAMILIES)
+    name = rng.choice(chosen)
+    return fam.FAMILIES[name](rng, seed)

@@ -1,0 +1,245 @@
+"""Run a generated case through the test driver (in this process) or the CLI, and compare with its model.
+
+Each case gets a folder of its own: `pipelines/` (the pipeline file), `landing/INPUT/` (the files of each run, in
+name order), the lake, and on a failure `failure.txt` and `replay.sh` (the same inputs through the CLI).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from campaign.cases import Case, Ingest
+from campaign.values import arrow_type, arrow_value, csv_cell, json_text, shown
+
+ROOT = Path(__file__).resolve().parents[2]
+STREAMTABLE = ROOT / ".venv" / "bin" / "streamtable"
+
+
+def write_file(case: Case, ingest: Ingest, folder: Path, index: int, rng) -> Path | None:
+    """The ingest's records as a file of its format in `folder` (None for `pipe`); an undeclared `seq` rides along."""
+    inp = case.inputs[ingest.input]
+    names = [n for n, _, _ in inp.columns]
+    folder.mkdir(parents=True, exist_ok=True)
+    fmt = ingest.format
+    if fmt in ("jsonl", "pipe"):
+        path = folder / f"{index:03d}.jsonl"
+        with path.open("w", encoding="utf-8") as f:
+            for r in ingest.records:
+                parts = [f"{json.dumps(n)}: {json_text(rng, t, r[n])}" for n, t, _ in inp.columns if r[n] is not None]
+                f.write("{" + ", ".join([*parts, f'"seq": {r["seq"]}']) + "}\n")
+    elif fmt == "csv":
+        path = folder / f"{index:03d}.csv"
+        with path.open("w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f)
+            w.writerow([*names, "seq"])
+            for r in ingest.records:
+                w.writerow([*[csv_cell(rng, t, r[n]) for n, t, _ in inp.columns], r["seq"]])
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.schema(
+            [*[pa.field(n, arrow_type(rng, t), nullable=nl) for n, t, nl in inp.columns], pa.field("seq", pa.int64())]
+        )
+        rows = [{**{n: arrow_value(t, r[n]) for n, t, _ in inp.columns}, "seq": r["seq"]} for r in ingest.records]
+        path = folder / f"{index:03d}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows, schema), path)
+    return path
+
+
+def prepare(case: Case, folder: Path) -> list[list[tuple[Ingest, Path]]]:
+    """Write the pipeline file and every run's input files; returns each run's (ingest, file)."""
+    import random
+
+    rng = random.Random(case.seed * 7919)
+    (folder / "pipelines").mkdir(parents=True, exist_ok=True)
+    (folder / "pipelines" / f"{case.pipeline}.py").write_text(case.source.replace("@@JOB@@", str(folder / "job")))
+    written, index = [], 0
+    for r, run in enumerate(case.runs):
+        files = []
+        for ingest in run:
+            index += 1
+            sub = folder / "landing" / ingest.input / f"run{r}"
+            files.append((ingest, write_file(case, ingest, sub, index, rng)))
+        written.append(files)
+    return written
+
+
+def write_versions(case: Case, folder: Path, run: int) -> None:
+    """The other job's commits before run `run` of a table-input case (delta-rs, Change Data Feed on)."""
+    from deltalake import DeltaTable, write_deltalake
+
+    versions = getattr(case, "versions", [])
+    if run >= len(versions):
+        return
+    import pyarrow as pa
+
+    [inp] = case.inputs.values()
+    schema = pa.schema([pa.field(n, _exact_arrow(t), nullable=nl) for n, t, nl in inp.columns])
+    path = str(folder / "job")
+    for kind, payload in versions[run]:
+        if kind == "delete":
+            DeltaTable(path).delete(" OR ".join(f"id = '{i}'" for i in payload))
+            continue
+        data = pa.Table.from_pylist([{n: arrow_value(t, r[n]) for n, t, _ in inp.columns} for r in payload], schema)
+        if not (folder / "job" / "_delta_log").exists():
+            write_deltalake(path, data, configuration={"delta.enableChangeDataFeed": "true"})
+        else:
+            (
+                DeltaTable(path)
+                .merge(data, "t.id = s.id", source_alias="s", target_alias="t")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
+
+
+def _exact_arrow(t):
+    import pyarrow as pa
+
+    return pa.timestamp("us", tz="UTC") if t.kind == "timestamp" else arrow_type(__import__("random").Random(0), t)
+
+
+def expected_rows(case: Case) -> dict[str, list[dict]]:
+    return {
+        o.name: _sorted([{n: shown(t, row[n]) for n, t, _ in o.columns} for row in o.rows], o.keys)
+        for o in case.outputs
+    }
+
+
+def _sorted(rows: list[dict], keys: list[str]) -> list[dict]:
+    return sorted(rows, key=lambda r: json.dumps([r[k] for k in keys], sort_keys=True, default=str))
+
+
+def same(a: object, b: object) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            return False
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-6)  # type: ignore[arg-type]
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def compare(case: Case, actual: dict[str, list[dict]], late: int) -> list[str]:
+    problems = []
+    for name, want in expected_rows(case).items():
+        got = _sorted(actual.get(name, []), next(o.keys for o in case.outputs if o.name == name))
+        if not same(got, want):
+            problems.append(f"{name}: expected\n  {want}\ngot\n  {got}")
+    if late != case.late:
+        problems.append(f"late_events: expected {case.late} records, got {late}")
+    return problems
+
+
+def run_driver(case: Case, folder: Path) -> list[str]:
+    """The case through `streamtable.testing`'s driver, in this process (its SparkSession made on first use)."""
+    from streamtable.core import registry
+    from streamtable.core.registry import get_input
+    from streamtable.ingest.folders import KINDS, RefusedFile, ingest_landed_file
+    from streamtable.testing import PipelineDriver
+
+    runs = prepare(case, folder)
+    os.environ[registry.ENV] = str(folder / "pipelines")
+    registry.current.cache_clear()
+    driver = PipelineDriver(case.pipeline, folder / "lake", wall_clock=datetime(2026, 3, 2, tzinfo=UTC))
+    for r, files in enumerate(runs):
+        write_versions(case, folder, r)
+        for ingest, path in files:
+            assert path is not None
+            if ingest.format == "pipe":
+                result = driver.pipe(ingest.input, path.read_text(encoding="utf-8").splitlines())
+                if result["quarantined"]:
+                    return [f"pipe {path.name}: quarantined {result} {[q['reason'] for q in driver.quarantine()]}"]
+            else:
+                try:  # one file of a landing folder, as `ingest INPUT DIR` takes it
+                    result = ingest_landed_file(
+                        driver.lake, get_input(ingest.input), path, KINDS[path.suffix]
+                    ).as_dict()
+                except RefusedFile as e:
+                    return [f"ingest {path}: refused: {e}"]
+                if result["quarantined"] or result["appended"] != len(ingest.records):
+                    return [f"ingest {path}: {result} {[q['reason'] for q in driver.quarantine()]}"]
+        driver.run()
+    actual = {}
+    for o in case.outputs:
+        types = {n: t for n, t, _ in o.columns}
+        actual[o.name] = [{n: shown(types[n], v) for n, v in row.items()} for row in driver.output(o.name)]
+    return compare(case, actual, len(driver.late_events()))
+
+
+def cli_commands(case: Case, folder: Path) -> list[list[str]]:
+    """The CLI commands that replay the case: per run, `ingest INPUT DIR` of its files, then `run`."""
+    common = ["--pipelines", str(folder / "pipelines"), "--lake", str(folder / "cli-lake")]
+    commands = []
+    for r, run in enumerate(case.runs):
+        for inp in dict.fromkeys(i.input for i in run):
+            commands.append([str(STREAMTABLE), "ingest", inp, str(folder / "landing" / inp / f"run{r}"), *common])
+        commands.append([str(STREAMTABLE), "run", case.pipeline, *common])
+    for o in case.outputs:
+        commands.append([str(STREAMTABLE), "show", o.name, *common])
+    commands.append([str(STREAMTABLE), "show", "late_events", *common])
+    return commands
+
+
+def run_cli(case: Case, folder: Path) -> list[str]:
+    """The case through the CLI (one process per command), its outputs read with `show`."""
+    prepare(case, folder)
+    shown_tables: dict[str, list[dict]] = {}
+    run = 0
+    for command in cli_commands(case, folder):
+        if command[1] == "run":
+            write_versions(case, folder, run)
+            run += 1
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            return [f"{shlex.join(command[1:3])} exited {done.returncode}: {done.stderr.strip()[-2000:]}"]
+        if command[1] == "show":
+            shown_tables[command[2]] = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    late = len(shown_tables.pop("late_events", []))
+    return compare(case, shown_tables, late)
+
+
+def report(case: Case, folder: Path, problems: list[str], how: str) -> str:
+    """Write the failure's files (the pipeline file and inputs are there already) and return its summary."""
+    script = [
+        "#!/bin/sh",
+        "# the case through the CLI, on a fresh lake of its own",
+        "set -e",
+        f"rm -rf {folder}/cli-lake",
+    ]
+    if getattr(case, "versions", None):
+        script.insert(
+            2,
+            f"# a table input: {folder}/job holds the other job's table as it ends"
+            f" (make campaign SEED={case.seed} N=1 writes it version by version)",
+        )
+    script += [shlex.join(c) for c in cli_commands(case, folder)]
+    (folder / "replay.sh").write_text("\n".join(script) + "\n")
+    (folder / "replay.sh").chmod(0o755)
+    text = "\n".join(
+        [
+            f"case seed {case.seed} ({case.family}, {how}): {'; '.join(case.notes)}",
+            f"  pipeline: {folder / 'pipelines' / (case.pipeline + '.py')}",
+            f"  inputs:   {folder / 'landing'} (one folder per input and run)",
+            f"  replay:   make campaign SEED={case.seed} N=1   (driver and CLI)   or   sh {folder / 'replay.sh'}",
+            *[f"  {p}" for p in problems],
+        ]
+    )
+    (folder / "failure.txt").write_text(text + "\n")
+    (folder / "expected.json").write_text(json.dumps(expected_rows(case), indent=1, default=str))
+    return text
+
+
+def main_python() -> str:
+    return sys.executable

@@ -15,7 +15,9 @@ from test_docs import blocks
 
 from helpers import ROOT
 from streamtable.core.errors import UnknownPipelineError
+from streamtable.quality.validation import docs_index
 from streamtable.testing import PipelineDriver
+from streamtable.testing.driver import RUN_CONF
 
 
 def line(text: str, second: int) -> dict:
@@ -55,6 +57,20 @@ def test_the_wall_clock_emits_ticks_and_a_back_dated_close_is_late(streamtable_d
     assert [(r["table"], r["pipeline"]) for r in driver.late_events()] == [("user_presence", "presence_notifications")]
     with pytest.raises(ValueError, match="only moves forward"):
         driver.advance_wall_clock(timedelta(seconds=-1))
+
+
+def test_the_drivers_tiny_batch_settings_and_no_data_docs_stay_inside_its_runs(streamtable_driver, streamtable_spark):
+    """The driver's runs and reprocesses give `run`'s answers on RUN_CONF, without Data Docs; the session's own
+    settings are back after each."""
+    own = {key: streamtable_spark.conf.get(key, None) for key in RUN_CONF}
+    driver = streamtable_driver("word_count")
+    driver.pipe("text_lines", [line("a b a", 1)])
+    driver.run()
+    assert {key: streamtable_spark.conf.get(key, None) for key in RUN_CONF} == own
+    assert driver.reprocess(0)["published"]
+    assert {key: streamtable_spark.conf.get(key, None) for key in RUN_CONF} == own
+    assert driver.output("word_counts") == [{"word": "a", "count": 2}, {"word": "b", "count": 1}]
+    assert not Path(docs_index(driver.lake.quality_dir)).exists()
 
 
 def test_an_unknown_pipeline_fails_at_once_naming_the_known_ones(tmp_path):

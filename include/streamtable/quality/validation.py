@@ -75,7 +75,7 @@ _LOCK = threading.Lock()
 log = logging.getLogger("streamtable.quality")
 _CONTEXTS: dict[str, Any] = {}  # quality_dir -> its GX project, opened once per process
 _CHECKPOINTS: dict[tuple, Any] = {}  # (project, suite, rules, docs, engine) -> its checkpoint, made once per process
-_without_docs = 0  # > 0 inside `without_data_docs` (the test driver's runs)
+_verdicts_only = 0  # > 0 inside `verdicts_only` (the test driver's runs)
 
 
 @dataclass(frozen=True)
@@ -124,15 +124,16 @@ def _publish_docs(quality_dir: str) -> None:
 
 
 @contextmanager
-def without_data_docs() -> Iterator[None]:
-    """Validations in this process build no Data Docs inside the block (`streamtable.testing`'s runs): the same
-    suites and verdicts, without the pages no test reads."""
-    global _without_docs
-    _without_docs += 1
+def verdicts_only() -> Iterator[None]:
+    """Inside the block (`streamtable.testing`'s runs) validations keep no history and build no Data Docs: the same
+    GX suites and verdicts, checked in one in-memory GX project for the whole process (`_memory_context`) instead of
+    each lake's file project, which GX reads its YAML from again many times a validation."""
+    global _verdicts_only
+    _verdicts_only += 1
     try:
         yield
     finally:
-        _without_docs -= 1
+        _verdicts_only -= 1
 
 
 def validate(
@@ -153,7 +154,7 @@ def validate(
     """
     if engine is not None and engine not in ENGINES:
         raise ValueError(f"engine must be one of {sorted(ENGINES)} or None, not {engine!r}")
-    build_docs = build_docs and not _without_docs
+    build_docs = build_docs and not _verdicts_only
     params = _parameters(suite.expectations, metrics or {})
     cache = not df.is_cached
     if cache:
@@ -203,8 +204,11 @@ def _check(
     name = f"{pipeline}.{suite.table}"
     engine = "pandas" if _is_pandas(data) else "spark"
     with _locked(quality_dir):
-        ctx = _context(quality_dir)
-        prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
+        if _verdicts_only:
+            ctx, build_docs = _memory_context(), False
+        else:
+            ctx = _context(quality_dir)
+            prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
         gx_params = _gx_parameters(suite.expectations, params, offsets or {})
         result = _run_checkpoint(ctx, name, suite.expectations, build_docs, engine, data, gx_params)
         docs = page = None
@@ -529,6 +533,29 @@ def _context(quality_dir: str) -> Any:
         _CONTEXTS[key] = _open_context(key)
     set_context(_CONTEXTS[key])
     return _CONTEXTS[key]
+
+
+@lru_cache(maxsize=1)
+def _ephemeral_context() -> Any:
+    """The process's in-memory GX project (`verdicts_only`), with analytics and progress bars off."""
+    gx = _gx()
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    _null_safe_sum()
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.analytics_enabled = False
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    return ctx
+
+
+def _memory_context() -> Any:
+    """`_ephemeral_context`, made GX's current project; its validation results dropped (no history is kept)."""
+    from great_expectations.data_context.data_context.context_factory import set_context
+
+    ctx = _ephemeral_context()
+    set_context(ctx)
+    ctx.validation_results_store.store_backend._store.clear()
+    return ctx
 
 
 def _open_context(project: str) -> Any:

@@ -37,11 +37,17 @@ RUN_CONF = {
 # The driver JVM the test session starts, if it starts one: C1-compiled code and the serial collector cost a JVM that
 # lives for a test session less CPU and less time (tests/conftest.py measured the CPU).
 SESSION_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SESSION_CONF = {
+    "spark.driver.extraJavaOptions": SESSION_JAVA_OPTIONS,
+    # Delta keeps the log (and the cached state of its latest snapshot) of every table it read, 10,000 by default: a
+    # test session reads a few tables per test, each on a lake of its own that the next test never reads again
+    "spark.databricks.delta.delta.log.cacheSize": "64",
+}
 
 
 def spark_session() -> SparkSession:
     """The SparkSession the drivers of a test session run on (the `streamtable_spark` fixture's): the process's, or a
-    new local one with Delta whose JVM is tuned for a short life (SESSION_JAVA_OPTIONS). Great Expectations, which
+    new local one with Delta whose JVM is tuned for a short life (SESSION_CONF). Great Expectations, which
     the first run's gate imports, is imported on a thread while the JVM starts."""
     from pyspark.sql import SparkSession
 
@@ -50,20 +56,20 @@ def spark_session() -> SparkSession:
 
     if SparkSession.getActiveSession() is None:
         import_gx_in_background()
-    return get_spark("streamtable-tests", conf={"spark.driver.extraJavaOptions": SESSION_JAVA_OPTIONS})
+    return get_spark("streamtable-tests", conf=SESSION_CONF)
 
 
 @contextmanager
 def run_settings(spark: SparkSession) -> Iterator[None]:
-    """RUN_CONF on the session and no Data Docs (`quality.validation.without_data_docs`) inside the block; the
-    session's own settings again after it."""
-    from streamtable.quality.validation import without_data_docs
+    """RUN_CONF on the session, and validations without history or Data Docs (`quality.validation.verdicts_only`),
+    inside the block; the session's own settings again after it."""
+    from streamtable.quality.validation import verdicts_only
 
     before = {key: spark.conf.get(key, None) for key in RUN_CONF}
     for key, value in RUN_CONF.items():
         spark.conf.set(key, value)
     try:
-        with without_data_docs():
+        with verdicts_only():
             yield
     finally:
         for key, value in before.items():

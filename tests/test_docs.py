@@ -116,6 +116,7 @@ RUN_ELSEWHERE = {
     ".venv/bin/python bench/batch_stages.py --batches 8 --driver-scenarios 0 --inventory-keys 1000000 10000000": (
         "nothing: a benchmark of minutes (docs/benchmarks.md has its figures)"
     ),
+    ".venv/bin/python bench/test_driver.py": "nothing: a benchmark (docs/benchmarks.md has its figures)",
     ".venv/bin/python bench/latency.py --rates 1000 10000 30000 100000 --seconds 60": (
         "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
     ),

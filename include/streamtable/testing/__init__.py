@@ -8,8 +8,9 @@
 
 `PipelineDriver` runs the very code `streamtable run` runs (ingest's validation and quarantine, the micro-batch,
 its commits and gate) on a throw-away lake, on one SparkSession kept for the whole test session: the first test
-pays the JVM's start, the next ones a few seconds per run. The pytest fixtures `streamtable_driver` and
-`streamtable_spark` come with the package (the `streamtable[testing]` extra brings pytest).
+pays the JVM's start, each later run a second or two (settings for tiny batches around each run, the gates' suites
+checked in memory without Data Docs; docs/benchmarks.md, "The test driver"). The pytest fixtures
+`streamtable_driver` and `streamtable_spark` come with the package (the `streamtable[testing]` extra brings pytest).
 """
 
 from streamtable.testing.driver import PipelineDriver

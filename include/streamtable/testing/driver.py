@@ -72,11 +72,11 @@ def run_settings(spark: SparkSession) -> Iterator[None]:
         with verdicts_only():
             yield
     finally:
-        for key, value in before.items():
-            if value is None:
+        for key, own in before.items():
+            if own is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, own)
 
 
 class PipelineDriver:

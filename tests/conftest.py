@@ -140,7 +140,10 @@ LONGEST_FIRST = (
     "test_s3_lake.py",
     "test_s3_pipelines.py",
     "test_fault_campaign.py",
+    "test_table_inputs.py",
     "test_cli_exit.py",
+    "test_campaign.py",
+    "test_explain.py",
     "test_external_delta.py",
     "test_ingest.py",
     "test_install.py",
@@ -151,6 +154,8 @@ LONGEST_FIRST = (
     "test_dags.py",
     "test_bench.py",
     "test_disk_faults.py",
+    "test_table_changes.py",
+    "test_time_columns.py",
 )
 
 

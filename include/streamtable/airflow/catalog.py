@@ -60,10 +60,11 @@ def parse_time_variable(key: str) -> str | None:
     if getattr(task_runner, "SUPERVISOR_COMMS", None) is not None:
         return None  # the API server answered (the DB's Variables included): it is not set
     from airflow.secrets.metastore import MetastoreBackend
+    from sqlalchemy.exc import SQLAlchemyError
 
     try:
         return MetastoreBackend().get_variable(key)
-    except Exception as e:  # no reachable metadata DB in this process: say so, the env decides
+    except SQLAlchemyError as e:  # no reachable metadata DB in this process (only that): say so, the env decides
         log.warning("cannot read the Airflow Variable %s from the metadata DB (%s): using the env", key, e)
         return None
 

@@ -11,14 +11,18 @@ multi-table transaction.
 
 from __future__ import annotations
 
+import inspect
 import logging
+import re
+import traceback
 from datetime import datetime
 from decimal import Decimal
 from functools import reduce
 
 from pyspark.sql import DataFrame, functions as F
 
-from streamtable.core.errors import UndeclaredNameError
+from streamtable.core.errors import PipelineCodeError, StreamtableError, UndeclaredNameError
+from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.schema import spark_ddl
 from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE, Table
@@ -218,3 +222,22 @@ class StagedBatch:
         if skipped is not None:
             with stages.time("compute"):
                 self._staging.stage(QUARANTINE.name, "quarantine", skipped, offsets=offsets)
+
+
+INTERNAL_ALIAS = re.compile(r"`\w+`\.(`[^`]+`)")  # a column qualified by a DataFrame alias in Spark's messages
+
+
+def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
+    """`pipeline.process(batch)`; an error raised in the pipeline's own file names that file and line."""
+    try:
+        pipeline.process(batch)
+    except StreamtableError:
+        raise
+    except Exception as e:
+        file = inspect.getsourcefile(pipeline.process)
+        line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == file), None)
+        if line is None:
+            raise
+        text = INTERNAL_ALIAS.sub(r"\1", str(e).strip())  # `v`.`plan` in Spark's hints: operators' own aliases
+        first = text.splitlines()[0] if text else ""
+        raise PipelineCodeError(f"{file}:{line}: {type(e).__name__}: {first} (pipeline {pipeline.name})") from e

@@ -11,11 +11,17 @@ table id: made anew), and after MAX_PARTS parts, so that a long serve's plan sta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import reduce
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from streamtable.core.registry import get_input
+from streamtable.core.schema import arrow_schema
 from streamtable.storage import delta_rs
+from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES, table_version, write
+from streamtable.storage.lake import Lake
 from streamtable.storage.store import spark_path
 
 MAX_PARTS = 16  # a kept changelog of more parts than this is read whole again
@@ -58,3 +64,38 @@ class KeptChangelogs:
             kept.parts.append(read_changelog(spark, path, kept.version + 1, version).persist())
             kept.version = version
         return reduce(DataFrame.unionByName, kept.parts)
+
+
+def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
+    """Create empty input changelogs that were never ingested into, so a pipeline can start before its data.
+
+    Delta tables of other jobs are never written (`runtime.external.prepare` checks them instead).
+    """
+    for name in names:
+        if get_input(name).external:
+            continue
+        path = lake.table_path(name)
+        if table_version(path) is None:
+            table = get_input(name)
+            write(
+                path,
+                pa.Table.from_pylist([], schema=arrow_schema(table.stored_columns)),
+                mode="append",
+                configuration=INPUT_TABLE_PROPERTIES,
+            )
+
+
+def beat(path: str, at: datetime) -> None:
+    """Append a heartbeat at `at` to the heartbeat changelog at `path` of a pipeline that closes results by wall
+    clock, so the next trigger has a batch.
+
+    Kafka Streams' wall-clock punctuator, written by the platform: it makes time pass for such a
+    pipeline when its inputs are idle, through the same exactly-once batch path as data. Heartbeats
+    carry no event time, so they never move stream time.
+    """
+    write(
+        path,
+        pa.table({"at": pa.array([at], pa.timestamp("us", tz="UTC")), "_line": pa.array([0], pa.int64())}),
+        mode="append",
+        configuration=INPUT_TABLE_PROPERTIES,
+    )

@@ -8,36 +8,28 @@ the consumer group: it records how far each input was consumed.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
-import re
 import signal
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import reduce
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, Row, functions as F
 
-from streamtable.core.errors import PipelineCodeError, StreamtableError
-from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
-from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, HEARTBEAT, SOURCE
 from streamtable.core.timefmt import as_utc, format_time, system_clock
 from streamtable.runtime import checkpoint, external
-from streamtable.runtime.batch import StagedBatch
+from streamtable.runtime.batch import StagedBatch, run_process
+from streamtable.runtime.changelogs import beat, ensure_inputs
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.progress import BatchProgress, Stages, record
 from streamtable.runtime.staging import Staging
 from streamtable.runtime.summary import BatchSummary
-from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES, table_version, write
-from streamtable.storage.lake import Lake
 from streamtable.storage.offsets import commit_time
 from streamtable.storage.store import join, spark_path
 
@@ -74,25 +66,6 @@ class RunReport:
         } | ({"served_by": self.served_by} if self.served_by else {})
 
 
-def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
-    """Create empty input changelogs that were never ingested into, so a pipeline can start before its data.
-
-    Delta tables of other jobs are never written (`runtime.external.prepare` checks them instead).
-    """
-    for name in names:
-        if get_input(name).external:
-            continue
-        path = lake.table_path(name)
-        if table_version(path) is None:
-            table = get_input(name)
-            write(
-                path,
-                pa.Table.from_pylist([], schema=arrow_schema(table.stored_columns)),
-                mode="append",
-                configuration=INPUT_TABLE_PROPERTIES,
-            )
-
-
 def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame:
     """A streaming read of an input from a version, tagged with its table name: a changelog's records, a Delta
     table of another job's (a keyed table input's: every change of its Change Data Feed, `runtime.table_changes`)."""
@@ -114,22 +87,6 @@ def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame
         .drop("_change_type")
         .withColumn(SOURCE, F.lit(name))
     )
-
-
-def beat(ctx: RunContext, clock: Clock) -> None:
-    """Append a heartbeat for a pipeline that closes results by wall clock, so the next trigger has a batch.
-
-    Kafka Streams' wall-clock punctuator, written by the platform: it makes time pass for such a
-    pipeline when its inputs are idle, through the same exactly-once batch path as data. Heartbeats
-    carry no event time, so they never move stream time.
-    """
-    if ctx.pipeline.wall_clock:
-        write(
-            ctx.heartbeat_path,
-            pa.table({"at": pa.array([clock()], pa.timestamp("us", tz="UTC")), "_line": pa.array([0], pa.int64())}),
-            mode="append",
-            configuration=INPUT_TABLE_PROPERTIES,
-        )
 
 
 class BatchHandler:
@@ -285,25 +242,6 @@ class BatchHandler:
         return commit_time(self.ctx.lake, stats[SOURCE], stats["first"]) or as_utc(stats["committed"])
 
 
-INTERNAL_ALIAS = re.compile(r"`\w+`\.(`[^`]+`)")  # a column qualified by a DataFrame alias in Spark's messages
-
-
-def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
-    """`pipeline.process(batch)`; an error raised in the pipeline's own file names that file and line."""
-    try:
-        pipeline.process(batch)
-    except StreamtableError:
-        raise
-    except Exception as e:
-        file = inspect.getsourcefile(pipeline.process)
-        line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == file), None)
-        if line is None:
-            raise
-        text = INTERNAL_ALIAS.sub(r"\1", str(e).strip())  # `v`.`plan` in Spark's hints: operators' own aliases
-        first = text.splitlines()[0] if text else ""
-        raise PipelineCodeError(f"{file}:{line}: {type(e).__name__}: {first} (pipeline {pipeline.name})") from e
-
-
 class Stopping(Exception):
     """Raised by a batch that starts after `serve` was asked to stop.
 
@@ -374,7 +312,8 @@ def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int]
     ensure_inputs(ctx.lake, ctx.pipeline.inputs)
     first = external.prepare(ctx, starting or {})
     ctx.prepare()
-    beat(ctx, clock)
+    if ctx.pipeline.wall_clock:
+        beat(ctx.heartbeat_path, clock())
     report = RunReport(ctx.pipeline.name, ctx.generation)
     query, handler = start_query(ctx, report, clock, starting or {}, first_versions=first)
     await_query(query, handler)
@@ -399,7 +338,8 @@ def serve(
     ensure_inputs(ctx.lake, ctx.pipeline.inputs)
     first = external.prepare(ctx, {})
     ctx.prepare()
-    beat(ctx, clock)
+    if ctx.pipeline.wall_clock:
+        beat(ctx.heartbeat_path, clock())
     report = RunReport(ctx.pipeline.name, ctx.generation)
     query, handler = start_query(
         ctx, report, clock, {}, processing_time=interval, on_progress=on_progress, first_versions=first
@@ -408,7 +348,8 @@ def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     while not stop.wait(HEARTBEAT_EVERY_S) and query.isActive:
-        beat(ctx, clock)
+        if ctx.pipeline.wall_clock:
+            beat(ctx.heartbeat_path, clock())
     deadline = threading.Timer(stop_timeout_s, _abandon, (ctx.pipeline.name, stop_timeout_s))
     deadline.daemon = True
     deadline.start()

@@ -7,7 +7,8 @@ starts it: `streamtable run word_count` (Python, the JVM, the SparkSession, one 
 clicks_per_region` (`make demo`'s pipeline: Airflow parses the DAGs, runs `run --validate` as one spark-submit,
 then `quality_gate` reads its verdict), in the environment of `make -s env`. Then the warm path: a `streamtable
 serve word_count` is started on a lake of its own (not timed), and each round ingests one record and times
-`streamtable run word_count`, which the live serve takes (`runtime.handoff`); the serve's process tree's resident
+`streamtable run word_count`, which the live serve takes (`runtime.commands.handoff`); the serve's process tree's
+resident
 memory is what keeping it warm costs. The medians and the ranges go to `bench/results/cold_start.json`.
 """
 

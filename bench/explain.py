@@ -4,7 +4,7 @@
 
 Builds a lake whose `word_counts` holds `--rows` words in a random order (the first batch's commit, as delta-rs
 writes a batch: with its app transaction and commit info), then `--batches` batches that each change a few
-hundred of them (delta-rs MERGE, as `runtime.staging` commits), with their `stream_progress` rows and one
+hundred of them (delta-rs MERGE, as `runtime.batch.staging` commits), with their `stream_progress` rows and one
 `text_lines` version each (not timed). Then times `explain` of a key changed by several batches and of one only
 the first wrote: in this process (`--repeat` times, median) and as the command, a fresh `streamtable explain`
 process (Python's start and imports included). The figures go to stdout as one JSON line.
@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from helpers import ingest  # noqa: E402
 from streamtable.core.schema import arrow_schema  # noqa: E402
 from streamtable.core.tables import STREAM_PROGRESS  # noqa: E402
-from streamtable.runtime import provenance  # noqa: E402
-from streamtable.runtime.explain import explain  # noqa: E402
+from streamtable.runtime.observe import provenance  # noqa: E402
+from streamtable.runtime.observe.explain import explain  # noqa: E402
 from streamtable.storage import delta_rs  # noqa: E402
 from streamtable.storage.delta_rs import _once, ensure_table, write  # noqa: E402
 from streamtable.storage.lake import Lake  # noqa: E402

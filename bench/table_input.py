@@ -40,8 +40,8 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from streamtable.core import registry
-from streamtable.runtime.lifecycle import run
-from streamtable.runtime.progress import history
+from streamtable.runtime.commands.lifecycle import run
+from streamtable.runtime.observe.progress import history
 from streamtable.runtime.spark import get_spark
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows as table_rows

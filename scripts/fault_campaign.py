@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from reference import clicks_per_region as reference  # noqa: E402  the independent model, shared with the tests
 from streamtable.core.timefmt import format_time, parse_time  # noqa: E402
-from streamtable.runtime.lifecycle import SWAP  # noqa: E402
+from streamtable.runtime.commands.lifecycle import SWAP  # noqa: E402
 from streamtable.storage.lake import Lake  # noqa: E402
 from streamtable.storage.reader import rows  # noqa: E402
 
@@ -60,7 +60,7 @@ PHASES = {
     "reset": ("starting", "swap"),
 }
 MARKERS = {"computing": r"batch \d+ computing", "staged": r"batch \d+ staged", "validated": r"batch \d+ validated"}
-COMMITTED = "streamtable.runtime.progress: progress {"
+COMMITTED = "streamtable.runtime.observe.progress: progress {"
 USERS = [f"user{n}" for n in range(10)]
 REGIONS = ["emea", "apac", "amer", None]  # None deletes the user's region: the click counts for UNKNOWN
 START = datetime(2026, 3, 1, tzinfo=UTC)

@@ -30,7 +30,7 @@ def word_count_refusing_its_next_batch(lake: Lake) -> None:
     counted 0), and has one more line waiting: its next micro-batch commits, and the full suites refuse the table."""
     from deltalake import DeltaTable, write_deltalake
 
-    from streamtable.runtime.lifecycle import run
+    from streamtable.runtime.commands.lifecycle import run
 
     ingest(lake, "text_lines", [{"line": "a b a", "event_time": "2026-01-01T00:00:00Z"}])
     run(lake, "word_count")

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from helpers import ingest
 from reference import browser_captcha as expected
-from streamtable.runtime.lifecycle import run
+from streamtable.runtime.commands.lifecycle import run
 from streamtable.storage.reader import rows
 
 P = "browser_captcha"

@@ -8,7 +8,7 @@ import pytest
 
 from helpers import ingest
 from reference import call_analytics as expected
-from streamtable.runtime.lifecycle import reprocess, run
+from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.storage.reader import rows
 
 P = "call_analytics"

@@ -1,4 +1,4 @@
-"""streamtable.runtime.changelogs: a changelog kept across a serve's batches is always the table's whole changelog.
+"""runtime.inputs.changelogs: a changelog kept across a serve's batches is always the table's whole changelog.
 
 The reference is `read_changelog` of the whole table at each step: appends, no change, a table made anew (another
 table id) and a changelog of more than MAX_PARTS parts.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import shutil
 
 from helpers import ingest
-from streamtable.runtime import changelogs
-from streamtable.runtime.changelogs import KeptChangelogs, read_changelog
+from streamtable.runtime.inputs import changelogs
+from streamtable.runtime.inputs.changelogs import KeptChangelogs, read_changelog
 
 
 def _rows(df) -> list[tuple]:

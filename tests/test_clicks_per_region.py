@@ -7,7 +7,7 @@ from deltalake import DeltaTable
 
 from helpers import ingest, table
 from reference import clicks_per_region as expected
-from streamtable.runtime.lifecycle import reprocess, run
+from streamtable.runtime.commands.lifecycle import reprocess, run
 
 P = "clicks_per_region"
 

@@ -20,7 +20,7 @@ import pytest
 from helpers import CLI, cli, ingest, table
 from reference import clicks_per_region as expected
 from streamtable.core.timefmt import parse_time
-from streamtable.runtime.lifecycle import run
+from streamtable.runtime.commands.lifecycle import run
 
 P = "clicks_per_region"
 REGIONS = [
@@ -107,8 +107,8 @@ def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(spark
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
 
-    from streamtable.runtime.progress import committed, history
-    from streamtable.runtime.staging import BatchSummary
+    from streamtable.runtime.batch.staging import BatchSummary
+    from streamtable.runtime.observe.progress import committed, history
     from streamtable.storage.lake import PROGRESS
 
     ingest(lake, "user_regions", REGIONS)
@@ -160,7 +160,7 @@ class Killed(Exception):
 def test_a_reset_killed_after_emptying_the_outputs_is_finished_by_the_next_run(spark, lake, monkeypatch):
     """Killed between emptying the outputs and switching generations, a reset left empty outputs beside the old
     generation's progress: the next run went on from the old offsets and lost every record counted before."""
-    from streamtable.runtime.lifecycle import reset
+    from streamtable.runtime.commands.lifecycle import reset
     from streamtable.storage.lake import Lake
 
     ingest(lake, "user_regions", REGIONS)
@@ -180,7 +180,7 @@ def test_a_swap_killed_while_removing_the_shadow_tables_is_complete(spark, lake,
     """The swap's marker used to outlive the shadow tables: killed in between, every later command failed."""
     import shutil
 
-    from streamtable.runtime.lifecycle import reprocess
+    from streamtable.runtime.commands.lifecycle import reprocess
 
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)

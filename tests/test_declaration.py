@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from streamtable.core.errors import DeclarationChangedError
-from streamtable.runtime.declaration import differences
+from streamtable.runtime.commands.declaration import differences
 
 PIPELINE = """
 from pyspark.sql import functions as F

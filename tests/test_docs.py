@@ -46,7 +46,7 @@ from streamtable.cli import main as cli
 from streamtable.core import registry
 from streamtable.core.registry import get_pipeline, pipelines
 from streamtable.core.schema import arrow_schema
-from streamtable.runtime.status import pipeline_status
+from streamtable.runtime.observe.status import pipeline_status
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows
 

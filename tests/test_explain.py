@@ -10,12 +10,12 @@ import sys
 
 from helpers import ingest
 from reference import word_count as expected_counts
-from streamtable.runtime import explain as explain_module
-from streamtable.runtime.explain import explain
-from streamtable.runtime.lifecycle import reprocess, reset, run
+from streamtable.runtime.commands.lifecycle import reprocess, reset, run
+from streamtable.runtime.observe import explain as explain_module
+from streamtable.runtime.observe.explain import explain
 
 P = "word_count"
-FILE = explain_module.__file__.replace("runtime/explain.py", "pipelines/word_count.py")
+FILE = explain_module.__file__.replace("runtime/observe/explain.py", "pipelines/word_count.py")
 
 
 def line(text: str, minute: int = 0) -> dict:

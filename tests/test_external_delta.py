@@ -21,8 +21,8 @@ from helpers import CLI
 from streamtable.core import registry
 from streamtable.core.errors import BadInputError
 from streamtable.ingest.files import ingest_lines
-from streamtable.runtime.lifecycle import reprocess, run
-from streamtable.runtime.status import pipeline_status
+from streamtable.runtime.commands.lifecycle import reprocess, run
+from streamtable.runtime.observe.status import pipeline_status
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.lake import Lake
 from streamtable.storage.offsets import reprocess_arguments

@@ -1,4 +1,4 @@
-"""streamtable.runtime.gate: the per-batch gate checks what a batch changes and says what the whole-table suite says.
+"""runtime.batch.gate: the per-batch gate checks what a batch changes and says what the whole-table suite says.
 
 The reference is the full suite (`quality.validate`) on the whole candidate table: the table with the batch's
 changes applied by the rule "rows replace same-key rows, deleted keys go". Batches the reference passes are
@@ -21,7 +21,7 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.schema import Column, Type, arrow_schema
 from streamtable.core.tables import Table
 from streamtable.quality.validation import validate
-from streamtable.runtime import gate
+from streamtable.runtime.batch import gate
 from streamtable.runtime.context import RunContext
 from streamtable.storage import delta_rs, keyed
 from streamtable.storage.lake import Lake

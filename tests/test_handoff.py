@@ -1,5 +1,5 @@
-"""`runtime.handoff`: a `run` of a pipeline that a live `serve` holds waits for serve's batches instead of the lease,
-and goes on as a run of its own when serve stops or dies first. Spark-free: the "serve" here is a lease this test
+"""`runtime.commands.handoff`: a `run` of a pipeline that a live `serve` holds waits for serve's batches instead of the
+lease, and goes on as a run of its own when serve stops or dies first. Spark-free: the "serve" here is a lease this test
 holds (or leaves unrenewed), so nothing processes the records; `test_serve.py` hands a run to a real serve.
 """
 
@@ -12,7 +12,7 @@ import time
 
 from helpers import ingest
 from streamtable.core.registry import get_pipeline
-from streamtable.runtime import handoff
+from streamtable.runtime.commands import handoff
 from streamtable.storage.lease import Lease
 
 P = "word_count"

@@ -6,7 +6,7 @@ import pytest
 
 from helpers import ingest
 from reference import inventory as expected
-from streamtable.runtime.lifecycle import run
+from streamtable.runtime.commands.lifecycle import run
 from streamtable.storage.reader import query, rows
 
 P = "inventory"

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 from helpers import ingest
 from reference import play_sessions as expected
 from streamtable.core.timefmt import format_time
-from streamtable.runtime.lifecycle import reprocess, run
+from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.storage.reader import rows
 
 P = "play_sessions"

@@ -16,7 +16,7 @@ from helpers import DAGS, airflow_env, cli, ingest, last_json, run_python
 from reference import presence_notifications as expected
 from streamtable.core.timefmt import parse_time
 from streamtable.pipelines.presence_notifications import MESSAGE
-from streamtable.runtime.lifecycle import run, validate
+from streamtable.runtime.commands.lifecycle import run, validate
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows
 

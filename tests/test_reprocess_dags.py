@@ -82,7 +82,7 @@ def iso_millis(millis: float) -> str:
 def test_check_of_a_reprocess_request(lake):
     """The Spark-free check the DAGs run first: messages, arguments, and the same version as `version_at`."""
     from streamtable.core.errors import StreamtableError
-    from streamtable.runtime.lifecycle import version_at
+    from streamtable.runtime.commands.lifecycle import version_at
     from streamtable.storage.offsets import commit_time, first_version_since, reprocess_arguments, reset_arguments
 
     def refused(**request) -> str:
@@ -279,7 +279,7 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_run_goes_on(spark, airflow_home, lake):
-    from streamtable.runtime.lifecycle import run
+    from streamtable.runtime.commands.lifecycle import run
 
     versions = fill(lake, 3, gap_s=1.1)
     run(lake, P)
@@ -314,7 +314,7 @@ def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark,
     from streamtable.core.registry import get_input
     from streamtable.core.tables import LINE
     from streamtable.ingest.changelog import append_rows
-    from streamtable.runtime.lifecycle import run
+    from streamtable.runtime.commands.lifecycle import run
     from streamtable.storage.reader import rows
 
     fill(lake, 2)
@@ -350,7 +350,7 @@ def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark,
 @pytest.mark.timeout(1800)
 def test_a_run_waits_for_a_reprocess_holding_the_lock_and_nothing_is_counted_twice_or_skipped(spark, lake):
     """Two real processes: `reprocess` holds the pipeline's lock; a `run` started meanwhile waits, then goes on."""
-    from streamtable.runtime.lifecycle import run
+    from streamtable.runtime.commands.lifecycle import run
 
     versions = fill(lake, 2)
     run(lake, P)
@@ -419,7 +419,7 @@ def test_backfill_style_runs_of_a_pipeline_dag_are_bounded_runs_that_count_nothi
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_reset_dag_lists_then_forgets_and_the_next_run_starts_from_version_0(spark, airflow_home, lake):
-    from streamtable.runtime.lifecycle import run
+    from streamtable.runtime.commands.lifecycle import run
 
     fill(lake, 2)
     run(lake, P)

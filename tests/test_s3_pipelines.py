@@ -36,7 +36,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from workloads import generate
 from streamtable.core.registry import pipelines
-from streamtable.runtime.lifecycle import reprocess, run
+from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.runtime.spark import get_spark
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows

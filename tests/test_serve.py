@@ -23,9 +23,9 @@ from helpers import CLI, cli, ingest, table
 from reference import word_count as expected
 from servers import free_port
 from streamtable.core.registry import pipelines
-from streamtable.runtime.lifecycle import run
-from streamtable.runtime.progress import history
-from streamtable.runtime.status import pipeline_status
+from streamtable.runtime.commands.lifecycle import run
+from streamtable.runtime.observe.progress import history
+from streamtable.runtime.observe.status import pipeline_status
 from streamtable.storage.reader import rows
 
 P = "word_count"
@@ -93,7 +93,7 @@ class Served:
 def test_a_batch_recorded_again_after_a_crash_has_one_progress_row(lake):
     from datetime import datetime, timedelta
 
-    from streamtable.runtime.progress import BatchProgress, record
+    from streamtable.runtime.observe.progress import BatchProgress, record
 
     start = datetime(2026, 1, 1, tzinfo=UTC)
     for batch_id in (0, 0, 1, 0, 1):  # a batch committed again records nothing new, batch 0 included
@@ -272,7 +272,7 @@ def test_serve_killed_then_served_again_loses_and_duplicates_nothing(lake):
 def test_status_read_while_a_reprocess_swaps_in_a_new_generation_reports_the_new_one(lake, monkeypatch):
     """The fault campaign's `status` failed with FileNotFoundError: a swap deleted the old generation's progress
     while status read it. Status reads the new generation instead; a file missing otherwise is still an error."""
-    import streamtable.runtime.status as status
+    import streamtable.runtime.observe.status as status
 
     real = status._consumed_versions
 

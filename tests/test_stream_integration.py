@@ -537,7 +537,7 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack, bro
 
         def recorded_behind() -> bool:
             """Input still waits by the pipeline's own record (its batch is committed only with its progress row)."""
-            from streamtable.runtime.status import pipeline_status
+            from streamtable.runtime.observe.status import pipeline_status
 
             return pipeline_status(Lake(stack.lake), "word_count").behind
 

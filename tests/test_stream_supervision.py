@@ -3,7 +3,7 @@
 The jobs here are fakes: a `spark-submit` that starts `jobs/streamtable_job.py` (a small Python
 script that prints progress lines and obeys, ignores or never sees SIGTERM) and waits for it, like
 spark-submit's JVM waits for the PySpark driver. The operator runs in a subprocess (importing Airflow
-configures the whole process; see test_dags.py), with a fake `streamtable.runtime.status`.
+configures the whole process; see test_dags.py), with a fake `streamtable.runtime.observe.status`.
 """
 
 from __future__ import annotations
@@ -272,14 +272,14 @@ OPERATOR = """
 import json, sys, threading, time, types
 from datetime import datetime, timezone
 state = {"behind": False, "finished_at": None}
-fake_status = types.ModuleType("streamtable.runtime.status")
+fake_status = types.ModuleType("streamtable.runtime.observe.status")
 def pipeline_status(lake, pipeline, now=None):
     last_batch = {"batch_id": 1, "finished_at": state["finished_at"]} if state["finished_at"] else None
     return types.SimpleNamespace(pipeline=pipeline, behind=state["behind"], inputs=[], last_batch=last_batch)
 fake_status.pipeline_status = pipeline_status
-sys.modules["streamtable.runtime.status"] = fake_status
+sys.modules["streamtable.runtime.observe.status"] = fake_status
 import streamtable.runtime
-streamtable.runtime.status = fake_status
+streamtable.runtime.observe.status = fake_status
 
 from streamtable.airflow.stream import StreamServeOperator
 from airflow.sdk.exceptions import AirflowException

@@ -25,8 +25,8 @@ import pytest
 from helpers import CLI, cli
 from streamtable.core import registry
 from streamtable.core.errors import BadInputError, DeclarationChangedError
-from streamtable.runtime.lifecycle import reprocess, run
-from streamtable.runtime.status import pipeline_status
+from streamtable.runtime.commands.lifecycle import reprocess, run
+from streamtable.runtime.observe.status import pipeline_status
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows

@@ -219,7 +219,7 @@ def types_pipeline(tmp_path: Path, monkeypatch):
 
 def test_every_type_round_trips_through_ingest_a_pipeline_and_show(spark, types_pipeline, tmp_path):
     from streamtable.ingest.files import ingest_lines
-    from streamtable.runtime.lifecycle import run
+    from streamtable.runtime.commands.lifecycle import run
     from streamtable.storage.lake import Lake
     from streamtable.storage.reader import query, rows
 

@@ -22,7 +22,7 @@ from helpers import BIN, DAGS, ROOT, airflow_env, cli, last_json, run_python
 from streamtable.core import registry
 from streamtable.core.errors import BadInputError, PipelineCodeError
 from streamtable.ingest.files import ingest_lines
-from streamtable.runtime.lifecycle import run
+from streamtable.runtime.commands.lifecycle import run
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows

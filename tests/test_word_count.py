@@ -7,7 +7,7 @@ from deltalake import DeltaTable
 
 from helpers import ingest, table
 from reference import word_count as expected, words
-from streamtable.runtime.lifecycle import run
+from streamtable.runtime.commands.lifecycle import run
 
 P = "word_count"
 

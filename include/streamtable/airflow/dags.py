@@ -97,7 +97,7 @@ pipeline's lock in the lake while it serves: a micro-batch run, reprocess or res
 (pause the pipeline's micro-batch DAG while it streams).
 
 - **Stall detection.** Every few seconds the task reads the pipeline's progress from the lake
-  (`streamtable.runtime.status`, no Spark). When input is waiting and no batch has finished for
+  (`streamtable.runtime.observe.status`, no Spark). When input is waiting and no batch has finished for
   `stall_timeout_s` (counted from the last batch, or from the start of the try; `startup_timeout_s` until
   the try's first batch has finished), it stops the job and
   fails with `stalled: ...`; the retry (3 retries, 15 s apart) resumes from the checkpoint, so nothing

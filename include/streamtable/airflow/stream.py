@@ -26,7 +26,7 @@ class StreamServeOperator(SparkSubmitOperator):
     """spark-submit of `streamtable serve PIPELINE`, supervised while it runs (see `streamtable.airflow.supervise`).
 
     The job runs until it is stopped. While it runs, a watchdog thread reads the pipeline's progress
-    every `poll_s` seconds (`streamtable.runtime.status.pipeline_status`, no Spark) and declares a stall when
+    every `poll_s` seconds (`streamtable.runtime.observe.status.pipeline_status`, no Spark) and declares a stall when
     the pipeline has unconsumed input and no batch finished for `stall_timeout_s` seconds, counted from
     the later of the last batch's end and the start of this try, or for `startup_timeout_s` while no batch
     of this try has finished yet (`streamtable.airflow.supervise.stalled`).
@@ -135,9 +135,9 @@ class StreamServeOperator(SparkSubmitOperator):
         from streamtable.airflow.supervise import stalled, stop_job
 
         try:
-            from streamtable.runtime.status import pipeline_status
+            from streamtable.runtime.observe.status import pipeline_status
         except ImportError as e:
-            self.log.error("no stall detection: cannot import streamtable.runtime.status (%s)", e)
+            self.log.error("no stall detection: cannot import streamtable.runtime.observe.status (%s)", e)
             return
         since = datetime.now(UTC)
         failures = 0

@@ -46,7 +46,8 @@ def stalled(
     the limit is `startup_timeout_s` instead (`timeout_s` when None), as Kubernetes' startup probe
     holds off its liveness probe. An idle pipeline (nothing to consume) is never stalled,
     however old its last batch, nor is one whose lock another command (a run, reprocess or reset)
-    holds: `serve` is waiting for it. `status` is a `streamtable.runtime.status.PipelineStatus`; times are tz-aware.
+    holds: `serve` is waiting for it. `status` is a
+    `streamtable.runtime.observe.status.PipelineStatus`; times are tz-aware.
     """
     holder = _get(status, "held_by") or {}
     if not status.behind or holder.get("command", "serve") != "serve":

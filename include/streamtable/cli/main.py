@@ -76,7 +76,7 @@ def cmd_ingest_folder(args: argparse.Namespace, limit: int) -> int:
 
 def cmd_run(args: argparse.Namespace) -> None:
     from streamtable.quality.validation import build_docs, docs_index
-    from streamtable.runtime.lifecycle import run, validate
+    from streamtable.runtime.commands.lifecycle import run, validate
 
     lake = _lake(args)
     ran = run(lake, args.pipeline)
@@ -89,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from streamtable.runtime.lifecycle import run_continuously
+    from streamtable.runtime.commands.lifecycle import run_continuously
 
     observe = None
     if args.metrics_port is not None:
@@ -108,7 +108,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 def cmd_status(args: argparse.Namespace) -> None:
     from streamtable.core.registry import get_pipeline, pipelines
-    from streamtable.runtime.status import pipeline_status
+    from streamtable.runtime.observe.status import pipeline_status
 
     lake = _lake(args)
     names = [get_pipeline(args.pipeline).name] if args.pipeline else sorted(pipelines())
@@ -120,7 +120,7 @@ def cmd_status(args: argparse.Namespace) -> None:
 def cmd_reprocess(args: argparse.Namespace) -> None:
     from streamtable.core.registry import get_pipeline
     from streamtable.core.timefmt import parse_time
-    from streamtable.runtime.lifecycle import reprocess, version_at
+    from streamtable.runtime.commands.lifecycle import reprocess, version_at
 
     lake = _lake(args)
     pipeline = get_pipeline(args.pipeline)
@@ -142,13 +142,13 @@ def cmd_reprocess(args: argparse.Namespace) -> None:
 
 
 def cmd_reset(args: argparse.Namespace) -> None:
-    from streamtable.runtime.lifecycle import reset
+    from streamtable.runtime.commands.lifecycle import reset
 
     print(json.dumps(reset(_lake(args), args.pipeline, dry_run=args.dry_run)))
 
 
 def cmd_validate(args: argparse.Namespace) -> None:
-    from streamtable.runtime.lifecycle import validate
+    from streamtable.runtime.commands.lifecycle import validate
 
     report = verdict(args.pipeline, validate(_lake(args), args.pipeline))
     failures = report.pop("failures")
@@ -184,7 +184,7 @@ def cmd_query(args: argparse.Namespace) -> None:
 
 
 def cmd_explain(args: argparse.Namespace) -> None:
-    from streamtable.runtime.explain import explain
+    from streamtable.runtime.observe.explain import explain
 
     for line in explain(_lake(args), args.table, *args.key, limit=args.limit or None, records=args.records):
         print(json.dumps(line, ensure_ascii=False))

@@ -30,7 +30,7 @@ from streamtable.core.errors import (
 OK = 0
 FAILED = 1
 BAD_INPUT = 2  # also argparse's code for a usage error
-STOPPED_WITHOUT_BATCH = 3  # `serve`'s (streamtable.runtime.runner._abandon)
+STOPPED_WITHOUT_BATCH = 3  # `serve`'s (streamtable.runtime.query.streaming._abandon)
 QUALITY_GATE = 4
 PIPELINE_CODE = 5
 

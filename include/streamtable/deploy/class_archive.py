@@ -57,7 +57,7 @@ def record_class_archive(archive: Path) -> None:
 def warm_up(lake_root: Path) -> None:
     """Ingest a few records of each warm-up pipeline's inputs, and run the warm-up pipelines in this process."""
     from streamtable.ingest.files import ingest_lines
-    from streamtable.runtime.lifecycle import run
+    from streamtable.runtime.commands.lifecycle import run
     from streamtable.storage.lake import Lake
 
     lake = Lake(str(lake_root))

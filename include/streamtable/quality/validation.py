@@ -178,7 +178,7 @@ def validate_rows(
     quality_dir: str,
     sums: dict[int, tuple[exact.Number, exact.Number]],
 ) -> Report:
-    """Validate some rows of a table (see `runtime.gate`) with `suite`, without Data Docs; in pandas when exact.
+    """Validate some rows of a table (see `runtime.batch.gate`) with `suite`, without Data Docs; in pandas when exact.
 
     `sums` gives each sum_equals rule (by its index in the suite) the sum the rows must have and what the table's
     sum adds to theirs: a failure is reported with the table's sum and the metric's total.

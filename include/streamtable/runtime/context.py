@@ -15,9 +15,9 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.schema import arrow_schema, spark_ddl
 from streamtable.core.tables import HEARTBEAT, LATE_EVENTS, Table
 from streamtable.quality import exact
-from streamtable.runtime.changelogs import KeptChangelogs, read_changelog
-from streamtable.runtime.progress import committed
-from streamtable.runtime.summary import row_metrics
+from streamtable.runtime.batch.summary import row_metrics
+from streamtable.runtime.inputs.changelogs import KeptChangelogs, read_changelog
+from streamtable.runtime.observe.progress import committed
 from streamtable.storage import delta_rs, keyed
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import PROGRESS, Lake
@@ -51,7 +51,7 @@ class RunContext:
     generation: int
     shadow: bool = False  # a reprocess writes its outputs beside the live ones
     # Delta tables of other jobs among the inputs -> whether they are read through their Change Data Feed
-    # (`runtime.external.prepare` fills it before the query starts)
+    # (`runtime.inputs.other_jobs.prepare` fills it before the query starts)
     external: dict[str, bool] = field(default_factory=dict)
     kept: KeptChangelogs | None = None  # `serve`: its table inputs' changelogs, kept across its batches
 

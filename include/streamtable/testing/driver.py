@@ -15,7 +15,7 @@ from streamtable.core.errors import UnknownPipelineError
 from streamtable.core.values import to_json
 from streamtable.ingest.files import ingest_lines
 from streamtable.ingest.ticks import emit
-from streamtable.runtime.lifecycle import reprocess, run
+from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows
 

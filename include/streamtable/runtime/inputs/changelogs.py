@@ -69,7 +69,7 @@ class KeptChangelogs:
 def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:
     """Create empty input changelogs that were never ingested into, so a pipeline can start before its data.
 
-    Delta tables of other jobs are never written (`runtime.external.prepare` checks them instead).
+    Delta tables of other jobs are never written (`runtime.inputs.other_jobs.prepare` checks them instead).
     """
     for name in names:
         if get_input(name).external:

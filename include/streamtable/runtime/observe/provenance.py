@@ -1,4 +1,4 @@
-"""What a batch records about how it ran, in the commits it makes: for `streamtable explain` (`runtime.explain`).
+"""What a batch records about how it ran, in the commits it makes: for `streamtable explain` (`observe.explain`).
 
 Each output commit of a batch (delta-rs, with the app transaction `streamtable.<pipeline>.g<generation>` / batch id)
 carries, in its commit info under `streamtable`, the pipeline, generation, batch id and mode, the input versions the

@@ -23,7 +23,7 @@ from streamtable.core.errors import BadInputError
 from streamtable.core.registry import get_input
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, LINE, QUARANTINE, SOURCE, Table
 from streamtable.runtime.context import RunContext
-from streamtable.runtime.table_changes import BEFORE, CHANGE
+from streamtable.runtime.inputs.keyed_changes import BEFORE, CHANGE
 from streamtable.storage import external
 
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
@@ -80,7 +80,7 @@ def read_stream(spark: SparkSession, table: Table, starting_version: int, change
 
 def read_changes_stream(spark: SparkSession, table: Table, starting_version: int) -> DataFrame:
     """A streaming read of a keyed table input's Change Data Feed from a version, every change kept (`_change`: its
-    `_change_type`; `runtime.table_changes` folds them per key)."""
+    `_change_type`; `runtime.inputs.keyed_changes` folds them per key)."""
     changes = (
         spark.readStream.format("delta")
         .option("readChangeFeed", "true")

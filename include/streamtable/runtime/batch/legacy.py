@@ -7,7 +7,7 @@ Delta as done).
 
 from __future__ import annotations
 
-from streamtable.runtime.summary import BatchSummary
+from streamtable.runtime.batch.summary import BatchSummary
 from streamtable.storage.lake import PROGRESS
 from streamtable.storage.store import parquet_dataset
 

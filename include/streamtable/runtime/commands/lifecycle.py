@@ -17,11 +17,13 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_pipeline
 from streamtable.core.tables import LATE_EVENTS
 from streamtable.core.timefmt import system_clock
-from streamtable.runtime import checkpoint, declaration, provenance
-from streamtable.runtime.changelogs import KeptChangelogs
+from streamtable.runtime.commands import declaration
+from streamtable.runtime.commands.handoff import served_run
 from streamtable.runtime.context import RunContext
-from streamtable.runtime.handoff import served_run
-from streamtable.runtime.runner import RunReport, drain, serve
+from streamtable.runtime.inputs.changelogs import KeptChangelogs
+from streamtable.runtime.observe import provenance
+from streamtable.runtime.query import checkpoint
+from streamtable.runtime.query.streaming import RunReport, drain, serve
 from streamtable.storage import delta_rs
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.external import path_of
@@ -36,7 +38,7 @@ SWAP = "swap.json"  # present while a reprocess's outputs (or a reset's empty on
 
 def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
     """One bounded run of a pipeline: everything its inputs hold now, as one micro-batch; or, while a live `serve`
-    holds the pipeline, by its batches (`runtime.handoff`: the run then waits for them and starts no Spark)."""
+    holds the pipeline, by its batches (`runtime.commands.handoff`: the run then waits for them and starts no Spark)."""
     from streamtable.runtime.spark import get_spark
 
     pipeline = get_pipeline(name)

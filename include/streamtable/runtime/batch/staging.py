@@ -1,7 +1,8 @@
 """A batch's staged changes: Parquet files under the generation's `staging/<batch id>/`, gated, then committed.
 
 The manifest that marks a batch complete holds its changes and its `BatchSummary`; a batch committed again
-after a crash reads both from it (`streamtable.runtime.legacy` reads the manifests of batches an older release staged).
+after a crash reads both from it (`streamtable.runtime.batch.legacy` reads the manifests of batches an older
+release staged).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from pyspark.sql import DataFrame, functions as F
 from streamtable.core.errors import QualityGateError
 from streamtable.core.faults import crash_point
 from streamtable.quality import exact
-from streamtable.runtime import gate, provenance
+from streamtable.runtime.batch import gate
+from streamtable.runtime.batch.summary import BatchSummary
 from streamtable.runtime.context import PROGRESS_SCHEMA, RunContext
-from streamtable.runtime.progress import Stages
-from streamtable.runtime.summary import BatchSummary
+from streamtable.runtime.observe import provenance
+from streamtable.runtime.observe.progress import Stages
 from streamtable.storage import delta_rs, external, keyed
 from streamtable.storage.lake import PROGRESS
 from streamtable.storage.lease import check_held
@@ -35,7 +37,7 @@ class Staging:
         self.dir = join(ctx.dir, "staging", str(batch_id))
         self.manifest = join(self.dir, "changes.json")
         self.changes: list[dict] = []
-        self.ran: dict | None = None  # how the process that computed the batch ran (`runtime.provenance`)
+        self.ran: dict | None = None  # how the process that computed the batch ran (`runtime.observe.provenance`)
 
     def complete(self) -> bool:
         return self.store.exists(self.manifest)
@@ -73,7 +75,7 @@ class Staging:
         after: dict[str, exact.Number],
         lookups: dict[str, keyed.Lookup] | None = None,
     ) -> None:
-        """The per-batch gate (`streamtable.runtime.gate`) with the metrics' totals before and after the batch, and
+        """The per-batch gate (`runtime.batch.gate`) with the metrics' totals before and after the batch, and
         the rows the batch looked up by key (table -> lookup).
 
         On a failure nothing is published.
@@ -135,14 +137,14 @@ class Staging:
             delta_rs.merge_staged(path, change["path"], keys, self.ctx.app_id, self.batch_id, about)
 
     def _read_manifest(self) -> tuple[list[dict], BatchSummary]:
-        """The staged changes and their summary (an older release's manifest: `runtime.legacy`)."""
+        """The staged changes and their summary (an older release's manifest: `runtime.batch.legacy`)."""
         manifest = self.store.read_json(self.manifest)
         if manifest is None:
             raise RuntimeError(f"{self.manifest}: the batch's manifest is gone")
         if isinstance(manifest, dict):
             self.ran = manifest.get("ran")  # (none in a manifest of an earlier release)
             return manifest["changes"], BatchSummary.from_json(manifest["summary"])
-        from streamtable.runtime.legacy import read_list_manifest
+        from streamtable.runtime.batch.legacy import read_list_manifest
 
         return read_list_manifest(manifest)
 

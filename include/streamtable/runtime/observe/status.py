@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from streamtable.core.errors import TableReadError
 from streamtable.core.registry import get_pipeline
 from streamtable.core.timefmt import format_time
-from streamtable.runtime.progress import committed, history
+from streamtable.runtime.observe.progress import committed, history
 from streamtable.storage.delta_rs import delta_table, table_version
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import Lake

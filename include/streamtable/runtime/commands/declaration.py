@@ -8,7 +8,7 @@ generation, `check` compares the declaration now with the one recorded (`declara
 - anything else that would make the outputs wrong (an output added, which would start from nothing; a key, a type
   or a column removed; an input's keys, time column or path changed) is refused with one line naming the changes
   and the `reprocess` that applies them (`checkpoint.refuse`). The inputs a query reads are checked by
-  `runtime.checkpoint`.
+  `runtime.query.checkpoint`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import Column
-from streamtable.runtime.checkpoint import refuse
+from streamtable.runtime.query.checkpoint import refuse
 from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake
 from streamtable.storage.store import join

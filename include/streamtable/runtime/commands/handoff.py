@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 
 from streamtable.core.pipeline import Pipeline
 from streamtable.runtime.context import lineage
-from streamtable.runtime.progress import committed
-from streamtable.runtime.runner import RunReport
-from streamtable.runtime.status import live_progress, unconsumed_commits
+from streamtable.runtime.observe.progress import committed
+from streamtable.runtime.observe.status import live_progress, unconsumed_commits
+from streamtable.runtime.query.streaming import RunReport
 from streamtable.storage.lake import Lake
 from streamtable.storage.lease import lease_seconds
 

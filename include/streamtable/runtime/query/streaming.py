@@ -2,8 +2,8 @@
 
 The stream inputs are read through Change Data Feed (so each record carries its commit version, its
 offset), unioned, and handed to `foreachBatch`, which computes, stages, validates and commits the run
-(see `streamtable.runtime.batch` and `streamtable.runtime.staging`). The query's checkpoint under the live generation is
-the consumer group: it records how far each input was consumed.
+(see `streamtable.runtime.batch`). The query's checkpoint under the live generation is the consumer group: it
+records how far each input was consumed.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from pyspark.sql import DataFrame, Row, functions as F
 from streamtable.core.registry import get_input
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, HEARTBEAT, SOURCE
 from streamtable.core.timefmt import as_utc, format_time, system_clock
-from streamtable.runtime import checkpoint, external
-from streamtable.runtime.batch import StagedBatch, run_process
-from streamtable.runtime.changelogs import beat, ensure_inputs
+from streamtable.runtime.batch.staged import StagedBatch, run_process
+from streamtable.runtime.batch.staging import Staging
+from streamtable.runtime.batch.summary import BatchSummary
 from streamtable.runtime.context import RunContext
-from streamtable.runtime.progress import BatchProgress, Stages, record
-from streamtable.runtime.staging import Staging
-from streamtable.runtime.summary import BatchSummary
+from streamtable.runtime.inputs import other_jobs
+from streamtable.runtime.inputs.changelogs import beat, ensure_inputs
+from streamtable.runtime.observe.progress import BatchProgress, Stages, record
+from streamtable.runtime.query import checkpoint
 from streamtable.storage.offsets import commit_time
 from streamtable.storage.store import join, spark_path
 
@@ -51,7 +52,7 @@ class RunReport:
     stream_time: datetime | None = None
     changes: dict[str, int] = field(default_factory=dict)
     lineage: dict[str, list[dict]] = field(default_factory=dict)  # `RunContext.lineage` once the run ended
-    served_by: dict | None = None  # the live `serve` that processed the run's records (`runtime.handoff`), if one did
+    served_by: dict | None = None  # the live `serve` that processed the run's records (`commands.handoff`), if one did
 
     def as_dict(self) -> dict:
         return {
@@ -68,13 +69,14 @@ class RunReport:
 
 def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame:
     """A streaming read of an input from a version, tagged with its table name: a changelog's records, a Delta
-    table of another job's (a keyed table input's: every change of its Change Data Feed, `runtime.table_changes`)."""
+    table of another job's (a keyed table input's: every change of its Change Data
+    Feed, `runtime.inputs.keyed_changes`)."""
     if name in ctx.external:
         table = get_input(name)
         if name in ctx.pipeline.tables and ctx.external[name]:
-            changes = external.read_changes_stream(ctx.spark, table, starting_version)
+            changes = other_jobs.read_changes_stream(ctx.spark, table, starting_version)
             return changes.withColumn(SOURCE, F.lit(name))
-        return external.read_stream(ctx.spark, table, starting_version, ctx.external[name]).withColumn(
+        return other_jobs.read_stream(ctx.spark, table, starting_version, ctx.external[name]).withColumn(
             SOURCE, F.lit(name)
         )
     path = ctx.heartbeat_path if name == HEARTBEAT else ctx.lake.table_path(name)
@@ -93,7 +95,7 @@ class BatchHandler:
     """The `foreachBatch` function: compute and stage the batch once, then commit it.
 
     Spark numbers the batches of each checkpoint from 0; a batch's id is that number plus its epoch's first batch
-    id (`runtime.checkpoint`), so ids go on across the epochs of a generation.
+    id (`runtime.query.checkpoint`), so ids go on across the epochs of a generation.
     """
 
     def __init__(
@@ -176,8 +178,8 @@ class BatchHandler:
 
     def _compute(self, records: DataFrame, batch_id: int, stages: Stages) -> None:
         if self.first_versions:  # rows of Delta tables of other jobs read by file get their versions
-            records = external.with_versions(
-                self.ctx.spark, records, external.version_files(self.ctx, self.first_versions)
+            records = other_jobs.with_versions(
+                self.ctx.spark, records, other_jobs.version_files(self.ctx, self.first_versions)
             )
         records = records.persist()
         try:
@@ -186,7 +188,7 @@ class BatchHandler:
                 stats = self._stats(records)
             for r in stats:
                 if r["unmapped"]:
-                    raise external.unmapped(r[SOURCE], self.first_versions.get(r[SOURCE]))
+                    raise other_jobs.unmapped(r[SOURCE], self.first_versions.get(r[SOURCE]))
             consumed = checkpoint.consumed(self.ctx.lake, self.ctx.dir, self.epoch, batch_id)
             batch = StagedBatch(
                 self.ctx,
@@ -217,7 +219,7 @@ class BatchHandler:
         Records skipped for breaking their input's rules (`_reason`, Delta tables of other jobs) count for the
         versions only.
         """
-        good = F.col(external.REASON).isNull() if external.REASON in records.columns else F.lit(True)
+        good = F.col(other_jobs.REASON).isNull() if other_jobs.REASON in records.columns else F.lit(True)
         times = [
             F.when(F.col(SOURCE) == name, F.col(get_input(name).time_column or "event_time"))
             for name in self.ctx.pipeline.streams
@@ -279,7 +281,7 @@ def open_epoch(
     ctx: RunContext, starting: dict[str, int], handler_of: Callable[[checkpoint.Epoch], BatchHandler]
 ) -> tuple[checkpoint.Epoch, BatchHandler]:
     """The epoch (checkpoint) the generation's query runs in, and its batch handler: the recorded one while the
-    declaration's inputs are its sources; a new one where the change is safe to apply (`runtime.checkpoint`), after
+    declaration's inputs are its sources; a new one where the change is safe to apply (`query.checkpoint`), after
     committing a batch the last epoch left staged; else `DeclarationChangedError`."""
     wanted = checkpoint.sources(ctx.pipeline)
     current = checkpoint.recorded(ctx.lake, ctx.pipeline, ctx.generation)
@@ -310,7 +312,7 @@ def open_epoch(
 def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int] | None = None) -> RunReport:
     """Process everything the inputs hold now (Trigger.AvailableNow) and return what was done."""
     ensure_inputs(ctx.lake, ctx.pipeline.inputs)
-    first = external.prepare(ctx, starting or {})
+    first = other_jobs.prepare(ctx, starting or {})
     ctx.prepare()
     if ctx.pipeline.wall_clock:
         beat(ctx.heartbeat_path, clock())
@@ -336,7 +338,7 @@ def serve(
     with code 3 and the batch runs again from the checkpoint on the next start.
     """
     ensure_inputs(ctx.lake, ctx.pipeline.inputs)
-    first = external.prepare(ctx, {})
+    first = other_jobs.prepare(ctx, {})
     ctx.prepare()
     if ctx.pipeline.wall_clock:
         beat(ctx.heartbeat_path, clock())

@@ -27,11 +27,11 @@ from streamtable.core.registry import get_input
 from streamtable.core.schema import spark_ddl
 from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE, Table
 from streamtable.quality import exact
-from streamtable.runtime import external, table_changes
+from streamtable.runtime.batch.staging import Staging
+from streamtable.runtime.batch.summary import BatchSummary
 from streamtable.runtime.context import RunContext
-from streamtable.runtime.progress import Stages
-from streamtable.runtime.staging import Staging
-from streamtable.runtime.summary import BatchSummary
+from streamtable.runtime.inputs import keyed_changes, other_jobs
+from streamtable.runtime.observe.progress import Stages
 from streamtable.storage import delta_rs, keyed
 
 log = logging.getLogger("streamtable")
@@ -73,7 +73,7 @@ class StagedBatch:
         columns = [c.name for c in get_input(input_name).stored_columns] + [COMMIT_VERSION]
         records = self._records.where(F.col(SOURCE) == input_name)
         if input_name in self.ctx.external:  # a Delta table of another job: its records that break its rules
-            records = records.where(F.col(external.REASON).isNull())
+            records = records.where(F.col(other_jobs.REASON).isNull())
         return records.select(*columns)
 
     def table(self, input_name: str) -> DataFrame:
@@ -92,9 +92,9 @@ class StagedBatch:
                 .select(*columns)
             )
         change_feed = self.ctx.external.get(input_name, False)
-        records = external.read_table(self.spark, input_table, change_feed, bound)
-        self._skipped[input_name] = (external.quarantined(records, input_table), bound)
-        return records.where(F.col(external.REASON).isNull()).select(*columns)
+        records = other_jobs.read_table(self.spark, input_table, change_feed, bound)
+        self._skipped[input_name] = (other_jobs.quarantined(records, input_table), bound)
+        return records.where(F.col(other_jobs.REASON).isNull()).select(*columns)
 
     def consumed(self, input_name: str) -> DataFrame:
         """The changelog of an input up to the newest version consumed by this run or an earlier one (`table`)."""
@@ -102,36 +102,37 @@ class StagedBatch:
 
     def changes(self, input_name: str) -> DataFrame:
         """A keyed table input's changes in this run, one row per changed key: its key columns, `old` and `new` (each
-        a struct of the input's columns; `old` null for an insert, `new` null for a delete; `runtime.table_changes`)."""
+        a struct of the input's columns; `old` null for an insert, `new` null for a delete;
+        `runtime.inputs.keyed_changes`)."""
         input_table = self._table_input(input_name)
         bound = self._bound(input_name)
         earlier = self._earlier(input_name)
         if earlier is None:  # the input's first run in this generation: its rows arrive as inserts
-            return table_changes.as_inserts(self.rows(input_name), input_table)
+            return keyed_changes.as_inserts(self.rows(input_name), input_table)
         if bound is None or bound <= earlier:
-            return table_changes.as_inserts(self.rows(input_name).limit(0), input_table)
-        good = F.col(external.REASON).isNull()
+            return keyed_changes.as_inserts(self.rows(input_name).limit(0), input_table)
+        good = F.col(other_jobs.REASON).isNull()
         if input_table.external and self.ctx.external.get(input_name, False):
             rows = self._records.where(F.col(SOURCE) == input_name)
-            return table_changes.fold_change_feed(rows, input_table, good)
-        changelog = self.table(input_name).withColumn(external.REASON, F.lit(None).cast("string"))
-        return table_changes.fold_changelog(changelog, input_table, earlier + 1, good)
+            return keyed_changes.fold_change_feed(rows, input_table, good)
+        changelog = self.table(input_name).withColumn(other_jobs.REASON, F.lit(None).cast("string"))
+        return keyed_changes.fold_changelog(changelog, input_table, earlier + 1, good)
 
     def rows(self, input_name: str, keys_of: DataFrame | None = None) -> DataFrame:
         """A keyed table input's current rows (one per key) as of the version this run consumed; with `keys_of`,
         only the rows whose keys equal those of a row of `keys_of`."""
         input_table = self._table_input(input_name)
-        keys = table_changes.require_keys(input_table)
+        keys = keyed_changes.require_keys(input_table)
         bound = self._bound(input_name)
         columns = [c.name for c in input_table.columns]
         if bound is None:
             rows = self.spark.createDataFrame([], spark_ddl(input_table.columns))
         elif input_table.external:
-            rows = external.read_rows(self.spark, input_table, bound)
-            rows = rows.where(F.col(external.REASON).isNull()).select(*columns)
+            rows = other_jobs.read_rows(self.spark, input_table, bound)
+            rows = rows.where(F.col(other_jobs.REASON).isNull()).select(*columns)
         else:
-            rows = table_changes.latest_rows(self.table(input_name), input_table, F.lit(True))
-        return table_changes.of_keys(rows, keys_of, keys)
+            rows = keyed_changes.latest_rows(self.table(input_name), input_table, F.lit(True))
+        return keyed_changes.of_keys(rows, keys_of, keys)
 
     def _table_input(self, input_name: str) -> Table:
         if input_name not in self.ctx.pipeline.tables:
@@ -213,12 +214,12 @@ class StagedBatch:
         parts, offsets = [], {}
         for name in self.ctx.pipeline.inputs:  # (one also read whole: its whole table's records, below)
             if name in self.ctx.external and name in self.versions and name not in self._skipped:
-                parts.append(external.quarantined(self._records.where(F.col(SOURCE) == name), get_input(name)))
+                parts.append(other_jobs.quarantined(self._records.where(F.col(SOURCE) == name), get_input(name)))
                 offsets[name] = self.versions[name]
         for name, (rows, version) in self._skipped.items():
             parts.append(rows)
             offsets[name] = max(version, offsets.get(name, version))
-        skipped = external.quarantine_of(parts)
+        skipped = other_jobs.quarantine_of(parts)
         if skipped is not None:
             with stages.time("compute"):
                 self._staging.stage(QUARANTINE.name, "quarantine", skipped, offsets=offsets)

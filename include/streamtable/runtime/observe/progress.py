@@ -25,7 +25,7 @@ from streamtable.core.timefmt import format_time
 from streamtable.storage.delta_rs import append_once, open_table
 from streamtable.storage.lake import PROGRESS, Lake
 
-log = logging.getLogger("streamtable.runtime.progress")
+log = logging.getLogger("streamtable.runtime.observe.progress")
 JSON_COLUMNS = ("input_versions", "output_rows", "stage_ms")
 
 

@@ -5,10 +5,10 @@ the output's Delta version and commit time, the change (insert, update, rewrite,
 after, and the batch that made it: pipeline, generation, batch id, mode (run, serve, reprocess, or the `reset` that
 emptied the table), the Airflow run that launched it, the SHA-256 of the pipeline's file as it ran, and the input
 versions it consumed. The first dict (`current`: the change that made the row as it is now) also has each input's
-lag behind the pipeline's live generation (`runtime.status`) and `behind`.
+lag behind the pipeline's live generation (`runtime.observe.status`) and `behind`.
 
 Which batch made a version is in that version's log entry: the app transaction of its commit
-(`streamtable.<pipeline>.g<generation>`, batch id) and its commit info (`runtime.provenance`); the batch's
+(`streamtable.<pipeline>.g<generation>`, batch id) and its commit info (`runtime.observe.provenance`); the batch's
 `stream_progress` row adds its mode and times. A reprocess's swap rewrites every row in one Spark commit: the row
 is then attributed to the reprocess's generation and its batches (`batch_id` when there was one batch). Commits
 of a release that recorded none of this, or of another writer, say so (`mode` null, `writer` its operation).
@@ -33,9 +33,10 @@ from streamtable.core.registry import current as registry
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import LINE
 from streamtable.core.values import to_json
-from streamtable.runtime import checkpoint, provenance
-from streamtable.runtime.progress import history
-from streamtable.runtime.status import pipeline_status
+from streamtable.runtime.observe import provenance
+from streamtable.runtime.observe.progress import history
+from streamtable.runtime.observe.status import pipeline_status
+from streamtable.runtime.query import checkpoint
 from streamtable.storage import row_history
 from streamtable.storage.delta_rs import delta_table, open_table
 from streamtable.storage.external import path_of

@@ -1,0 +1,1 @@
+"""One micro-batch: the pipeline's view of it, its staging, its quality gate and its commit."""

@@ -1,0 +1,1 @@
+"""The commands on a pipeline: run, serve, reprocess, reset and validate, and a run handed to a live serve."""

@@ -1,0 +1,1 @@
+"""What a pipeline did: its batches' progress, its status, where a row came from (explain, provenance)."""

@@ -1,0 +1,1 @@
+"""A generation's Structured Streaming query: its inputs as sources, its epochs and checkpoint, drained or served."""

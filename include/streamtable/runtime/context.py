@@ -18,7 +18,7 @@ from streamtable.quality import exact
 from streamtable.runtime.batch.summary import row_metrics
 from streamtable.runtime.inputs.changelogs import KeptChangelogs, read_changelog
 from streamtable.runtime.observe.progress import committed
-from streamtable.storage import delta_rs, keyed
+from streamtable.storage import delta_rs, keyed, merge_on_read
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import PROGRESS, Lake
 from streamtable.storage.store import join, spark_path
@@ -136,6 +136,10 @@ class RunContext:
             delta_rs.ensure_table(self.path(table.name), arrow_schema(table.columns), partition_by=partitions)
         for table in self.pipeline.state:
             delta_rs.ensure_table(self.path(table.name), arrow_schema(table.columns), change_feed=False)
+        if merge_on_read.wanted():  # keyed tables committed by Spark's MERGE with deletion vectors
+            for table in self.pipeline.outputs + self.pipeline.state:
+                if table.keys:
+                    merge_on_read.enable(self.spark, self.path(table.name))
         delta_rs.ensure_table(self.path(PROGRESS), PROGRESS_SCHEMA, change_feed=False)
 
     def progress(self) -> list[dict]:

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamtable.storage import snapshot
 from streamtable.storage.delta_rs import DeltaTable, delta_table
 
 NULL = "__null_{}"  # a join key column: whether the key column {} was null
@@ -41,8 +42,9 @@ def read_table(path: str, schema: pa.Schema) -> pa.Table:
     """The current rows of the Delta table at `path` as `schema`, read whole with delta-rs.
 
     Its dataset's statistics are `string_view`, which pyarrow 26 cannot compare with `string` to prune files.
+    Deletion vectors (a merge-on-read table, `storage.merge_on_read`) are applied.
     """
-    return delta_table(path).to_pyarrow_dataset().to_table(columns=schema.names).cast(schema)
+    return snapshot.current_rows(delta_table(path), schema.names).cast(schema)
 
 
 def _opened(table: str | DeltaTable) -> DeltaTable:
@@ -51,7 +53,8 @@ def _opened(table: str | DeltaTable) -> DeltaTable:
 
 
 def table_rows(table: str | DeltaTable) -> int:
-    """How many rows a Delta table (a path or an open table) holds, from its log's file statistics (no file is read)."""
+    """How many rows a Delta table (a path or an open table) holds, from its log's file statistics (no file is read;
+    rows a deletion vector removed are counted)."""
     actions = pa.table(_opened(table).get_add_actions(flatten=True))
     return int(pc.sum(actions["num_records"]).as_py() or 0) if actions.num_rows else 0
 
@@ -61,7 +64,7 @@ def rows_of_keys(table: str | DeltaTable, schema: pa.Schema, keys: Sequence[str]
     found = [schema.empty_table()]
     if probe.num_rows:
         wanted = distinct_rows(probe.select(list(keys)))
-        for batch in _opened(table).to_pyarrow_dataset().to_batches(columns=schema.names):
+        for batch in snapshot.batches(_opened(table), schema.names):
             rows = pa.Table.from_batches([batch]).cast(schema)
             found.append(rows.filter(matches(rows, wanted, keys)))
     return pa.concat_tables(found)

@@ -23,6 +23,7 @@ from streamtable.core.tables import LINE, Table
 from streamtable.core.values import RecordError, parse_json, to_json, typed_value
 from streamtable.storage.delta_rs import delta_table, open_table
 from streamtable.storage.lake import Lake, resolve_lake
+from streamtable.storage.snapshot import current_rows
 
 
 def all_tables() -> dict[str, Table]:
@@ -43,12 +44,11 @@ def _read(lake: Lake, spec: Table) -> pa.Table:
     if spec.external:  # a Delta table of another job, where it is: its declared columns
         from streamtable.storage.external import location
 
-        external = delta_table(location(spec)).to_pyarrow_dataset()
-        return external.to_table(columns=[c.name for c in spec.columns])
+        return current_rows(delta_table(location(spec)), [c.name for c in spec.columns])
     delta = open_table(lake.table_path(spec.name))
     if delta is None:
         return arrow_schema(spec.columns).empty_table()
-    data = delta.to_pyarrow_dataset().to_table()
+    data = current_rows(delta)  # deletion vectors applied (a merge-on-read output)
     return data.select([c for c in data.column_names if c != LINE])
 
 

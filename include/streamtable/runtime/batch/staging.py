@@ -19,7 +19,7 @@ from streamtable.runtime.batch.summary import BatchSummary
 from streamtable.runtime.context import PROGRESS_SCHEMA, RunContext
 from streamtable.runtime.observe import provenance
 from streamtable.runtime.observe.progress import Stages
-from streamtable.storage import delta_rs, external, keyed
+from streamtable.storage import delta_rs, external, keyed, merge_on_read
 from streamtable.storage.lake import PROGRESS
 from streamtable.storage.lease import check_held
 from streamtable.storage.store import join, parquet_dataset, spark_path
@@ -125,7 +125,8 @@ class Staging:
         return [c for c in changes if c["table"] != PROGRESS and c["mode"] != "quarantine"], summary
 
     def _apply(self, change: dict, about: dict | None = None) -> None:
-        """Commit one staged change to its table (delta-rs, no Spark job), idempotently for this batch."""
+        """Commit one staged change to its table, idempotently for this batch: delta-rs (no Spark job), or Spark's
+        MERGE into a merge-on-read table (`storage.merge_on_read`: delta-rs writes no deletion vectors)."""
         if change["mode"] == "quarantine":  # the lake's own, whatever the generation: once per input and version
             external.record_quarantined(self.ctx.lake, change["path"], change["offsets"])
             return
@@ -134,7 +135,11 @@ class Staging:
             delta_rs.append_staged(path, change["path"], self.ctx.app_id, self.batch_id, about)
         else:
             keys = self.ctx.pipeline.output(change["table"]).keys
-            delta_rs.merge_staged(path, change["path"], keys, self.ctx.app_id, self.batch_id, about)
+            if merge_on_read.has_deletion_vectors(delta_rs.delta_table(path)):
+                args = (path, change["path"], keys, self.ctx.app_id, self.batch_id, about)
+                merge_on_read.merge_staged(self.ctx.spark, *args)
+            else:
+                delta_rs.merge_staged(path, change["path"], keys, self.ctx.app_id, self.batch_id, about)
 
     def _read_manifest(self) -> tuple[list[dict], BatchSummary]:
         """The staged changes and their summary (an older release's manifest: `runtime.batch.legacy`)."""

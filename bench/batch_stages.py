@@ -29,7 +29,7 @@ import workloads
 
 from streamtable.ingest.files import ingest_lines
 from streamtable.runtime.commands.lifecycle import run
-from streamtable.runtime.observe.progress import history
+from streamtable.runtime.query.progress import history
 from streamtable.runtime.spark import get_spark
 from streamtable.storage.lake import Lake
 from streamtable.testing import PipelineDriver

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from helpers import ingest  # noqa: E402
 from streamtable.core.schema import arrow_schema  # noqa: E402
 from streamtable.core.tables import STREAM_PROGRESS  # noqa: E402
-from streamtable.runtime.observe import provenance  # noqa: E402
+from streamtable.runtime.batch import provenance  # noqa: E402
 from streamtable.runtime.observe.explain import explain  # noqa: E402
 from streamtable.storage import delta_rs  # noqa: E402
 from streamtable.storage.delta_rs import _once, ensure_table, write  # noqa: E402
@@ -101,14 +101,14 @@ def build(lake: Lake, rows: int, batches: int) -> None:
     ]
     delta_rs.append_once(lake.table_path("stream_progress"), rows_, "bench", 0, arrow_schema(STREAM_PROGRESS.columns))
     progress = lake.state_path("word_count", 0, "progress")
-    from streamtable.runtime.context import PROGRESS_SCHEMA
+    from streamtable.runtime.committed import BATCHES_SCHEMA
 
     delta_rs.append_once(
         progress,
         [{"batch_id": b, "input_versions": [("text_lines", b)]} for b in progress_rows],
         APP,
         0,
-        PROGRESS_SCHEMA,
+        BATCHES_SCHEMA,
     )
 
 

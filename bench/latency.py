@@ -38,8 +38,8 @@ import numpy as np
 import workloads
 from deltalake import DeltaTable
 
-from streamtable.runtime.observe.progress import history
 from streamtable.runtime.observe.status import pipeline_status
+from streamtable.runtime.query.progress import history
 from streamtable.storage.lake import Lake
 
 ROOT = Path(__file__).resolve().parents[1]

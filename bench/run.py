@@ -34,7 +34,7 @@ from deltalake import DeltaTable
 from streamtable.core.registry import get_pipeline
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import Table
-from streamtable.runtime.observe.progress import history
+from streamtable.runtime.query.progress import history
 from streamtable.storage.lake import Lake
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -41,7 +41,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from streamtable.core import registry
 from streamtable.runtime.commands.lifecycle import run
-from streamtable.runtime.observe.progress import history
+from streamtable.runtime.query.progress import history
 from streamtable.runtime.spark import get_spark
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows as table_rows

@@ -34,7 +34,7 @@ from pathlib import Path
 START = time.perf_counter()  # the process's start, near enough: the imports below are a test session's too
 
 from streamtable.cli.skeleton import write_skeleton  # noqa: E402
-from streamtable.runtime.observe.progress import history  # noqa: E402
+from streamtable.runtime.query.progress import history  # noqa: E402
 from streamtable.testing import PipelineDriver  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -95,10 +95,10 @@ def later_runs(driver: PipelineDriver, input_name: str, records, count: int, pro
 
 def profiled(driver: PipelineDriver) -> str:
     """One run under cProfile: the run's thread, and the batch's (`foreachBatch` runs on a thread of py4j's)."""
-    from streamtable.runtime.query import streaming
+    from streamtable.runtime.query import handler
 
     run_profile, batch_profile = cProfile.Profile(), cProfile.Profile()
-    handle = streaming.BatchHandler._handle
+    handle = handler.BatchHandler._handle
 
     def profiled_handle(self, *args):
         batch_profile.enable()
@@ -107,13 +107,13 @@ def profiled(driver: PipelineDriver) -> str:
         finally:
             batch_profile.disable()
 
-    setattr(streaming.BatchHandler, "_handle", profiled_handle)  # noqa: B010
+    setattr(handler.BatchHandler, "_handle", profiled_handle)  # noqa: B010
     try:
         run_profile.enable()
         driver.run()
         run_profile.disable()
     finally:
-        setattr(streaming.BatchHandler, "_handle", handle)  # noqa: B010
+        setattr(handler.BatchHandler, "_handle", handle)  # noqa: B010
     RESULTS.mkdir(exist_ok=True)
     text = io.StringIO()
     for part, profile in (("run", run_profile), ("batch", batch_profile)):

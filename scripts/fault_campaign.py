@@ -60,7 +60,7 @@ PHASES = {
     "reset": ("starting", "swap"),
 }
 MARKERS = {"computing": r"batch \d+ computing", "staged": r"batch \d+ staged", "validated": r"batch \d+ validated"}
-COMMITTED = "streamtable.runtime.observe.progress: progress {"
+COMMITTED = "streamtable.runtime.progress: progress {"
 USERS = [f"user{n}" for n in range(10)]
 REGIONS = ["emea", "apac", "amer", None]  # None deletes the user's region: the click counts for UNKNOWN
 START = datetime(2026, 3, 1, tzinfo=UTC)

@@ -147,7 +147,7 @@ def test_a_run_logs_its_stages_at_info_and_nothing_by_default(lake):
     text = "\n".join(ours)
     for stage in ("computing", "staged word_counts: ", "staged", "validated", "suite word_count.word_counts passed"):
         assert f"{stage}" in text, text
-    [progress] = [line for line in ours if "streamtable.runtime.observe.progress: progress " in line]
+    [progress] = [line for line in ours if "streamtable.runtime.progress: progress " in line]
     report = json.loads(progress.split("progress ", 1)[1])
     assert "word_counts" in report["output_rows"] and {"read", "compute", "gate"} <= set(report["stage_ms"])
 

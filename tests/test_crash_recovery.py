@@ -108,19 +108,20 @@ def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(spark
     from deltalake import DeltaTable
 
     from streamtable.runtime.batch.staging import BatchSummary
-    from streamtable.runtime.observe.progress import committed, history
-    from streamtable.storage.lake import PROGRESS
+    from streamtable.runtime.committed import committed_batches
+    from streamtable.runtime.query.progress import history
+    from streamtable.storage.lake import BATCHES
 
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)
     assert cli(lake, "run", P, env={"STREAMTABLE_KILL_AT": "staged"}, check=False).returncode == -signal.SIGKILL
     staged = Path(lake.generation_dir(P, 0)) / "staging" / "0"
     manifest = json.loads((staged / "changes.json").read_text())
-    row = BatchSummary.from_json(manifest["summary"]).progress_row(0)
-    schema = pa.schema(DeltaTable(lake.state_path(P, 0, PROGRESS)).schema().to_arrow())
-    (staged / PROGRESS).mkdir()
-    pq.write_table(pa.Table.from_pylist([row], schema=schema), staged / PROGRESS / "part-0.parquet")
-    old = manifest["changes"] + [{"table": PROGRESS, "mode": "append", "path": str(staged / PROGRESS), "rows": 1}]
+    row = BatchSummary.from_json(manifest["summary"]).committed_row(0)
+    schema = pa.schema(DeltaTable(lake.state_path(P, 0, BATCHES)).schema().to_arrow())
+    (staged / BATCHES).mkdir()
+    pq.write_table(pa.Table.from_pylist([row], schema=schema), staged / BATCHES / "part-0.parquet")
+    old = manifest["changes"] + [{"table": BATCHES, "mode": "append", "path": str(staged / BATCHES), "rows": 1}]
     (staged / "changes.json").write_text(json.dumps(old))
 
     run(lake, P)
@@ -133,7 +134,7 @@ def test_a_batch_staged_by_the_release_before_an_upgrade_is_committed_once(spark
     run(lake, P)
     assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS + MORE)
     assert [b["batch_id"] for b in history(lake, P)] == [0, 1]
-    assert sorted(r["batch_id"] for r in committed(lake, P, 0, ["batch_id"])) == [0, 1]  # batch 0's row once
+    assert sorted(r["batch_id"] for r in committed_batches(lake, P, 0, ["batch_id"])) == [0, 1]  # batch 0's row once
 
 
 @pytest.mark.slow
@@ -141,12 +142,12 @@ def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_by
     """A kill while a table is being created leaves a `_delta_log` with no commit: the next run creates it."""
     from streamtable.core.registry import get_pipeline
     from streamtable.runtime.context import RunContext
-    from streamtable.storage.lake import PROGRESS
+    from streamtable.storage.lake import BATCHES
 
     ingest(lake, "user_regions", REGIONS)
     ingest(lake, "user_clicks", CLICKS)
     ctx = RunContext(spark, lake, get_pipeline(P), 0)
-    for name in (P, "late_events", PROGRESS):
+    for name in (P, "late_events", BATCHES):
         Path(ctx.path(name), "_delta_log").mkdir(parents=True)
     run(lake, P)
     assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS)

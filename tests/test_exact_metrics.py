@@ -15,7 +15,7 @@ import pytest
 
 from streamtable.runtime.context import RunContext
 from streamtable.storage import delta_rs
-from streamtable.storage.lake import PROGRESS
+from streamtable.storage.lake import BATCHES
 
 PIPELINE = """
 from pyspark.sql import functions as F
@@ -102,7 +102,7 @@ def test_a_progress_store_of_whole_number_metrics_is_read_and_extended(streamtab
     driver.pipe(*_events("old_totals", ["3.00", "4.00"]))
     driver.run()
     ctx = _context(driver)
-    path = ctx.path(PROGRESS)
+    path = ctx.path(BATCHES)
     old = delta_rs.delta_table(path).to_pyarrow_table()
     old_schema = pa.schema([f for f in old.schema if f.name != "metric_values"]).remove_metadata()
     rows = [

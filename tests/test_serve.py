@@ -24,8 +24,8 @@ from reference import word_count as expected
 from servers import free_port
 from streamtable.core.registry import pipelines
 from streamtable.runtime.commands.lifecycle import run
-from streamtable.runtime.observe.progress import history
 from streamtable.runtime.observe.status import pipeline_status
+from streamtable.runtime.query.progress import history
 from streamtable.storage.reader import rows
 
 P = "word_count"
@@ -93,7 +93,7 @@ class Served:
 def test_a_batch_recorded_again_after_a_crash_has_one_progress_row(lake):
     from datetime import datetime, timedelta
 
-    from streamtable.runtime.observe.progress import BatchProgress, record
+    from streamtable.runtime.query.progress import BatchProgress, record
 
     start = datetime(2026, 1, 1, tzinfo=UTC)
     for batch_id in (0, 0, 1, 0, 1):  # a batch committed again records nothing new, batch 0 included
@@ -274,7 +274,7 @@ def test_status_read_while_a_reprocess_swaps_in_a_new_generation_reports_the_new
     while status read it. Status reads the new generation instead; a file missing otherwise is still an error."""
     import streamtable.runtime.observe.status as status
 
-    real = status._consumed_versions
+    real = status.Consumed.read
 
     def swapped_while_read(lake_, name, generation):
         if generation == 0:
@@ -282,8 +282,8 @@ def test_status_read_while_a_reprocess_swaps_in_a_new_generation_reports_the_new
             raise FileNotFoundError("Object at location .../g0/state/progress/part-0.parquet not found")
         return real(lake_, name, generation)
 
-    monkeypatch.setattr(status, "_consumed_versions", swapped_while_read)
+    monkeypatch.setattr(status.Consumed, "read", swapped_while_read)
     assert pipeline_status(lake, P).generation == 1
-    monkeypatch.setattr(status, "_consumed_versions", lambda *_: (_ for _ in ()).throw(FileNotFoundError("gone")))
+    monkeypatch.setattr(status.Consumed, "read", lambda *_: (_ for _ in ()).throw(FileNotFoundError("gone")))
     with pytest.raises(FileNotFoundError):
         pipeline_status(lake, P)

@@ -104,7 +104,7 @@ def test_one_run_and_three_runs_give_the_same_counts_and_a_second_run_changes_no
 def test_small_files_are_compacted_and_the_counts_stay_exact(spark, lake, monkeypatch):
     """Compaction after a batch's commits (outputs, progress tables) changes no count or txn check."""
     from streamtable.storage import delta_rs
-    from streamtable.storage.lake import PROGRESS
+    from streamtable.storage.lake import BATCHES
 
     monkeypatch.setattr(delta_rs, "COMPACT_FILES", 3)
     done = []
@@ -114,7 +114,7 @@ def test_small_files_are_compacted_and_the_counts_stay_exact(spark, lake, monkey
         done += [r["line"] for r in batch]
         assert run(lake, P).batches == 1 and counts(lake) == expected(done)
     assert run(lake, P).batches == 0 and counts(lake) == expected(done) and counts(lake)["x4"] == 2
-    for path in (lake.table_path("word_counts"), lake.table_path("stream_progress"), lake.state_path(P, 0, PROGRESS)):
+    for path in (lake.table_path("word_counts"), lake.table_path("stream_progress"), lake.state_path(P, 0, BATCHES)):
         operations = [h["operation"] for h in DeltaTable(path).history()]
         assert "OPTIMIZE" in operations, (path, operations)
         assert len(DeltaTable(path).file_uris()) < operations.count("WRITE") + operations.count("MERGE")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 if TYPE_CHECKING:
-    from streamtable.runtime.observe.progress import BatchProgress
+    from streamtable.runtime.query.progress import BatchProgress
 
 DURATION_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 120, 300)
 

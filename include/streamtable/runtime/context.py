@@ -1,4 +1,4 @@
-"""Where one generation of a pipeline reads and writes: its paths, its committed progress, its outputs' rows."""
+"""Where one generation of a pipeline reads and writes: its paths, its committed batches, its outputs' rows."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
 
-import pyarrow as pa
 from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession
 
 from streamtable.core.errors import OperatorArgumentError
@@ -15,30 +14,17 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.schema import arrow_schema, spark_ddl
 from streamtable.core.tables import HEARTBEAT, LATE_EVENTS, Table
 from streamtable.quality import exact
-from streamtable.runtime.batch.summary import row_metrics
+from streamtable.runtime.committed import BATCHES_SCHEMA, Consumed, committed_batches, row_metrics
 from streamtable.runtime.inputs.changelogs import KeptChangelogs, read_changelog
-from streamtable.runtime.observe.progress import committed
 from streamtable.storage import delta_rs, keyed, merge_on_read
 from streamtable.storage.external import path_of
-from streamtable.storage.lake import PROGRESS, Lake
+from streamtable.storage.lake import BATCHES, Lake
 from streamtable.storage.store import join, spark_path
 
 # `rows_of_keys`: looked up with Arrow in the driver when the table holds at least this many rows and the batch at most
 # LOOKUP_MAX_KEYS keys; else a Spark join (a small table costs Spark little; many keys are a drain, not a lookup)
 LOOKUP_MIN_ROWS = 100_000
 LOOKUP_MAX_KEYS = 100_000
-
-PROGRESS_SCHEMA = pa.schema(  # a generation's committed batches (`summary.progress_row`)
-    [
-        ("batch_id", pa.int64()),
-        ("run_started_at", pa.timestamp("us", "UTC")),
-        ("stream_time", pa.timestamp("us", "UTC")),
-        ("records", pa.int64()),
-        ("input_versions", pa.map_(pa.string(), pa.int64())),
-        ("metrics", pa.map_(pa.string(), pa.int64())),  # the whole-number ones (what earlier releases read)
-        ("metric_values", pa.map_(pa.string(), pa.string())),  # every metric, as exact text (none in earlier rows)
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -51,7 +37,7 @@ class RunContext:
     generation: int
     shadow: bool = False  # a reprocess writes its outputs beside the live ones
     # Delta tables of other jobs among the inputs -> whether they are read through their Change Data Feed
-    # (`runtime.inputs.other_jobs.prepare` fills it before the query starts)
+    # (`inputs.other_jobs.prepare` says, before the query starts)
     external: dict[str, bool] = field(default_factory=dict)
     kept: KeptChangelogs | None = None  # `serve`: its table inputs' changelogs, kept across its batches
 
@@ -68,8 +54,8 @@ class RunContext:
         return self.lake.state_path(self.pipeline.name, self.generation, HEARTBEAT)
 
     def path(self, table: str) -> str:
-        """The Delta path this generation uses for an output, a state store, `late_events` or `progress`."""
-        if table == PROGRESS or table in {t.name for t in self.pipeline.state}:
+        """The Delta path this generation uses for an output, a state store, `late_events` or its committed batches."""
+        if table == BATCHES or table in {t.name for t in self.pipeline.state}:
             return self.lake.state_path(self.pipeline.name, self.generation, table)
         if self.shadow:
             return join(self.dir, "shadow", table)
@@ -130,7 +116,7 @@ class RunContext:
         return keyed.Lookup(delta.version(), keys, rows)
 
     def prepare(self) -> None:
-        """Create this generation's outputs, stores and progress table if they do not exist."""
+        """Create this generation's outputs, stores and store of committed batches if they do not exist."""
         for table in self.pipeline.outputs + (LATE_EVENTS,):
             partitions = ("pipeline",) if table.name == LATE_EVENTS.name else ()
             delta_rs.ensure_table(self.path(table.name), arrow_schema(table.columns), partition_by=partitions)
@@ -140,33 +126,37 @@ class RunContext:
             for table in self.pipeline.outputs + self.pipeline.state:
                 if table.keys:
                     merge_on_read.enable(self.spark, self.path(table.name))
-        delta_rs.ensure_table(self.path(PROGRESS), PROGRESS_SCHEMA, change_feed=False)
+        delta_rs.ensure_table(self.path(BATCHES), BATCHES_SCHEMA, change_feed=False)
 
-    def progress(self) -> list[dict]:
-        """The progress rows of the committed runs of this generation (read with delta-rs: no Spark job)."""
-        return committed(
+    def batches(self) -> list[dict]:
+        """The committed batches of this generation (read with delta-rs: no Spark job)."""
+        return committed_batches(
             self.lake,
             self.pipeline.name,
             self.generation,
             ["batch_id", "stream_time", "metrics", "metric_values", "input_versions"],
         )
 
-    def stream_time(self, progress: list[dict] | None = None) -> datetime | None:
-        """The largest event time consumed by the committed runs of this generation (or of `progress` rows)."""
-        rows = self.progress() if progress is None else progress
+    def consumed(self) -> Consumed:
+        """What the committed batches of this generation consumed."""
+        return Consumed.of(self.batches())
+
+    def stream_time(self, batches: list[dict] | None = None) -> datetime | None:
+        """The largest event time consumed by the committed batches of this generation (or by `batches`)."""
+        rows = self.batches() if batches is None else batches
         return max((r["stream_time"] for r in rows if r["stream_time"]), default=None)
 
-    def metric_totals(self, progress: list[dict] | None = None) -> dict[str, exact.Number]:
-        """Each reconciliation metric summed exactly over the committed runs (or over `progress` rows)."""
+    def metric_totals(self, batches: list[dict] | None = None) -> dict[str, exact.Number]:
+        """Each reconciliation metric summed exactly over the committed batches (or over `batches`)."""
         totals: dict[str, exact.Number] = {}
-        for row in self.progress() if progress is None else progress:
+        for row in self.batches() if batches is None else batches:
             for name, value in row_metrics(row).items():
                 totals[name] = exact.add(totals.get(name, 0), value)
         return totals
 
     def lineage(self) -> dict[str, list[dict]]:
         """What this generation read and wrote, for OpenLineage (`lineage`)."""
-        return lineage(self.lake, self.pipeline, self.progress(), self.path)
+        return lineage(self.lake, self.pipeline, self.consumed(), self.path)
 
 
 def _has_deletion_vectors(delta: delta_rs.DeltaTable) -> bool:
@@ -182,14 +172,10 @@ def _semi_join(rows: DataFrame, probe: DataFrame, keys: list[str]) -> DataFrame:
 
 
 def lineage(
-    lake: Lake, pipeline: Pipeline, progress: list[dict], output_path: Callable[[str], str]
+    lake: Lake, pipeline: Pipeline, consumed: Consumed, output_path: Callable[[str], str]
 ) -> dict[str, list[dict]]:
-    """What a generation (its committed `progress` rows) read and wrote, for OpenLineage: each input with the newest
-    version its runs consumed (None before one did), each output (at `output_path`) with its version."""
-    consumed: dict[str, int] = {}
-    for row in progress:
-        for name, version in row["input_versions"] or ():
-            consumed[name] = max(version, consumed.get(name, -1))
+    """What a generation read and wrote, for OpenLineage: each input with the newest version its batches consumed
+    (None before one did), each output (at `output_path`) with its version."""
     inputs = []
     for name in pipeline.inputs:
         path = path_of(lake, name)

@@ -161,7 +161,7 @@ def _done(table: DeltaTable, app_id: str, version: int) -> bool:
 
 
 def _once(app_id: str, version: int, metadata: dict | None = None) -> CommitProperties:
-    """The commit of (app_id, version), with `metadata` in its commit info (`runtime.observe.provenance`)."""
+    """The commit of (app_id, version), with `metadata` in its commit info (`runtime.batch.provenance`)."""
     transactions = [Transaction(app_id, version)]
     return CommitProperties(custom_metadata=metadata, app_transactions=transactions, max_commit_retries=0)  # `retrying`
 

@@ -29,7 +29,9 @@ from pathlib import Path
 from streamtable.storage.lease import Lease, read_holder
 from streamtable.storage.store import Store, is_object_store, join, normalize_root, spark_path
 
-PROGRESS = "progress"  # each generation's internal store of its committed runs (offsets, stream time, metrics)
+# each generation's store of its committed batches (consumed versions, stream time, metrics: `runtime.committed`);
+# its folder keeps the name earlier releases gave it
+BATCHES = "progress"
 
 
 def resolve_lake(lake: str | None) -> str:

@@ -8,13 +8,13 @@ Delta as done).
 from __future__ import annotations
 
 from streamtable.runtime.batch.summary import BatchSummary
-from streamtable.storage.lake import PROGRESS
+from streamtable.storage.lake import BATCHES
 from streamtable.storage.store import parquet_dataset
 
 
 def read_list_manifest(manifest: list[dict]) -> tuple[list[dict], BatchSummary]:
     """The changes of an old list manifest and the summary its staged progress row holds."""
-    [row] = parquet_dataset(next(c["path"] for c in manifest if c["table"] == PROGRESS)).to_table().to_pylist()
+    [row] = parquet_dataset(next(c["path"] for c in manifest if c["table"] == BATCHES)).to_table().to_pylist()
     summary = BatchSummary(
         row["records"],
         row["stream_time"],

@@ -27,11 +27,12 @@ from streamtable.core.registry import get_input
 from streamtable.core.schema import spark_ddl
 from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE, Table
 from streamtable.quality import exact
+from streamtable.runtime.batch.stages import Stages
 from streamtable.runtime.batch.staging import Staging
 from streamtable.runtime.batch.summary import BatchSummary
+from streamtable.runtime.committed import Consumed
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.inputs import keyed_changes, other_jobs
-from streamtable.runtime.observe.progress import Stages
 from streamtable.storage import delta_rs, keyed
 
 log = logging.getLogger("streamtable")
@@ -54,7 +55,8 @@ class StagedBatch:
         self.spark = ctx.spark
         self.batch_id = batch_id
         self.wall_clock = wall_clock
-        self._committed = ctx.progress()  # the progress rows of the runs before this one
+        self._committed = ctx.batches()  # the batches before this one
+        self._consumed = Consumed.of(self._committed)  # ... and what they consumed
         self.stream_time = ctx.stream_time(self._committed)  # as of the start of this run: windows close against it
         # ... and once this run's records are consumed (what the next run will start from)
         self.next_stream_time = max((t for t in (self.stream_time, newest) if t is not None), default=None)
@@ -141,13 +143,11 @@ class StagedBatch:
 
     def _earlier(self, input_name: str) -> int | None:
         """The newest version of an input the runs before this one consumed (None: this is its first)."""
-        earlier = [dict(r["input_versions"] or ()).get(input_name) for r in self._committed]
-        return max((v for v in earlier if v is not None), default=None)
+        return self._consumed.get(input_name)
 
     def _bound(self, input_name: str) -> int | None:
         """The newest version of an input consumed by this run or an earlier one (None: none yet)."""
-        found = [v for v in (self._earlier(input_name), self.versions.get(input_name)) if v is not None]
-        return max(found, default=None)
+        return self._consumed.then(self.versions).get(input_name)
 
     def current(self, table: str, keys_of: DataFrame | None = None) -> DataFrame:
         """The committed content of an output or state store (before this run); with `keys_of`, only the rows whose

@@ -14,13 +14,13 @@ from pyspark.sql import DataFrame, functions as F
 from streamtable.core.errors import QualityGateError
 from streamtable.core.faults import crash_point
 from streamtable.quality import exact
-from streamtable.runtime.batch import gate
+from streamtable.runtime.batch import gate, provenance
+from streamtable.runtime.batch.stages import Stages
 from streamtable.runtime.batch.summary import BatchSummary
-from streamtable.runtime.context import PROGRESS_SCHEMA, RunContext
-from streamtable.runtime.observe import provenance
-from streamtable.runtime.observe.progress import Stages
+from streamtable.runtime.committed import BATCHES_SCHEMA
+from streamtable.runtime.context import RunContext
 from streamtable.storage import delta_rs, external, keyed, merge_on_read
-from streamtable.storage.lake import PROGRESS
+from streamtable.storage.lake import BATCHES
 from streamtable.storage.lease import check_held
 from streamtable.storage.store import join, parquet_dataset, spark_path
 
@@ -37,7 +37,7 @@ class Staging:
         self.dir = join(ctx.dir, "staging", str(batch_id))
         self.manifest = join(self.dir, "changes.json")
         self.changes: list[dict] = []
-        self.ran: dict | None = None  # how the process that computed the batch ran (`runtime.observe.provenance`)
+        self.ran: dict | None = None  # how the process that computed the batch ran (`runtime.batch.provenance`)
 
     def complete(self) -> bool:
         return self.store.exists(self.manifest)
@@ -119,10 +119,10 @@ class Staging:
                 self._apply(change, about)
             crash_point(f"committed:{change['table']}")
         with stages.time("progress"):
-            row = summary.progress_row(self.batch_id)  # (a store of an earlier release gains `metric_values`)
-            delta_rs.append_once(ctx.path(PROGRESS), [row], ctx.app_id, self.batch_id, PROGRESS_SCHEMA, about)
-        crash_point(f"committed:{PROGRESS}")
-        return [c for c in changes if c["table"] != PROGRESS and c["mode"] != "quarantine"], summary
+            row = summary.committed_row(self.batch_id)  # (a store of an earlier release gains `metric_values`)
+            delta_rs.append_once(ctx.path(BATCHES), [row], ctx.app_id, self.batch_id, BATCHES_SCHEMA, about)
+        crash_point(f"committed:{BATCHES}")
+        return [c for c in changes if c["table"] != BATCHES and c["mode"] != "quarantine"], summary
 
     def _apply(self, change: dict, about: dict | None = None) -> None:
         """Commit one staged change to its table, idempotently for this batch: delta-rs (no Spark job), or Spark's

@@ -45,8 +45,8 @@ class BatchSummary:
             value.get("input_records") or {},  # (none in a manifest of a release before them)
         )
 
-    def progress_row(self, batch_id: int) -> dict:
-        """The batch's row of the generation's `progress` store."""
+    def committed_row(self, batch_id: int) -> dict:
+        """The batch's row of the generation's store of committed batches (`runtime.committed`)."""
         return {
             "batch_id": batch_id,
             "run_started_at": self.wall_clock,
@@ -56,10 +56,3 @@ class BatchSummary:
             "metrics": [(k, v) for k, v in self.metrics.items() if isinstance(v, int) and -(2**63) <= v < 2**63],
             "metric_values": [(name, exact.text(value)) for name, value in self.metrics.items()],
         }
-
-
-def row_metrics(row: dict) -> dict[str, exact.Number]:
-    """The metrics of a `progress` row: its exact `metric_values`, or, in a row of a release before them, `metrics`."""
-    if row.get("metric_values") is not None:
-        return {name: exact.number(value) for name, value in row["metric_values"]}
-    return dict(row.get("metrics") or ())

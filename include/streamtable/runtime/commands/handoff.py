@@ -17,10 +17,10 @@ import time
 from datetime import UTC, datetime
 
 from streamtable.core.pipeline import Pipeline
+from streamtable.runtime.committed import Consumed, committed_batches
 from streamtable.runtime.context import lineage
-from streamtable.runtime.observe.progress import committed
 from streamtable.runtime.observe.status import live_progress, unconsumed_commits
-from streamtable.runtime.query.streaming import RunReport
+from streamtable.runtime.query.handler import RunReport
 from streamtable.storage.lake import Lake
 from streamtable.storage.lease import lease_seconds
 
@@ -43,12 +43,14 @@ def served_run(lake: Lake, pipeline: Pipeline, poll_s: float = POLL_S) -> RunRep
         if live != generation or not watch.held_by(holder):
             return None
         ours = [b for b in batches if b["batch_id"] >= first_batch]
-        if _covered(targets, batches) and (not pipeline.wall_clock or any(b["started_at"] >= started for b in ours)):
+        if Consumed.of(batches).covers(targets) and (
+            not pipeline.wall_clock or any(b["started_at"] >= started for b in ours)
+        ):
             return _report(lake, pipeline, generation, ours, holder)
         time.sleep(poll_s)
 
 
-def _targets(lake: Lake, pipeline: Pipeline, consumed: dict[str, int]) -> dict[str, int]:
+def _targets(lake: Lake, pipeline: Pipeline, consumed: Consumed) -> dict[str, int]:
     """Each input with records or changes not consumed yet -> the newest version that holds some."""
     targets = {}
     for name in pipeline.inputs:
@@ -58,17 +60,8 @@ def _targets(lake: Lake, pipeline: Pipeline, consumed: dict[str, int]) -> dict[s
     return targets
 
 
-def _covered(targets: dict[str, int], batches: list[dict]) -> bool:
-    """Whether the batches (their `stream_progress` rows) consumed every input up to its target version."""
-    seen: dict[str, int] = {}
-    for batch in batches:
-        for name, version in batch["input_versions"].items():
-            seen[name] = max(version, seen.get(name, version))
-    return all(seen.get(name, -1) >= version for name, version in targets.items())
-
-
 def _report(lake: Lake, pipeline: Pipeline, generation: int, batches: list[dict], holder: dict) -> RunReport:
-    progress = committed(lake, pipeline.name, generation, ["stream_time", "input_versions"])
+    committed = committed_batches(lake, pipeline.name, generation, ["stream_time", "input_versions"])
     changes: dict[str, int] = {}
     for batch in batches:
         for table, rows in batch["output_rows"].items():
@@ -78,9 +71,9 @@ def _report(lake: Lake, pipeline: Pipeline, generation: int, batches: list[dict]
         generation,
         batches=len(batches),
         records=sum(b["input_rows"] for b in batches),
-        stream_time=max((r["stream_time"] for r in progress if r["stream_time"]), default=None),
+        stream_time=max((r["stream_time"] for r in committed if r["stream_time"]), default=None),
         changes=changes,
-        lineage=lineage(lake, pipeline, progress, lake.table_path),
+        lineage=lineage(lake, pipeline, Consumed.of(committed), lake.table_path),
         served_by={k: holder.get(k) for k in ("command", "pid", "host", "since")},
     )
 

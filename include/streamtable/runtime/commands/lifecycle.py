@@ -17,13 +17,14 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_pipeline
 from streamtable.core.tables import LATE_EVENTS
 from streamtable.core.timefmt import system_clock
+from streamtable.runtime.batch import provenance
 from streamtable.runtime.commands import declaration
 from streamtable.runtime.commands.handoff import served_run
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.inputs.changelogs import KeptChangelogs
-from streamtable.runtime.observe import provenance
 from streamtable.runtime.query import checkpoint
-from streamtable.runtime.query.streaming import RunReport, drain, serve
+from streamtable.runtime.query.handler import RunReport
+from streamtable.runtime.query.streaming import drain, serve
 from streamtable.storage import delta_rs
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.external import path_of

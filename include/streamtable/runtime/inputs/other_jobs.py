@@ -20,9 +20,10 @@ from functools import reduce
 from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession, functions as F
 
 from streamtable.core.errors import BadInputError
+from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, LINE, QUARANTINE, SOURCE, Table
-from streamtable.runtime.context import RunContext
+from streamtable.runtime.committed import Consumed
 from streamtable.runtime.inputs.keyed_changes import BEFORE, CHANGE
 from streamtable.storage import external
 
@@ -31,31 +32,27 @@ FILE = "_file"  # the data file a row of an append-only table was read from (map
 FILES_PER_TRIGGER = str(2**31 - 1)
 
 
-def prepare(ctx: RunContext, starting: dict[str, int]) -> dict[str, int]:
-    """Check the pipeline's external inputs before its query starts; note how each is read in `ctx.external`.
+def prepare(pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]) -> tuple[dict[str, bool], dict[str, int]]:
+    """Check the pipeline's external inputs before its query starts, after what its generation `consumed`.
 
-    Returns, for each input read by its files, the first version its next batch can hold (what the live generation
-    committed + 1, else where its source starts): each batch maps files from there on. A table input is checked
-    from its first version, since `batch.table` reads it whole.
+    Returns each one's way of reading (whether through its Change Data Feed), and, for each input read by its files,
+    the first version its next batch can hold (what the generation consumed + 1, else where its source starts):
+    each batch maps files from there on. A table input is checked from its first version, since `batch.table` reads
+    it whole.
     """
-    if not any(get_input(name).external for name in ctx.pipeline.inputs):
-        return {}
-    consumed: dict[str, int] = {}
-    for row in ctx.progress():
-        for name, version in row["input_versions"] or ():
-            consumed[name] = max(version, consumed.get(name, version))
+    change_feed: dict[str, bool] = {}
     first: dict[str, int] = {}
-    for name in ctx.pipeline.inputs:
+    for name in pipeline.inputs:
         table = get_input(name)
         if not table.external:
             continue
-        stream = name in ctx.pipeline.streams
+        stream = name in pipeline.streams
         start = consumed[name] + 1 if name in consumed else starting.get(name, 0)
         external.latest_version(table)  # one line if there is no table
-        ctx.external[name] = external.check(table, start if stream else 0, stream)
-        if not ctx.external[name]:
+        change_feed[name] = external.check(table, start if stream else 0, stream)
+        if not change_feed[name]:
             first[name] = start
-    return first
+    return change_feed, first
 
 
 def read_stream(spark: SparkSession, table: Table, starting_version: int, change_feed: bool) -> DataFrame:
@@ -202,7 +199,7 @@ def with_versions(spark: SparkSession, rows: DataFrame, files: dict[str, dict[st
     )
 
 
-def version_files(ctx: RunContext, first: dict[str, int]) -> dict[str, dict[str, tuple[int, int]]]:
+def version_files(first: dict[str, int]) -> dict[str, dict[str, tuple[int, int]]]:
     """The files of each stream input read by file, from its `first` version to its latest, mapped to versions."""
     mapped = {}
     for name, version in first.items():

@@ -8,7 +8,7 @@ versions it consumed. The first dict (`current`: the change that made the row as
 lag behind the pipeline's live generation (`runtime.observe.status`) and `behind`.
 
 Which batch made a version is in that version's log entry: the app transaction of its commit
-(`streamtable.<pipeline>.g<generation>`, batch id) and its commit info (`runtime.observe.provenance`); the batch's
+(`streamtable.<pipeline>.g<generation>`, batch id) and its commit info (`runtime.batch.provenance`); the batch's
 `stream_progress` row adds its mode and times. A reprocess's swap rewrites every row in one Spark commit: the row
 is then attributed to the reprocess's generation and its batches (`batch_id` when there was one batch). Commits
 of a release that recorded none of this, or of another writer, say so (`mode` null, `writer` its operation).
@@ -33,10 +33,11 @@ from streamtable.core.registry import current as registry
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import LINE
 from streamtable.core.values import to_json
-from streamtable.runtime.observe import provenance
-from streamtable.runtime.observe.progress import history
+from streamtable.runtime.batch import provenance
+from streamtable.runtime.committed import Consumed
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.runtime.query import checkpoint
+from streamtable.runtime.query.progress import history
 from streamtable.storage import row_history
 from streamtable.storage.delta_rs import delta_table, open_table
 from streamtable.storage.external import path_of
@@ -202,11 +203,8 @@ class Writers:
                     ),
                     key=lambda r: r["batch_id"],
                 )
-                consumed: dict[str, int] = {}
-                for r in batches:
-                    for name, v in r["input_versions"].items():
-                        consumed[name] = max(v, consumed.get(name, v))
                 ids = [r["batch_id"] for r in batches]
+                consumed = dict(Consumed.of(batches))
                 found |= {"batch_id": ids[0] if len(ids) == 1 else None, "batch_ids": ids, "input_versions": consumed}
             return found
         return found | {"writer": commit["info"].get("operation") or UNKNOWN}

@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from streamtable.core.errors import TableReadError
 from streamtable.core.registry import get_pipeline
 from streamtable.core.timefmt import format_time
-from streamtable.runtime.observe.progress import committed, history
+from streamtable.runtime.committed import Consumed
+from streamtable.runtime.query.progress import history
 from streamtable.storage.delta_rs import delta_table, table_version
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import Lake
@@ -103,25 +104,16 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
     )
 
 
-def live_progress(lake: Lake, pipeline: str) -> tuple[int, list[dict], dict[str, int]]:
+def live_progress(lake: Lake, pipeline: str) -> tuple[int, list[dict], Consumed]:
     """The live generation, its batches and its consumed versions: read again when a reprocess or a reset made
     another generation live (and deleted this one's files) while they were read."""
     while True:
         generation = lake.generation(pipeline)
         try:
-            return generation, history(lake, pipeline, generation), _consumed_versions(lake, pipeline, generation)
+            return generation, history(lake, pipeline, generation), Consumed.read(lake, pipeline, generation)
         except (FileNotFoundError, TableReadError):  # its log or files deleted under the read
             if lake.generation(pipeline) == generation:
                 raise
-
-
-def _consumed_versions(lake: Lake, pipeline: str, generation: int) -> dict[str, int]:
-    """Per input, the newest version in the committed progress of the generation."""
-    consumed: dict[str, int] = {}
-    for row in committed(lake, pipeline, generation, ["input_versions"]):
-        for name, version in row["input_versions"] or ():
-            consumed[name] = max(version, consumed.get(name, version))
-    return consumed
 
 
 def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:

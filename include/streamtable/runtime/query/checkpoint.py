@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from streamtable.core.errors import DeclarationChangedError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.tables import HEARTBEAT
+from streamtable.runtime.committed import Consumed
 from streamtable.storage.lake import Lake
 from streamtable.storage.store import join
 
@@ -126,9 +127,9 @@ def refuse(pipeline: Pipeline, generation: int, unsafe: list[str]) -> Declaratio
     )
 
 
-def consumed(lake: Lake, gen_dir: str, epoch: Epoch, batch_id: int | None) -> dict[str, int]:
+def consumed(lake: Lake, gen_dir: str, epoch: Epoch, batch_id: int | None) -> Consumed:
     """Per source (the heartbeat left out), the newest version consumed once batch `batch_id` of `epoch` committed
-    (before its first batch: the version before where each started; -1 when nothing of it was consumed)."""
+    (before its first batch: the version before where each started; absent when nothing of it was consumed)."""
     offsets = (
         None if batch_id is None else read_offsets(lake, join(gen_dir, epoch.checkpoint), batch_id - epoch.first_batch)
     )
@@ -140,7 +141,7 @@ def consumed(lake: Lake, gen_dir: str, epoch: Epoch, batch_id: int | None) -> di
             result[name] = consumed_version(offsets[i])
         else:
             result[name] = epoch.starting.get(name, 0) - 1
-    return result
+    return Consumed(result)
 
 
 def consumed_version(offset: dict | None) -> int:

@@ -5,17 +5,14 @@ duration, event-time watermark (stream time) and end-to-end lag. The row is writ
 (no Spark job) after the batch's outputs are committed, idempotently for (`txnAppId`, batch id), so a
 batch committed again after a crash is recorded once.
 
-Tables appended one small file per batch this way (`stream_progress`, a generation's `progress` store) are
-compacted once they hold `delta_rs.COMPACT_FILES` files.
+Tables appended one small file per batch this way (`stream_progress`, a generation's store of committed batches,
+`runtime.committed`) are compacted once they hold `delta_rs.COMPACT_FILES` files.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -23,26 +20,10 @@ from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import STREAM_PROGRESS
 from streamtable.core.timefmt import format_time
 from streamtable.storage.delta_rs import append_once, open_table
-from streamtable.storage.lake import PROGRESS, Lake
+from streamtable.storage.lake import Lake
 
-log = logging.getLogger("streamtable.runtime.observe.progress")
+log = logging.getLogger("streamtable.runtime.progress")  # the name ops grep for
 JSON_COLUMNS = ("input_versions", "output_rows", "stage_ms")
-
-
-@dataclass
-class Stages:
-    """Where a batch spends its time: milliseconds per named stage, in the order they ran (Spark's `durationMs`)."""
-
-    ms: dict[str, int] = field(default_factory=dict)
-
-    @contextmanager
-    def time(self, stage: str) -> Iterator[None]:
-        """Add the wall time of the block to `stage`."""
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.ms[stage] = self.ms.get(stage, 0) + round((time.perf_counter() - started) * 1000)
 
 
 @dataclass(frozen=True)
@@ -60,7 +41,7 @@ class BatchProgress:
     oldest_input_at: datetime | None  # ingest commit time of the batch's oldest record
     input_versions: dict[str, int]
     output_rows: dict[str, int]
-    stage_ms: dict[str, int] = field(default_factory=dict)  # see `Stages`
+    stage_ms: dict[str, int] = field(default_factory=dict)  # see `batch.stages.Stages`
 
     @property
     def duration_ms(self) -> int:
@@ -100,17 +81,6 @@ class BatchProgress:
             "stage_ms": self.stage_ms,
         }
         return {k: format_time(v) if isinstance(v, datetime) else v for k, v in row.items()}
-
-
-def committed(lake: Lake, pipeline: str, generation: int, columns: list[str]) -> list[dict]:
-    """`columns` of every committed batch in a generation's internal `progress` store ([] before the first); a column
-    the store of an earlier release lacks (`metric_values`) is None in each row."""
-    table = open_table(lake.state_path(pipeline, generation, PROGRESS))
-    if table is None:
-        return []
-    dataset = table.to_pyarrow_dataset()
-    rows = dataset.to_table(columns=[c for c in columns if c in dataset.schema.names]).to_pylist()
-    return [dict.fromkeys(columns) | row for row in rows]
 
 
 def record(lake: Lake, progress: BatchProgress, app_id: str) -> None:

@@ -155,7 +155,7 @@ def test_a_swap_of_late_events_beside_another_pipelines_appends_on_s3(env, monke
     assert sorted(table["pipeline"].to_pylist()) == ["other"] * 10 + ["swapped"] * 3
 
 
-def test_a_wrong_secret_key_fails_show_query_status_and_run_with_one_line(env):
+def test_a_wrong_secret_key_fails_show_query_status_run_reprocess_and_explain_with_one_line(env):
     """On an s3:// lake a refused request is an error naming what the store said, never an empty table."""
     lake = s3_lake()
     st(env, lake, "ingest", "user_clicks", str(EXAMPLE / "user_clicks.jsonl"))
@@ -166,12 +166,15 @@ def test_a_wrong_secret_key_fails_show_query_status_and_run_with_one_line(env):
         ("query", "user_clicks", "2026-01-01T10:01:00Z"),
         ("status",),
         ("run", "clicks_per_region"),
+        ("reprocess", "clicks_per_region", "--from-version", "0"),
+        ("explain", "clicks_per_region", "emea"),
     ):
         proc = subprocess.run([CLI, *args, "--lake", lake], env=wrong, capture_output=True, text=True, timeout=300)
         ours = [line for line in proc.stderr.splitlines() if line.startswith("streamtable:")]
         assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
         assert proc.stdout == "", args  # not an empty table, nor a partial answer
-        assert len(ours) == 1 and "Traceback" not in proc.stderr, proc.stderr
-        assert f"cannot read {'the Delta table at ' if args[0] in ('show', 'query') else ''}{lake}/" in ours[0]
+        assert len(ours) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+        table = "the Delta table at " if args[0] in ("show", "query", "reprocess", "explain") else ""
+        assert f"cannot read {table}{lake}/" in ours[0]
         assert "SignatureDoesNotMatch" in ours[0], ours[0]  # what the store answered
     assert st(env, lake, "show", "user_clicks").count("\n") == 8  # the right key reads it all

@@ -1,7 +1,7 @@
 """A batch's staged changes: Parquet files under the generation's `staging/<batch id>/`, gated, then committed.
 
 The manifest that marks a batch complete holds its changes and its `BatchSummary`; a batch committed again
-after a crash reads both from it (`streamtable.runtime.batch.legacy` reads the manifests of batches an older
+after a crash reads both from it (`summary.read_list_manifest` reads the manifests of batches an older
 release staged).
 """
 
@@ -16,7 +16,7 @@ from streamtable.core.faults import crash_point
 from streamtable.quality import exact
 from streamtable.runtime.batch import gate, provenance
 from streamtable.runtime.batch.stages import Stages
-from streamtable.runtime.batch.summary import BatchSummary
+from streamtable.runtime.batch.summary import BatchSummary, read_list_manifest
 from streamtable.runtime.committed import BATCHES_SCHEMA
 from streamtable.runtime.context import RunContext
 from streamtable.storage import delta_rs, external, keyed, merge_on_read
@@ -142,15 +142,13 @@ class Staging:
                 delta_rs.merge_staged(path, change["path"], keys, self.ctx.app_id, self.batch_id, about)
 
     def _read_manifest(self) -> tuple[list[dict], BatchSummary]:
-        """The staged changes and their summary (an older release's manifest: `runtime.batch.legacy`)."""
+        """The staged changes and their summary (an older release's manifest: `summary.read_list_manifest`)."""
         manifest = self.store.read_json(self.manifest)
         if manifest is None:
             raise RuntimeError(f"{self.manifest}: the batch's manifest is gone")
         if isinstance(manifest, dict):
             self.ran = manifest.get("ran")  # (none in a manifest of an earlier release)
             return manifest["changes"], BatchSummary.from_json(manifest["summary"])
-        from streamtable.runtime.batch.legacy import read_list_manifest
-
         return read_list_manifest(manifest)
 
     def discard_earlier(self) -> None:

@@ -1,4 +1,9 @@
-"""`BatchSummary`: what a batch consumed, kept in its staging manifest beside its changes."""
+"""`BatchSummary`: what a batch consumed, kept in its staging manifest beside its changes.
+
+A batch staged by the release before `stream_progress`, found after an upgrade that followed a crash, has a bare list
+of changes as its manifest, the batch's committed row staged as one of them: it is committed as it was staged, with
+its summary read from that row (`read_list_manifest`; its row's own write is then skipped by Delta as done).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from streamtable.quality import exact
+from streamtable.storage.lake import BATCHES
+from streamtable.storage.store import parquet_dataset
 
 
 @dataclass(frozen=True)
@@ -56,3 +63,17 @@ class BatchSummary:
             "metrics": [(k, v) for k, v in self.metrics.items() if isinstance(v, int) and -(2**63) <= v < 2**63],
             "metric_values": [(name, exact.text(value)) for name, value in self.metrics.items()],
         }
+
+
+def read_list_manifest(manifest: list[dict]) -> tuple[list[dict], BatchSummary]:
+    """The changes of an old list manifest and the summary its staged committed row holds."""
+    [row] = parquet_dataset(next(c["path"] for c in manifest if c["table"] == BATCHES)).to_table().to_pylist()
+    summary = BatchSummary(
+        row["records"],
+        row["stream_time"],
+        None,  # no ingest commit time: that row predates `lag_ms`
+        dict(row["input_versions"] or ()),
+        row["run_started_at"],
+        dict(row["metrics"] or ()),
+    )
+    return manifest, summary

@@ -7,8 +7,8 @@ generation, `check` compares the declaration now with the one recorded (`declara
   null), and so is an output removed (its table stays as it is);
 - anything else that would make the outputs wrong (an output added, which would start from nothing; a key, a type
   or a column removed; an input's keys, time column or path changed) is refused with one line naming the changes
-  and the `reprocess` that applies them (`checkpoint.refuse`). The inputs a query reads are checked by
-  `runtime.query.checkpoint`.
+  and the `reprocess` that applies them (`checkpoint.refuse`). The inputs a query reads are checked first, by
+  `query.checkpoint.check_declaration`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import Column
-from streamtable.runtime.query.checkpoint import refuse
+from streamtable.runtime.query.checkpoint import check_declaration, refuse
 from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake
 from streamtable.storage.store import join
@@ -79,7 +79,9 @@ def differences(old: dict, new: dict) -> tuple[list[str], list[str], dict[str, l
 
 
 def check(lake: Lake, pipeline: Pipeline, generation: int) -> None:
-    """Record the declaration a generation starts with; after a change, apply it where safe, else refuse."""
+    """Record the declaration a generation starts with; after a change, apply it where safe, else refuse (the
+    inputs its query reads as well: before any Spark starts, a command that cannot succeed says so in a second)."""
+    check_declaration(lake, pipeline, generation)
     path = join(lake.generation_dir(pipeline.name, generation), DECLARATION)
     state = {t.name for t in pipeline.state}
     now = shape(pipeline)

@@ -22,7 +22,6 @@ from streamtable.runtime.commands import declaration
 from streamtable.runtime.commands.handoff import served_run
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.inputs.changelogs import KeptChangelogs
-from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.handler import RunReport
 from streamtable.runtime.query.streaming import drain, serve
 from streamtable.storage import delta_rs
@@ -49,7 +48,6 @@ def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
             return served
     with lake.lock(name, "run"):
         finish_swap(lake, pipeline)
-        checkpoint.check_declaration(lake, pipeline, lake.generation(name))
         declaration.check(lake, pipeline, lake.generation(name))
         return drain(RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name)), clock)
 
@@ -61,7 +59,6 @@ def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float
     pipeline = get_pipeline(name)
     with lake.lock(name, "serve"):
         finish_swap(lake, pipeline)
-        checkpoint.check_declaration(lake, pipeline, lake.generation(name))
         declaration.check(lake, pipeline, lake.generation(name))
         return serve(
             RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name), kept=KeptChangelogs()),

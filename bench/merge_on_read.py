@@ -3,10 +3,10 @@
     .venv/bin/python bench/merge_on_read.py --keys 1000000 10000000 --events 1000 --batches 5
 
 One process, one warm SparkSession. For each of `--keys`, an output of N keys (`store` STRING, `item` LONG ->
-`quantity` LONG, the layout a first batch's delta-rs commit makes) is written once and copied three times, and an
-empty one made for each; then `--batches` rounds of `--events` upserts of uniformly random keys (a tenth of them
-deletes, a tenth new keys), staged as a batch stages them (Parquet with `_delete`), each committed into every table,
-the designs in a rotating order (the machine is shared: a pair's runs are seconds apart):
+`quantity` LONG; `--files` delta-rs appends, one by default: the layout a first batch's commit makes) is written once
+and copied three times, and an empty one made for each; then `--batches` rounds of `--events` upserts of uniformly
+random keys (a tenth of them deletes, a tenth new keys), staged as a batch stages them (Parquet with `_delete`), each
+committed into every table, the designs in a rotating order (the machine is shared: a pair's runs are seconds apart):
 - `copy_on_write`: today's commit, delta-rs's MERGE (`delta_rs.merge_staged`), in the driver;
 - `merge_on_read`: Delta Spark's MERGE on a table with deletion vectors (`merge_on_read.merge_staged`), executors;
 - `spark_plain`: the plain Spark job: the same Spark MERGE on a table without deletion vectors (copy-on-write).
@@ -91,12 +91,12 @@ def check(path: str, model: np.ndarray) -> tuple[float, bool]:
     return ms, ok
 
 
-def build(root: Path, spark, keys: int) -> dict[str, str]:
-    """The full and empty table of each design under `root`, the full ones copies of one delta-rs write."""
+def build(root: Path, spark, keys: int, files: int) -> dict[str, str]:
+    """The full and empty table of each design under `root`, the full ones copies of `files` delta-rs appends."""
     base = str(root / "base")
     delta_rs.ensure_table(base, SCHEMA)
-    numbers = np.arange(keys)
-    delta_rs.write(base, rows_of(numbers, numbers % 1000), mode="append")
+    for numbers in np.array_split(np.arange(keys), files):
+        delta_rs.write(base, rows_of(numbers, numbers % 1000), mode="append")
     paths = {}
     for design in DESIGNS:
         for size in ("full", "empty"):
@@ -111,10 +111,10 @@ def build(root: Path, spark, keys: int) -> dict[str, str]:
     return paths
 
 
-def one_size(root: Path, keys: int, events: int, batches: int) -> dict:
+def one_size(root: Path, keys: int, events: int, batches: int, files: int) -> dict:
     spark = get_spark("bench-merge-on-read")
     rng = np.random.default_rng(38)
-    paths = build(root, spark, keys)
+    paths = build(root, spark, keys, files)
     models = {"full": np.arange(keys) % 1000, "empty": np.full(keys + events * batches, ABSENT)}
     models["full"] = np.concatenate([models["full"], np.full(events * batches, ABSENT)])
     times: dict[str, list[float]] = {name: [] for name in paths}
@@ -132,7 +132,7 @@ def one_size(root: Path, keys: int, events: int, batches: int) -> dict:
         for design in order:
             for size in ("full", "empty"):
                 times[f"{design}_{size}"].append(commit(design, spark, paths[f"{design}_{size}"], staged, batch))
-    result: dict = {"keys": keys, "events": events, "batches": batches}
+    result: dict = {"keys": keys, "events": events, "batches": batches, "files": files}
     for design in DESIGNS:
         full, empty = (statistics.median(times[f"{design}_{s}"][1:]) for s in ("full", "empty"))
         read_ms, equal = check(paths[f"{design}_full"], models["full"])
@@ -161,12 +161,13 @@ def main() -> None:
     parser.add_argument("--keys", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--files", type=int, default=1, help="the output's files (default 1: one first commit)")
     parser.add_argument("--out", default=str(RESULTS / "merge_on_read.json"))
     args = parser.parse_args()
     runs = []
     for keys in args.keys:
         with tempfile.TemporaryDirectory(prefix="bench-mor-") as root:
-            runs.append(one_size(Path(root), keys, args.events, args.batches))
+            runs.append(one_size(Path(root), keys, args.events, args.batches, args.files))
             print(json.dumps(runs[-1]), file=sys.stderr)
     summary = {"runs": runs, "load": open("/proc/loadavg").read().split()[:3]}
     Path(args.out).write_text(json.dumps(summary, indent=2))

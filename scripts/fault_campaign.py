@@ -52,6 +52,7 @@ from streamtable.storage.reader import rows  # noqa: E402
 CLI = str(ROOT / ".venv" / "bin" / "streamtable")
 P = "clicks_per_region"
 COMMANDS = ("ingest", "run", "serve", "reprocess", "reset")
+KILLABLE = (*COMMANDS, "compact")  # `compact` is killed only where named (`--commands ...,compact`)
 SPARK_PHASES = ("starting", "computing", "staged", "validated", "committed")
 PHASES = {
     "run": SPARK_PHASES,
@@ -260,6 +261,8 @@ class Campaign:
         self.model = Model()
         self.report = Report(args.seed, args.kills)
         self.env = {**os.environ, "SPARK_SUBMIT_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")}
+        if args.merge_on_read:  # the output is committed by Spark's MERGE with deletion vectors
+            self.env["STREAMTABLE_MERGE_ON_READ"] = "1"
         self.cluster: Cluster | None = None
         self.state = threading.Lock()
         self.ingest_seconds = 1.0
@@ -441,6 +444,38 @@ class Campaign:
             stop.set()
             feeder.join()
 
+    def kill_compact(self) -> bool:
+        """A compaction killed at a random moment after a run; its phase, known once it is dead, from the output's
+        last commit: `before` (none of its commits), `purged` (its REORG) or `optimized` (its OPTIMIZE too)."""
+        self.feed()
+        self.finish(self.start("run", P), "the run before a compaction")
+        before = self.output_operation()
+        compact = self.start("compact", P)
+        self.report.kills_attempted["compact"] += 1
+        if self.rng.random() < 0.5:  # aimed at its JVM's start or its first commit
+            time.sleep(self.rng.uniform(1.0, 25.0))
+        else:  # aimed between its purge and its OPTIMIZE
+            while compact.running() and self.output_operation() == before:
+                time.sleep(0.02)
+            time.sleep(self.rng.uniform(0.0, 0.3))
+        code = compact.kill()
+        if code != -signal.SIGKILL:
+            if code != 0:
+                self.fail(f"compact exited {code} before its kill: {compact.tail()}")
+            return False
+        after = self.output_operation()
+        phase = "before" if after == before else {"REORG": "purged", "OPTIMIZE": "optimized"}.get(after[1], after[1])
+        self.report.landed("compact", phase)
+        self.note(f"killed compact at {phase}")
+        return True
+
+    def output_operation(self) -> tuple[int, str]:
+        """The output's newest version and the operation that made it."""
+        from streamtable.storage.delta_rs import delta_table
+
+        newest = delta_table(self.lake.table_path(P)).history(1)[0]
+        return newest["version"], newest["operation"]
+
     def kill_executor(self) -> bool:
         """On the cluster: kill an executor while a run computes; the run must still finish, exactly."""
         assert self.cluster is not None
@@ -579,6 +614,7 @@ class Campaign:
             "reprocess": self.kill_reprocess,
             "reset": self.kill_reset,
             "executor": self.kill_executor,
+            "compact": self.kill_compact,
         }
         try:
             self.feed()
@@ -689,7 +725,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=lambda s: tuple(s.split(",")),
         default=COMMANDS,
         help=f"the commands to kill, comma-separated; one named twice is killed twice as often (default: "
-        f"{','.join(COMMANDS)})",
+        f"{','.join(COMMANDS)}; `compact` too where named)",
     )
     parser.add_argument("--check-every", type=int, default=4, metavar="N", help="a checkpoint every N kills (0: end)")
     parser.add_argument(
@@ -701,8 +737,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--poll-interval", type=float, default=2.0, help="seconds between reads (default: 2)")
     parser.add_argument("--cluster", action="store_true", help="Spark commands on a standalone cluster; kill executors")
     parser.add_argument("--report", help="also write the JSON report to this file")
+    parser.add_argument(
+        "--merge-on-read",
+        action="store_true",
+        help="the output merge-on-read (STREAMTABLE_MERGE_ON_READ=1: Spark's MERGE with deletion vectors)",
+    )
     args = parser.parse_args(argv)
-    if unknown := set(args.commands) - set(COMMANDS):
+    if unknown := set(args.commands) - set(KILLABLE):
         parser.error(f"unknown commands: {', '.join(sorted(unknown))}")
     if Path(args.lake).exists():
         parser.error(f"{args.lake} exists: the campaign needs a fresh lake")

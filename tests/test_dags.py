@@ -115,7 +115,14 @@ print("RESULT " + json.dumps(found))
 
     built_in = set(pipelines()) - {"team_totals"}
     assert len(built_in) == 7
-    team = ["reprocess", "reprocess_daily_team_totals", "reset", "stream_team_totals", "team_totals"]
+    team = [
+        "compact_team_totals",
+        "reprocess",
+        "reprocess_daily_team_totals",
+        "reset",
+        "stream_team_totals",
+        "team_totals",
+    ]
     assert all(case["errors"] == [] for case in found.values()), found
     assert found["default"]["dags"] == team, found["default"]
     assert found["default"]["forms"] == {"reprocess": ["team_totals"], "reset": ["team_totals"]}
@@ -123,7 +130,7 @@ print("RESULT " + json.dumps(found))
     for case in ("env", "variable"):
         dags = set(found[case]["dags"])
         for name in built_in:
-            assert {name, f"stream_{name}", f"reprocess_daily_{name}"} <= dags, (case, name)
+            assert {name, f"stream_{name}", f"reprocess_daily_{name}", f"compact_{name}"} <= dags, (case, name)
         assert set(found[case]["forms"]["reset"]) >= built_in
     assert "team_totals" in found["env"]["dags"] and "team_totals" not in found["variable"]["dags"]
 

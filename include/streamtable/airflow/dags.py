@@ -34,6 +34,7 @@ from streamtable.airflow.catalog import (
     registered_pipelines,
     registered_sources,
 )
+from streamtable.airflow.compaction import compact_dags
 from streamtable.airflow.stream import STREAM_PARAMS, stream_task
 from streamtable.airflow.tasks import LAKE, MACROS, pipeline_tasks, streamtable_task
 
@@ -221,6 +222,7 @@ def pipeline_dags(namespace: Namespace, on_failure: Callback | Sequence[Callback
         *reprocess_daily_dags(namespace),
         *reset_dags(namespace),
         *ingest_dags(namespace),
+        *_publish(namespace, compact_dags(dag_defaults("compact"))),
     ]
 
 

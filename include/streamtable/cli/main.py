@@ -147,6 +147,12 @@ def cmd_reset(args: argparse.Namespace) -> None:
     print(json.dumps(reset(_lake(args), args.pipeline, dry_run=args.dry_run)))
 
 
+def cmd_compact(args: argparse.Namespace) -> None:
+    from streamtable.runtime.commands.compact import compact
+
+    print(json.dumps(compact(_lake(args), args.pipeline)))
+
+
 def cmd_validate(args: argparse.Namespace) -> None:
     from streamtable.runtime.commands.lifecycle import validate
 
@@ -336,6 +342,9 @@ def parser() -> argparse.ArgumentParser:
     p = command("reset", cmd_reset, "forget progress and outputs; the next run starts from version 0")
     p.add_argument("pipeline")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    command(
+        "compact", cmd_compact, "compact the pipeline's outputs and stores (deletion vectors, small files)"
+    ).add_argument("pipeline")
     command("validate", cmd_validate, "run the pipeline's quality suites on its published outputs").add_argument(
         "pipeline"
     )

@@ -22,16 +22,18 @@ from streamtable.storage import delta_rs, merge_on_read
 log = logging.getLogger("streamtable.storage.compaction")
 
 
-def compact(spark: SparkSession, path: str) -> dict[str, int]:
+def compact(spark: SparkSession | None, path: str) -> dict[str, int]:
     """Compact the Delta table at `path`; its data files before and after (`files_before`, `files_after`).
 
-    A table that does not exist is left alone (nothing to compact).
+    A table that does not exist is left alone (nothing to compact); `spark` is needed for one with deletion vectors.
     """
     table = delta_rs.open_table(path)
     if table is None:
         return {}
     before = len(table.file_uris())
     if merge_on_read.has_deletion_vectors(table):
+        if spark is None:
+            raise ValueError(f"{path} has deletion vectors: only Spark compacts it")
         _spark_compact(spark, path)
     else:
         try:

@@ -1,2 +1,3 @@
-"""Layer 5, the runtime: run, serve, reprocess and reset a pipeline; the batch a `process` sees, its staging, its
-quality gate and its exactly-once commit; progress and status; the SparkSession. Imports every layer below."""
+"""Layer 5, the runtime, by what it does: `commands` (run, serve, reprocess, reset, validate), the generation's
+streaming `query`, one `batch` (what `process` sees, its staging, gate and commit), the `inputs` a batch reads, and
+`observe` (status, explain); beside them a generation's `context`, what it `committed`, and the SparkSession."""

@@ -1,1 +1,1 @@
-"""What a pipeline did: its batches' progress, its status, where a row came from (explain, provenance)."""
+"""What a pipeline did, read without Spark: its status (how far behind its inputs it is) and where a row came from."""

@@ -1,1 +1,2 @@
-"""A generation's Structured Streaming query: its inputs as sources, its epochs and checkpoint, drained or served."""
+"""A generation's Structured Streaming query: its inputs as sources, its `foreachBatch` handler, its epochs and
+checkpoint, each batch's `stream_progress`; drained (run, reprocess) or served."""

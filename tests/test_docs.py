@@ -305,6 +305,93 @@ def test_the_command_table_lists_the_cli_commands():
     assert named and named <= set(pipelines()), "docs/pipelines.md describes registered pipelines only"
 
 
+# ---------------------------------------------------------------------------------------------- words
+
+# Words the code no longer means, outside the folders where it still does: word -> (folders it may appear in, why).
+STALE_WORDS = {
+    r"\bflock": (
+        ("include/streamtable/storage/",),
+        "only storage/ takes a file lock (store.py's local compare-and-swap); every other lock is a lease, "
+        "across hosts (docs/design.md#concurrency-leases)",
+    ),
+}
+CODE = [p for p in sorted((ROOT / "include" / "streamtable").rglob("*.py"))] + sorted((ROOT / "dags").rglob("*.py"))
+# Top folders a path in the docs may start with: a path starting elsewhere (LAKE/..., DIR/...) is a placeholder.
+TOP = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")} | {".ci", "streamtable"}
+TOP |= {p.name for p in (ROOT / "include" / "streamtable").iterdir() if (p / "__init__.py").is_file()}
+TOP -= {".venv", "build", "lake", "node_modules"}
+WRITTEN_BY_RUNS = ("bench/results/",)  # files a command writes (git ignores them): the page names its command
+
+
+def test_no_page_and_no_module_says_a_word_the_code_no_longer_means():
+    for word, (allowed, why) in STALE_WORDS.items():
+        for file in PAGES + CODE:
+            where = str(file.relative_to(ROOT))
+            if where.startswith(allowed):
+                continue
+            for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+                assert not re.search(word, line, re.I), f"{where}:{n}: says {word!r}, but {why}:\n{line}"
+
+
+def named_paths(text: str) -> list[str]:
+    """The repository paths a page names (`tests/test_x.py`, `runtime/batch/staging.py`, `.../cli/job.py`)."""
+    found = re.findall(r"(?<![\w/.$<-])((?:\.\.\./)?(?:[\w.-]+/)+[\w.-]*\w)(?:::\w+)?", text)
+    return [p.removeprefix(".../") for p in found if p.removeprefix(".../").split("/")[0] in TOP]
+
+
+def test_every_path_and_module_a_page_names_exists():
+    package = ROOT / "include" / "streamtable"
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for path in named_paths(text):
+            if path.startswith(WRITTEN_BY_RUNS) or "*" in path:
+                continue
+            places = [ROOT / path, ROOT / "include" / path, package / path, page.parent / path]
+            assert any(p.exists() for p in places), f"{page.name} names {path}, which does not exist"
+        for test_file, test in re.findall(r"(tests/[\w/]+\.py)::(\w+)", text):
+            assert f"def {test}(" in (ROOT / test_file).read_text(), f"{page.name}: {test_file} has no {test}"
+        for name in re.findall(r"\bstreamtable(?:\.\w+)+", text):
+            parts = name.split(".")
+            if any(part.isupper() for part in parts):  # streamtable.TABLE: an Asset's name, TABLE a placeholder
+                continue
+            module = next(i for i in range(len(parts), 0, -1) if module_file(parts[:i]))
+            rest = parts[module:]
+            file = module_file(parts[:module])
+            stub = file.with_suffix(".pyi")  # a package's lazily imported names (streamtable/__init__.pyi)
+            source = file.read_text(encoding="utf-8") + (stub.read_text(encoding="utf-8") if stub.is_file() else "")
+            defined = rf"^(?:\s*(?:def|class) {rest[0]}\b|{rest[0]}\s*[:=]|.*\bimport\b.*\b{rest[0]}\b)" if rest else ""
+            assert not rest or re.search(defined, source, re.M), f"{page.name} names {name}: no such module or name"
+
+
+def module_file(parts: list[str]) -> Path | None:
+    base = ROOT / "include" / Path(*parts)
+    return next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()), None)
+
+
+def test_every_streamtable_command_line_on_a_page_parses():
+    """Each `streamtable ...` a page shows, in a block or in prose, names a command and options that exist."""
+    commands = cli.parser()._subparsers._group_actions[0].choices
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        lines = re.findall(r"`(streamtable [^`\n]+)`", text)
+        shell = [b for b in blocks(page) if b.lang in RUNNABLE - {"python"}]
+        lines += [line for b in shell for line in shell_lines(b.code) if line.lstrip().startswith("streamtable ")]
+        for line in lines:
+            command_line = line.split(" | ")[0].split(" > ")[0]
+            tokens = shlex.split(command_line, comments=True) if command_line.count('"') % 2 == 0 else line.split()
+            if len(tokens) < 2 or tokens[1].startswith("-") or tokens[1].endswith(":"):  # `streamtable report:`, a log
+                continue
+            assert tokens[1] in commands, f"{page.name}: `{line}`: no command {tokens[1]!r}"
+            command = commands[tokens[1]]
+            options = {o for a in command._actions for o in a.option_strings}
+            for action in command._actions:  # a command's own sub-commands (`jars fetch`)
+                for name, nested in (getattr(action, "choices", None) or {}).items() if action.nargs == "A..." else []:
+                    if name in tokens:
+                        options |= {o for a in nested._actions for o in a.option_strings}
+            unknown = [t for t in tokens[2:] if t.startswith("--") and t.split("=")[0] not in options]
+            assert not unknown, f"{page.name}: `{line}`: `streamtable {tokens[1]}` has no option {unknown}"
+
+
 # ---------------------------------------------------------------------------------------------- running
 
 

@@ -278,7 +278,7 @@ def pipeline_status(lake, pipeline, now=None):
     return types.SimpleNamespace(pipeline=pipeline, behind=state["behind"], inputs=[], last_batch=last_batch)
 fake_status.pipeline_status = pipeline_status
 sys.modules["streamtable.runtime.observe.status"] = fake_status
-import streamtable.runtime
+import streamtable.runtime.observe
 streamtable.runtime.observe.status = fake_status
 
 from streamtable.airflow.stream import StreamServeOperator

@@ -6,11 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import functions as F
 
+import reference
+from streamtable.core.timefmt import format_time
 from streamtable.operators.aggregate import Aggregate
 from streamtable.operators.session_windows import SessionWindows, aggregate_sessions
 
 SESSIONS = SessionWindows(gap=timedelta(seconds=10), grace=timedelta(seconds=5))
 CURRENT = "k STRING, session_start TIMESTAMP, session_end TIMESTAMP, n BIGINT, longest BIGINT"
+PLAYS = "user STRING, session_start TIMESTAMP, session_end TIMESTAMP, n BIGINT, seconds BIGINT"
 
 
 def at(seconds: float) -> datetime:
@@ -62,3 +65,41 @@ def test_a_bridging_record_merges_open_sessions_and_deletes_the_later_rows(spark
     assert rows(changes.upserts) == [("x", 100, 140, 5, 9), ("y", 108, 108, 1, 2)]
     assert rows(changes.deletes) == [("x", 115, 130, 2, 3)]
     assert changes.late.count() == 0
+
+
+def test_records_with_a_time_column_of_another_name_equal_the_model_run_by_run(spark):
+    """`time=` names the records' time column (an input's time_column); three runs with a bridge, a record within the
+    gap of a closed session and one past grace, compared with reference.play_sessions."""
+    runs = [
+        [("u", 100, 5), ("u", 150, 1), ("v", 100, 2)],  # u: [100, 100] and [150, 150]; v: [100, 100]
+        [("u", 108, 3), ("v", 200, 1), ("u", 141, 4)],  # stream time 150: u's two merge at 141 (within 10 of both)
+        [("v", 95, 7), ("v", 190, 2), ("u", 400, 1)],  # stream time 200: v's 100 is closed (95 within its gap)
+        [("u", 180, 9)],  # stream time 400: 180 + 10 + 5 <= 400, past grace
+    ]
+    sessions: dict[tuple[str, float], tuple] = {}
+    stream_time, late = None, []
+    for records in runs:
+        frame = spark.createDataFrame(
+            [(k, at(t), v) for k, t, v in records], "user STRING, played_at TIMESTAMP, duration BIGINT"
+        )
+        current = spark.createDataFrame(
+            [(k, at(s), *rest) for (k, s), rest in sessions.items()],
+            PLAYS,
+        )
+        aggregates = [Aggregate("n", F.lit(1)), Aggregate("seconds", F.col("duration"))]
+        changes = aggregate_sessions(frame, current, ["user"], SESSIONS, aggregates, stream_time, time="played_at")
+        for r in changes.deletes.collect():
+            del sessions[(r.user, r.session_start.timestamp())]
+        for r in changes.upserts.collect():
+            sessions[(r.user, r.session_start.timestamp())] = (at(r.session_end.timestamp()), r.n, r.seconds)
+        late += [(r.raw, r.event_time.timestamp()) for r in changes.late.collect()]
+        newest = max(at(t) for _, t, _ in records)
+        stream_time = newest if stream_time is None else max(stream_time, newest)
+    want = reference.play_sessions(
+        [[{"user": k, "event_time": format_time(at(t)), "duration": v} for k, t, v in records] for records in runs],
+        gap_s=10,
+        grace_s=5,
+    )
+    assert {(k, at(s)): rest for (k, s), rest in sessions.items()} == want["sessions"]
+    assert sorted(t for _, t in late) == sorted(t.timestamp() for _, t, _ in want["late"])
+    assert all('"played_at"' in raw for raw, _ in late), "a late record's raw is the record as it came"

@@ -35,17 +35,29 @@ def micros(text: str) -> int:
     return (datetime.fromisoformat(text) - EPOCH) // timedelta(microseconds=1)
 
 
-def run_join(spark, runs: list[tuple[Records, Records]], how: str = "inner") -> list[dict]:
-    """`join_within` run after run, its store changes applied in between, in the model's shape."""
+def timed(schema: pa.Schema, time: str) -> pa.Schema:
+    """`schema` with its time column named `time`."""
+    return pa.schema([f.with_name(time) if f.name == "event_time" else f for f in schema])
+
+
+def run_join(
+    spark, runs: list[tuple[Records, Records]], how: str = "inner", names: tuple[str, str] = ("event_time",) * 2
+) -> list[dict]:
+    """`join_within` run after run (the sides' time columns named `names`), its store changes applied in between, in
+    the model's shape."""
     store: dict[tuple[str, str], tuple] = {}
     newest: int | None = None
     results = []
     for lefts, rights in runs:
-        left = local_frame(spark, [(k, at(t), v) for k, t, v in lefts], LEFT)
-        right = local_frame(spark, [(k, at(t), v) for k, t, v in rights], RIGHT)
+        left = local_frame(spark, [(k, at(t), v) for k, t, v in lefts], timed(LEFT, names[0]))
+        right = local_frame(spark, [(k, at(t), v) for k, t, v in rights], timed(RIGHT, names[1]))
         current = local_frame(spark, list(store.values()), STORE)
         stream_time = None if newest is None else at(newest)
-        out = join_within(left, right, current, ["k"], WINDOW, stream_time, how=how, tables=("lefts", "rights"))
+        out = join_within(
+            left, right, current, ["k"], WINDOW, stream_time, how=how, tables=("lefts", "rights"), time=names
+        )
+        assert names[0] in out.joined.columns, "a joined row's time is named as the left's"
+        out = out._replace(joined=out.joined.withColumnRenamed(names[0], "event_time"))
         results.append(outputs(out, store))
         times = [t for _, t, _ in lefts + rights]
         newest = max([*times, newest] if newest is not None else times, default=None)
@@ -95,8 +107,10 @@ def outputs(out: JoinedWithin, store: dict[tuple[str, str], tuple]) -> dict:
     }
 
 
-def assert_as_model(spark, runs: list[tuple[Records, Records]], how: str = "inner") -> list[dict]:
-    got, want = run_join(spark, runs, how), reference.join_within(runs, T, GRACE, how)
+def assert_as_model(
+    spark, runs: list[tuple[Records, Records]], how: str = "inner", names: tuple[str, str] = ("event_time",) * 2
+) -> list[dict]:
+    got, want = run_join(spark, runs, how, names), reference.join_within(runs, T, GRACE, how)
     for n, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g == w, f"run {n}"
     return got
@@ -124,6 +138,7 @@ def test_the_same_records_in_one_run_or_three_give_the_same_rows(spark):
 
 
 def test_a_left_record_comes_out_unmatched_once_its_window_has_closed_and_late_records_join_nothing(spark):
+    """Its sides' time columns are not named event_time (an input's time_column: `time=`)."""
     runs = [
         ([("a", 0, "lone"), ("b", 0, "met"), ("c", 14 * S, "lc")], [("b", 10 * S, "partner")]),
         # stream time 14 s: lone's window (0 + T + grace = 15 s) is open; c's 9 s is at grace, 9 s - 1 µs past it
@@ -131,7 +146,7 @@ def test_a_left_record_comes_out_unmatched_once_its_window_has_closed_and_late_r
         ([], [("x", 15 * S + 1, "past the close")]),  # stream time 15 s: lone's window is still open
         ([], []),  # stream time 15 s + 1 µs: lone's window has closed, it comes out with nulls
     ]
-    results = assert_as_model(spark, runs, "left")
+    results = assert_as_model(spark, runs, "left", ("placed_at", "paid_at"))
     assert results[1]["late"] == [("right", "c", 9 * S - 1, "late")]
     assert results[1]["joined"] == [("c", "lc", "at grace", 14 * S)]
     assert [r["joined"] for r in results[2:]] == [[], [("a", "lone", None, 0)]]
@@ -141,16 +156,19 @@ def test_a_left_record_comes_out_unmatched_once_its_window_has_closed_and_late_r
 
 def test_a_late_record_says_why(spark):
     left, right, store = (
-        local_frame(spark, [("a", at(0), "x")], LEFT),
+        local_frame(spark, [("a", at(0), "x")], timed(LEFT, "placed_at")),
         local_frame(spark, [], RIGHT),
         local_frame(spark, [], STORE),
     )
-    [late] = join_within(left, right, store, ["k"], WINDOW, at(20 * S), tables=("lefts", "rights")).late.collect()
+    out = join_within(
+        left, right, store, ["k"], WINDOW, at(20 * S), tables=("lefts", "rights"), time=("placed_at", "event_time")
+    )
+    [late] = out.late.collect()
     assert late.table == "lefts" and json.loads(late.raw) == {
         "k": "a",
-        "event_time": "1970-01-01T00:00:00.000Z",
+        "placed_at": "1970-01-01T00:00:00.000Z",
         "lv": "x",
-    }
+    }, "a late record's raw is the record as it came"
     assert late.reason.startswith("late: event time + grace (0:00:05) < stream time 1970-01-01T00:00:20.000Z")
 
 
@@ -167,6 +185,8 @@ def test_sides_sharing_a_column_name_or_an_unknown_how_are_refused(spark):
         join_within(left, left, store, ["k"], WINDOW, None)
     with pytest.raises(ValueError, match="how is 'inner' or 'left'"):
         join_within(left, local_frame(spark, [], RIGHT), store, ["k"], WINDOW, None, how="outer")
+    with pytest.raises(ValueError, match="join_within: the records have no time column 'paid_at'"):
+        join_within(left, local_frame(spark, [], RIGHT), store, ["k"], WINDOW, None, time="paid_at")
 
 
 record = st.tuples(

@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, Window, functions as F
 
 from streamtable.core.timefmt import format_time
 from streamtable.operators.aggregate import Aggregate
-from streamtable.operators.windows import as_late, interval, passed, record_json, span
+from streamtable.operators.windows import as_late, has_time, interval, passed, record_json, span
 
 START, END = "session_start", "session_end"
 
@@ -54,6 +54,7 @@ def aggregate_sessions(
     stream_time: datetime | None,
     raw: Column | None = None,
     table: str = "",
+    time: str = "event_time",
 ) -> SessionChanges:
     """Merge one run's records, as one set, into the open sessions of `current`; closed sessions never change.
 
@@ -64,7 +65,8 @@ def aggregate_sessions(
     `current` and the returned `upserts` have the keys, `session_start`, `session_end` and one column per
     `Aggregate`; `deletes` are the open sessions merged into one that starts earlier (their keys and
     `session_start`: delete them); `late` has `Batch.late`'s columns (`table`, `raw`, `reason`, `event_time`,
-    as `aggregate_in_windows`). Plays and seconds per user session:
+    as `aggregate_in_windows`); `time=` names the records' event-time column (an input's `time_column`; default
+    `event_time`). Plays and seconds per user session:
 
         events = batch.new("play_events").select("user", "duration", "event_time")
         changes = aggregate_sessions(
@@ -76,8 +78,9 @@ def aggregate_sessions(
             changes.deletes.withColumn("_delete", F.lit(True))), delete="_delete")
         batch.late(changes.late)
     """
-    checked = _near_closed(records, current, keys, sessions, stream_time).withColumn(
-        "_reason", _late_reason(sessions, stream_time)
+    has_time("aggregate_sessions", records, time)
+    checked = _near_closed(records, current, keys, sessions, stream_time, time).withColumn(
+        "_reason", _late_reason(sessions, stream_time, time)
     )
     late = as_late(
         checked.where(F.col("_reason").isNotNull()).withColumn(
@@ -85,10 +88,11 @@ def aggregate_sessions(
         ),
         table,
         F.col("_reason"),
+        time,
     )
 
     values = [F.col(a.column) for a in aggregates]
-    t = F.col("event_time")
+    t = F.col(time)
     pieces = (
         current.where(~sessions.closed(stream_time))
         .select(*keys, START, END, *values, F.lit(False).alias("_new"))
@@ -124,6 +128,7 @@ def _near_closed(
     keys: Sequence[str],
     sessions: SessionWindows,
     stream_time: datetime | None,
+    time: str,
 ) -> DataFrame:
     """`records` with the closed session within the gap of each (`_closed_start`, `_closed_end`), or nulls.
 
@@ -138,19 +143,19 @@ def _near_closed(
         F.col(START).alias("_closed_start"),
         F.col(END).alias("_closed_end"),
     )
-    t, gap = F.col("event_time"), interval(sessions.gap)
+    t, gap = F.col(time), interval(sessions.gap)
     within = (F.col("_closed_end") >= t - gap) & (F.col("_closed_start") <= t + gap)
     for k in keys:
         within &= F.col(k) == F.col(f"_closed_{k}")
     return records.join(closed, within, "left")
 
 
-def _late_reason(sessions: SessionWindows, stream_time: datetime | None) -> Column:
+def _late_reason(sessions: SessionWindows, stream_time: datetime | None, time: str) -> Column:
     """Why a record (with `_closed_start`, `_closed_end` from `_near_closed`) is late; null when it is not."""
     if stream_time is None:  # a first run: nothing is closed yet
         return F.lit(None).cast("string")
     return F.when(
-        passed(F.col("event_time"), sessions.gap + sessions.grace, stream_time),
+        passed(F.col(time), sessions.gap + sessions.grace, stream_time),
         F.lit(
             f"late: event time + gap ({sessions.gap}) + grace ({sessions.grace}) <= stream time "
             f"{format_time(stream_time)}"

@@ -22,7 +22,7 @@ from streamtable.core.errors import OperatorArgumentError
 from streamtable.core.tables import JOIN_STORE_COLUMNS
 from streamtable.core.timefmt import format_time
 from streamtable.operators.table_join import RETRACT
-from streamtable.operators.windows import as_late, interval, record_json
+from streamtable.operators.windows import as_late, has_time, interval, record_json
 
 LEFT, RIGHT = "left", "right"
 STORE_COLUMNS = [c.name for c in JOIN_STORE_COLUMNS]  # the last is `matched`
@@ -197,6 +197,7 @@ def join_within(
     stream_time: datetime | None,
     how: JoinHow = "inner",
     tables: tuple[str, str] = ("", ""),
+    time: str | tuple[str, str] = "event_time",
 ) -> JoinedWithin:
     """Each pair of a left and a right record with equal keys and times at most T apart joins once, in the run where
     the later of the two arrives; with `how="left"`, each left record that never matched comes out once, its right
@@ -208,8 +209,9 @@ def join_within(
     earlier may have closed): it joins nothing and goes to `late`, `tables` naming each side's table. The
     others wait in the store until their window closes, then leave it, so no partner ever comes after a
     record was emitted unmatched. A joined row has the keys, both sides' other columns (their names must
-    differ; `_` bookkeeping columns are left out) and `event_time`, the later of the two times (Kafka's);
-    a left row without partner has its own time.
+    differ; `_` bookkeeping columns are left out) and the later of the two times (Kafka's), named as the left's
+    time column; a left row without partner has its own time. `time=` names the sides' time columns (an input's
+    `time_column`; one name for both, or a (left, right) pair; default `event_time`).
 
         paid = join_within(batch.new("orders"), batch.new("payments"), batch.current("order_payments"),
                            ["order_id"], JoinWindow(timedelta(hours=1), timedelta(minutes=10)),
@@ -221,6 +223,9 @@ def join_within(
     if how not in ("inner", "left"):
         raise OperatorArgumentError(f"join_within: how is 'inner' or 'left', not {how!r}")
     keys = list(keys)
+    times = (time, time) if isinstance(time, str) else time
+    originals = (left, right)
+    left, right = (_timed(frame, t) for frame, t in zip(originals, times, strict=True))
     values = {LEFT: _values(left, keys), RIGHT: _values(right, keys)}
     clash = set(values[LEFT]) & set(values[RIGHT])
     if clash:
@@ -264,10 +269,25 @@ def join_within(
         store.where(closed).select(*STORE_COLUMNS, F.lit(True).alias(RETRACT))
     )
     late = [
-        as_late(frame.where(is_late).withColumn("_raw", record_json(frame)), table, _late_reason(window, stream_time))
-        for frame, table in zip((left, right), tables, strict=True)
+        as_late(
+            frame.where(_before(stream_time, window.grace, t)).withColumn("_raw", record_json(frame)),
+            table,
+            _late_reason(window, stream_time),
+            t,
+        )
+        for frame, table, t in zip(originals, tables, times, strict=True)
     ]
-    return JoinedWithin(joined, waiting, late[0].unionByName(late[1]))
+    return JoinedWithin(joined.withColumnRenamed("event_time", times[0]), waiting, late[0].unionByName(late[1]))
+
+
+def _timed(records: DataFrame, time: str) -> DataFrame:
+    """`records` with their time column `time` named `event_time`, the name the join and its store use."""
+    has_time("join_within", records, time)
+    if time != "event_time" and "event_time" in records.columns:
+        raise OperatorArgumentError(
+            f"join_within: the records have a column event_time besides their time column {time!r}; rename one"
+        )
+    return records.withColumnRenamed(time, "event_time")
 
 
 def _values(records: DataFrame, keys: Sequence[str]) -> list[str]:
@@ -275,11 +295,11 @@ def _values(records: DataFrame, keys: Sequence[str]) -> list[str]:
     return [c for c in records.columns if c not in keys and c != "event_time" and not c.startswith("_")]
 
 
-def _before(stream_time: datetime | None, delay: timedelta) -> Column:
-    """True where `event_time + delay < stream_time` (never before a first run, which has no stream time)."""
+def _before(stream_time: datetime | None, delay: timedelta, time: str = "event_time") -> Column:
+    """True where `time + delay < stream_time` (never before a first run, which has no stream time)."""
     if stream_time is None:
         return F.lit(False)
-    return F.col("event_time") + interval(delay) < F.lit(stream_time)
+    return F.col(time) + interval(delay) < F.lit(stream_time)
 
 
 def _arrived(records: DataFrame) -> DataFrame:

@@ -298,6 +298,8 @@ def test_readme_is_short_and_starts_with_the_two_commands():
 
 def test_the_command_table_lists_the_cli_commands():
     text = (DOCS / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| \[([\w-]+\.md)\]", text, re.M))
+    assert listed == {p.name for p in DOCS.glob("*.md")} - {"README.md", "reference.md"}, "its table lists every page"
     documented = set(re.findall(r"^\| `streamtable ([\w-]+)", text, re.M))
     commands = set(cli.parser()._subparsers._group_actions[0].choices)
     assert documented == commands, "docs/README.md's table of commands lists exactly the CLI's commands"

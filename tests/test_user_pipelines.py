@@ -211,6 +211,20 @@ def test_a_broken_file_is_one_line_naming_its_file_and_line_and_breaks_only_itse
         assert unknown.returncode == 2 and "unknown pipeline 'orders'" in unknown.stderr
 
 
+def test_a_column_made_at_import_is_one_line_naming_the_file_line_and_what_to_do(tmp_path):
+    """A command loads a file before it starts Spark, so `F.col` at import fails inside PySpark (a bare
+    AssertionError): the line names the file, the line, its code and that columns are made inside process."""
+    text = GOOD.replace("S, L, TS =", 'LARGE = F.col("amount") > 100\nS, L, TS =', 1)
+    (tmp_path / "orders.py").write_text(text)
+    proc = cli(Lake(tmp_path / "lake"), "pipelines", "--pipelines", str(tmp_path), check=False)
+    line = text.splitlines().index('LARGE = F.col("amount") > 100') + 1
+    assert proc.returncode == 5 and proc.stderr.splitlines() == [
+        f'streamtable: {tmp_path / "orders.py"}:{line}: PySpark used at import (LARGE = F.col("amount") > 100), '
+        "before Spark starts (a command loads the file first): make columns, UDFs and windows inside process or a "
+        "function it calls"
+    ]
+
+
 @pytest.mark.slow
 def test_ingest_and_run_of_a_built_in_go_on_beside_a_broken_file(tmp_path):
     (tmp_path / "orders.py").write_text(BROKEN["a syntax error"][0])

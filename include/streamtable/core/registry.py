@@ -34,6 +34,7 @@ from streamtable.core.tables import SYSTEM, Table
 ENV = "STREAMTABLE_PIPELINES"
 BUILT_IN = "streamtable.pipelines"
 USER_MODULE_PREFIX = "streamtable_user_"
+NO_SPARK = ("SparkContext", "SparkSession", "SESSION_OR_CONTEXT")  # what PySpark's errors say when no Spark runs
 T = TypeVar("T")
 
 
@@ -166,12 +167,13 @@ def _import_file(registry: Registry, path: Path) -> ModuleType | None:
         return None
     except Exception as e:  # the user's code: any error is reported, not raised
         del sys.modules[name]
-        line = next(
-            (f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == str(path)), None
-        )
-        where = f"{path}:{line}" if line else str(path)
+        frames = traceback.extract_tb(e.__traceback__)
+        own = next((f for f in reversed(frames) if f.filename == str(path)), None)
+        where = f"{path}:{own.lineno}" if own else str(path)
         registry.broken.add(str(path))
-        registry.errors.append(f"{where}: {type(e).__name__}: {_first_line(e)}")
+        registry.errors.append(
+            f"{where}: {_spark_at_import(e, frames, own) or f'{type(e).__name__}: {_first_line(e)}'}"
+        )
         return None
     return module
 
@@ -179,6 +181,19 @@ def _import_file(registry: Registry, path: Path) -> ModuleType | None:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else ""
+
+
+def _spark_at_import(e: Exception, frames: traceback.StackSummary, own: traceback.FrameSummary | None) -> str | None:
+    """What to do when the file's import failed inside PySpark for want of a running Spark (a Column, UDF or Window
+    made at import, before any command starts Spark: PySpark asserts a SparkContext); None for any other error."""
+    in_pyspark = bool(frames) and "pyspark" in Path(frames[-1].filename).parts
+    if not in_pyspark or not (isinstance(e, AssertionError) or any(w in str(e) for w in NO_SPARK)):
+        return None
+    made = f" ({own.line})" if own is not None and own.line else ""
+    return (
+        f"PySpark used at import{made}, before Spark starts (a command loads the file first): make columns, "
+        "UDFs and windows inside process or a function it calls"
+    )
 
 
 def _declare(registry: Registry, module: ModuleType, file: str) -> None:

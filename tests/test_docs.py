@@ -126,6 +126,9 @@ RUN_ELSEWHERE = {
     ".venv/bin/python bench/merge_on_read.py --keys 1000000 10000000 --events 1000 --batches 5": (
         "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
     ),
+    ".venv/bin/python bench/dv_commit.py --keys 1000000 10000000 --events 1000 --batches 5": (
+        "nothing: a benchmark prototype of minutes (docs/benchmarks.md has its figures)"
+    ),
 }
 # Exit codes other than 0 that a line run here must give.
 EXIT_CODES = {

@@ -1,0 +1,305 @@
+"""A prototype, for measurement only: a batch's commit that writes deletion vectors from the driver, finding each
+replaced row by an index of key -> (file, row) instead of a scan (issue 38: what a commit paying for its batch costs).
+
+    .venv/bin/python bench/dv_commit.py --keys 1000000 10000000 --events 1000 --batches 5
+
+Not streamtable's commit path (`storage.merge_on_read` is): it shows what one would cost. For each of `--keys`, an
+output of N keys (`store`, `item` -> `quantity`, as bench/merge_on_read.py) is written by delta-rs and given deletion
+vectors (Spark's `ALTER TABLE`, once); the index of its keys' positions is built from one scan of the key columns
+(timed); then each batch of `--events` upserts of uniformly random keys (a tenth deletes, a tenth new keys) is
+committed by hand as Delta's protocol describes it: the new rows in one Parquet file, the changes' pre- and post-images
+in a `_change_data` file, each touched file's deletion vector in one file (Roaring64, portable format: byte for byte
+what Delta Spark writes for the same rows), a `remove` and an `add` for each touched file, the app transaction, all
+in one put-if-absent log entry. After the batches the table is read by Delta Spark and by delta-rs's DataFusion reader
+and checked against a NumPy model, and its change feed's post-images counted. Checkpoints are not written (a real
+writer would, every 10 commits). Results go to `bench/results/dv_commit.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import struct
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from streamtable.runtime.spark import get_spark
+from streamtable.storage import delta_rs, merge_on_read, snapshot
+
+RESULTS = Path(__file__).resolve().parent / "results"
+STORES = 100
+SCHEMA = pa.schema([("store", pa.string()), ("item", pa.int64()), ("quantity", pa.int64())])
+ABSENT = -(2**62)
+DV_MAGIC = 1681511377
+Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def roaring32(values: np.ndarray) -> bytes:
+    """Sorted distinct 32-bit values in Roaring's portable format (no run containers: cookie 12346)."""
+    highs, starts = np.unique(values >> 16, return_index=True)
+    containers = np.split((values & 0xFFFF).astype(np.uint16), starts[1:])
+    bodies = []
+    for low in containers:
+        if len(low) <= 4096:  # an array container
+            bodies.append(low.astype("<u2").tobytes())
+        else:  # a bitmap container: 1024 little-endian 64-bit words
+            bits = np.zeros(65536, dtype=bool)
+            bits[low] = True
+            bodies.append(np.packbits(bits, bitorder="little").tobytes())
+    head = struct.pack("<II", 12346, len(highs))
+    head += b"".join(struct.pack("<HH", int(k), len(c) - 1) for k, c in zip(highs, containers, strict=True))
+    offset, offsets = len(head) + 4 * len(highs), []
+    for body in bodies:
+        offsets.append(offset)
+        offset += len(body)
+    return head + struct.pack(f"<{len(offsets)}I", *offsets) + b"".join(bodies)
+
+
+def deletion_vector(rows: np.ndarray) -> bytes:
+    """Delta's serialized deletion vector of the row indexes `rows`: the magic number, then a portable Roaring64."""
+    rows = np.unique(rows.astype(np.uint64))
+    buckets, starts = np.unique(rows >> np.uint64(32), return_index=True)
+    parts = [struct.pack("<iQ", DV_MAGIC, len(buckets))]
+    for key, low in zip(buckets, np.split(rows & np.uint64(0xFFFFFFFF), starts[1:]), strict=True):
+        parts.append(struct.pack("<I", int(key)) + roaring32(low.astype(np.uint32)))
+    return b"".join(parts)
+
+
+def z85(data: bytes) -> str:
+    padded = data + b"\0" * (-len(data) % 4)
+    out = []
+    for (word,) in struct.iter_unpack(">I", padded):
+        chunk = []
+        for _ in range(5):
+            word, digit = divmod(word, 85)
+            chunk.append(Z85[digit])
+        out.append("".join(reversed(chunk)))
+    return "".join(out)
+
+
+def rows_of(keys: np.ndarray, quantity: np.ndarray) -> pa.Table:
+    store = pc.binary_join_element_wise("s", pa.array(keys % STORES).cast(pa.string()), "")
+    return pa.table({"store": store, "item": keys // STORES, "quantity": quantity}, schema=SCHEMA)
+
+
+def key_numbers(table: pa.Table) -> np.ndarray:
+    stores = pc.cast(pc.utf8_slice_codeunits(table["store"], 1), pa.int64()).to_numpy()
+    return table["item"].to_numpy() * STORES + stores
+
+
+def stats(rows: pa.Table) -> str:
+    """A data file's statistics as Delta's log holds them."""
+    mins, maxs, nulls = {}, {}, {}
+    for name in rows.column_names:
+        column = rows[name]
+        nulls[name] = column.null_count
+        bounds = pc.min_max(column).as_py()
+        if bounds["min"] is not None:
+            mins[name], maxs[name] = bounds["min"], bounds["max"]
+    figures = {"numRecords": rows.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+    return json.dumps(figures)
+
+
+class Index:
+    """Each key's current row: file number and row index (a NumPy array over the key space), and each file's
+    deleted rows; what a writer would keep with the table and update each batch."""
+
+    def __init__(self, path: str, capacity: int) -> None:
+        self.path = path
+        self.files: list[dict] = []  # each file's current add action
+        self.deleted: list[set[int]] = []
+        self.file_of = np.full(capacity, -1, dtype=np.int32)
+        self.row_of = np.zeros(capacity, dtype=np.int64)
+
+    def build(self) -> None:
+        """From the table's add actions and one scan of each file's key columns."""
+        table = delta_rs.delta_table(self.path)
+        adds = {
+            a["add"]["path"]: a["add"] for v in range(table.version() + 1) for a in _log(self.path, v) if "add" in a
+        }
+        for number, name in enumerate(sorted(adds)):
+            keys = key_numbers(pq.read_table(Path(self.path) / name, columns=["store", "item"]))
+            self.file_of[keys], self.row_of[keys] = number, np.arange(len(keys))
+            self.files.append(adds[name])
+            self.deleted.append(set())
+
+
+def _log(path: str, version: int) -> list[dict]:
+    return delta_rs.log_entry(path, version) or []
+
+
+def commit(
+    index: Index,
+    keys: np.ndarray,
+    quantity: np.ndarray,
+    delete: np.ndarray,
+    before: np.ndarray,
+    app_id: str,
+    version: int,
+) -> None:
+    """One batch's commit, by hand: new rows, change data, deletion vectors of the touched files, one log entry."""
+    path = Path(index.path)
+    table_version = delta_rs.delta_table(index.path).version()
+    now = int(time.time() * 1000)
+    existing = index.file_of[keys] >= 0
+    touched_files = np.unique(index.file_of[keys[existing]])
+    for number in touched_files:
+        chosen = keys[existing][index.file_of[keys[existing]] == number]
+        index.deleted[number].update(index.row_of[chosen].tolist())
+    kept = ~delete
+    new_rows = rows_of(keys[kept], quantity[kept])
+    data_name = f"part-{uuid.uuid4()}.parquet"
+    pq.write_table(new_rows, path / data_name)
+    changes = [
+        rows_of(keys[existing], before[keys[existing]]).append_column(
+            "_change_type", pa.array(np.where(delete[existing], "delete", "update_preimage"))
+        )
+    ]
+    changes.append(
+        new_rows.append_column("_change_type", pa.array(np.where(existing[kept], "update_postimage", "insert")))
+    )
+    cdc_name = f"_change_data/cdc-{uuid.uuid4()}.parquet"
+    (path / "_change_data").mkdir(exist_ok=True)
+    pq.write_table(pa.concat_tables(changes), path / cdc_name)
+    actions: list[dict] = [
+        {"commitInfo": {"timestamp": now, "operation": "MERGE", "engineInfo": "bench/dv_commit"}},
+        {"txn": {"appId": app_id, "version": version, "lastUpdated": now}},
+    ]
+    dv_id = uuid.uuid4()
+    dv_file, descriptors = bytearray(b"\x01"), {}  # one file of every touched file's vector, as Spark writes them
+    for number in touched_files:
+        dv = deletion_vector(np.fromiter(index.deleted[number], dtype=np.int64))
+        descriptors[number] = {
+            "storageType": "u",
+            "pathOrInlineDv": z85(dv_id.bytes),
+            "offset": len(dv_file),
+            "sizeInBytes": len(dv),
+            "cardinality": len(index.deleted[number]),
+        }
+        dv_file += struct.pack(">I", len(dv)) + dv + struct.pack(">I", zlib.crc32(dv))
+    (path / f"deletion_vector_{dv_id}.bin").write_bytes(bytes(dv_file))
+    for number in touched_files:
+        old = index.files[number]
+        descriptor = descriptors[number]
+        removed = {k: old[k] for k in ("path", "partitionValues", "size") if k in old}
+        removed |= {"deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True}
+        if "deletionVector" in old:
+            removed["deletionVector"] = old["deletionVector"]
+        figures = json.loads(old["stats"]) | {"tightBounds": False}
+        added = old | {"dataChange": True, "deletionVector": descriptor, "stats": json.dumps(figures)}
+        actions += [{"remove": removed}, {"add": added}]
+        index.files[number] = added
+    data_add = {
+        "path": data_name,
+        "partitionValues": {},
+        "size": (path / data_name).stat().st_size,
+        "modificationTime": now,
+        "dataChange": True,
+        "stats": stats(new_rows),
+    }
+    actions.append({"add": data_add})
+    actions.append(
+        {
+            "cdc": {
+                "path": cdc_name,
+                "partitionValues": {},
+                "size": (path / cdc_name).stat().st_size,
+                "dataChange": False,
+            }
+        }
+    )
+    entry = path / "_delta_log" / f"{table_version + 1:020d}.json"
+    with open(entry, "x") as log:  # put-if-absent: a commit that lost a race fails here
+        log.write("\n".join(json.dumps(a) for a in actions) + "\n")
+    index.files.append(data_add)
+    index.deleted.append(set())
+    index.file_of[keys[kept]] = len(index.files) - 1
+    index.row_of[keys[kept]] = np.arange(kept.sum())
+    index.file_of[keys[delete]] = -1
+
+
+def one_size(root: Path, keys: int, events: int, batches: int) -> dict:
+    spark = get_spark("bench-dv-commit")
+    rng = np.random.default_rng(38)
+    path = str(root / "output")
+    delta_rs.ensure_table(path, SCHEMA)
+    numbers = np.arange(keys)
+    delta_rs.write(path, rows_of(numbers, numbers % 1000), mode="append")
+    merge_on_read.enable(spark, path)
+    model = np.concatenate([numbers % 1000, np.full(events * batches, ABSENT)])
+    index = Index(path, len(model))
+    start = time.perf_counter()
+    index.build()
+    build_ms = (time.perf_counter() - start) * 1000
+    times = []
+    for batch in range(1, batches + 1):
+        touched = rng.choice(keys, events - events // 10, replace=False)
+        fresh = keys + (batch - 1) * events + np.arange(events // 10)
+        changed = np.concatenate([touched, fresh])
+        quantity = rng.integers(-20, 50, len(changed))
+        delete = np.zeros(len(changed), dtype=bool)
+        delete[: events // 10] = True
+        before = model.copy()
+        start = time.perf_counter()
+        commit(index, changed, quantity, delete, before, "bench", batch)
+        times.append((time.perf_counter() - start) * 1000)
+        model[changed] = np.where(delete, ABSENT, quantity)
+    expected = np.flatnonzero(model != ABSENT)
+    read = snapshot.current_rows(delta_rs.delta_table(path))
+    spark_rows = pa.Table.from_pandas(spark.read.format("delta").load(path).toPandas(), preserve_index=False)
+    equal = {}
+    for name, rows in (("datafusion", read), ("spark", spark_rows)):
+        got = key_numbers(rows)
+        equal[name] = bool(
+            len(got) == len(expected)
+            and np.array_equal(np.sort(got), expected)
+            and np.array_equal(model[got], rows["quantity"].to_numpy())
+        )
+    feed = (
+        pa.table(delta_rs.delta_table(path).load_cdf(2))
+        .select(["_change_type"])
+        .cast(pa.schema([("_change_type", pa.string())]))
+    )
+    kinds = feed["_change_type"]
+    posts = feed.filter(pc.is_in(kinds, pa.array(["update_postimage", "insert"])))
+    equal["change_feed_rows"] = posts.num_rows == sum(events - events // 10 for _ in range(batches))
+    return {
+        "keys": keys,
+        "events": events,
+        "batches": batches,
+        "index_build_ms": round(build_ms),
+        "commit_ms": round(statistics.median(times[1:])),
+        "all_ms": [round(t) for t in times],
+        "equal": equal,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--events", type=int, default=1000)
+    parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--out", default=str(RESULTS / "dv_commit.json"))
+    args = parser.parse_args()
+    runs = []
+    for keys in args.keys:
+        with tempfile.TemporaryDirectory(prefix="bench-dv-") as root:
+            runs.append(one_size(Path(root), keys, args.events, args.batches))
+            print(json.dumps(runs[-1]), file=sys.stderr)
+    summary = {"runs": runs, "load": open("/proc/loadavg").read().split()[:3]}
+    Path(args.out).write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -15,7 +15,9 @@ before it), with the repository as the working directory:
 - a python block whose first line is a comment naming a file (`# include/...py`) is an excerpt a user
   reads: it must be verbatim in that file (a line `...` stands for lines left out), and is not run;
 - a block fenced as ```` ```text output ```` must equal what the last command of the runnable block
-  before it printed;
+  before it printed; one fenced as ```` ```json output vary=KEY,... ```` must hold the same JSON values as its
+  JSON lines (a value may be folded over several lines), but for the values of the KEYs named (times, hashes),
+  which must only be there; an output block of a section in RUN_BY_TESTS_HERE is its dedicated test's to check;
 - a block fenced with ```` title="~/PATH" ```` is a file the user writes: it is written to PATH under the
   page's own home directory (`HOME` while the page runs, where `~` in command lines points), not run.
 
@@ -26,6 +28,7 @@ nothing can). Blocks with a dedicated test below are in RUN_BY_TESTS_HERE.
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import re
@@ -552,23 +555,52 @@ def needs_spark(page: Path) -> bool:
     return any(c[0] == "streamtable" and len(c) > 1 and c[1] in SPARK_COMMANDS for c in commands)
 
 
+def json_values(text: str) -> list:
+    """The JSON values of `text`, one after the other (JSON lines, or values folded over several lines)."""
+    decoder, values, position = json.JSONDecoder(), [], 0
+    while text[position:].strip():
+        value, position = decoder.raw_decode(text, len(text) - len(text[position:].lstrip()))
+        values.append(value)
+    return values
+
+
+def without(value, vary: set[str]):
+    """`value` with the values of the keys in `vary` replaced by `...`, at any depth."""
+    if isinstance(value, dict):
+        return {k: "..." if k in vary else without(v, vary) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without(v, vary) for v in value]
+    return value
+
+
+def check_output(block: Block, ran: Block, printed: str) -> None:
+    """An output block shows what `ran` printed: exactly (`text`), or as JSON but for its `vary=` keys."""
+    if block.lang == "json":
+        vary = {k for w in block.info if w.startswith("vary=") for k in w.removeprefix("vary=").split(",")}
+        shown, got = without(json_values(block.code), vary), without(json_values(printed), vary)
+        but = f" (but for {sorted(vary)})"
+        assert got == shown, f"{block.where}: {ran.where} printed\n{printed}\nnot{but}\n{block.code}"
+        return
+    shown_text = block.code.rstrip("\n")
+    assert printed.rstrip("\n") == shown_text, f"{block.where}: {ran.where} printed\n{printed}\nnot\n{block.code}"
+
+
 def run_page(page: Path, work: Path, monkeypatch) -> PageRunner:
     """Run a page's runnable blocks in order in the lake `work/lake`; check its output blocks."""
     runner = PageRunner(page, work, monkeypatch)
     last: tuple[Block, str] | None = None
     for block in blocks(page):
-        if "output" in block.info:
+        dedicated = (str(page.relative_to(ROOT)), block.section) in RUN_BY_TESTS_HERE
+        if "output" in block.info and not dedicated:
             assert last, f"{block.where}: an output block follows no runnable block"
-            assert last[1].rstrip("\n") == block.code.rstrip("\n"), (
-                f"{block.where}: {last[0].where} printed\n{last[1]}\nnot\n{block.code}"
-            )
+            check_output(block, *last)
             continue
         if block.user_file:
             path = Path(os.path.expanduser(block.user_file))
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(block.code)
             continue
-        if not block.runnable or (str(page.relative_to(ROOT)), block.section) in RUN_BY_TESTS_HERE:
+        if not block.runnable or dedicated:
             continue
         out = runner.python(block) if block.lang == "python" else runner.shell(block)
         last = (block, out)
@@ -624,7 +656,8 @@ def test_interactive_query_snippet_runs_and_prints_the_store(tmp_path, monkeypat
     code = snippet("docs/pipelines.md", "Interactive queries")
     assert "from streamtable import query" in code and len(code.strip().splitlines()) <= 4
     exec(compile(code, "docs/pipelines.md", "exec"), {})
-    assert capsys.readouterr().out.splitlines() == ["apples -1", "pears 3"]
+    [shown] = [b for b in blocks(DOCS / "pipelines.md") if b.section == "Interactive queries" and "output" in b.info]
+    assert capsys.readouterr().out == shown.code
 
 
 def test_the_kafka_example_copies_a_topic_and_prints_the_page_s_line(kafka_bootstrap, tmp_path, monkeypatch, capsys):

@@ -685,3 +685,68 @@ def test_the_kafka_example_copies_a_topic_and_prints_the_page_s_line(kafka_boots
     assert printed[-1].rstrip("\n") == output.code.rstrip("\n")
     regions = [r["region"] for r in rows(Lake(tmp_path / "lake"), "user_regions") if r["user"] == "bob"]
     assert regions == ["americas", None], "the tombstone deleted bob's region"
+
+
+def in_process(*argv: str) -> int:
+    """`streamtable ARGV...` in this process, with a lake given (commands that start no Spark)."""
+    try:
+        return cli.main(list(argv))
+    except SystemExit as e:
+        return int(e.code or 0)
+    finally:
+        logging.disable(logging.NOTSET)  # main() disables logging without --debug
+
+
+def page_block(page: str, section: str, lang: str, containing: str = "") -> Block:
+    found = [b for b in blocks(ROOT / page) if b.section == section and b.lang == lang and containing in b.code]
+    assert len(found) == 1, f"{page} has one {lang} block with {containing!r} under '{section}'"
+    return found[0]
+
+
+def test_a_broken_file_prints_the_line_the_guide_shows(tmp_path, capsys, request, monkeypatch):
+    # your-own-pipeline.md's "When a file is wrong": the guide's orders.py with the typo it names.
+    request.addfinalizer(registry.current.cache_clear)
+    monkeypatch.setenv(registry.ENV, "")  # `--pipelines` adds to it: the folder leaves with the test
+    guide = next(b for b in blocks(DOCS / "your-own-pipeline.md") if b.user_file == "~/my_pipelines/orders.py")
+    shown = page_block("docs/your-own-pipeline.md", "When a file is wrong", "text", "unknown input")
+    folder = tmp_path / "my_pipelines"
+    folder.mkdir()
+    assert guide.code.count('streams=("orders",)') == 1
+    (folder / "orders.py").write_text(guide.code.replace('streams=("orders",)', 'streams=("order",)'))
+    assert in_process("pipelines", "--pipelines", str(folder), "--lake", str(tmp_path / "lake")) == 5
+    ours = [line for line in capsys.readouterr().err.splitlines() if line.startswith("streamtable:")]
+    assert ours == [shown.code.strip().replace("/home/me/my_pipelines", str(folder))]
+
+
+def test_a_record_of_every_type_shows_as_the_guide_says(tmp_path, capsys, request, monkeypatch):
+    # your-own-pipeline.md's "Types": its changelog in a folder, its record ingested, `show` prints the page's row.
+    request.addfinalizer(registry.current.cache_clear)
+    monkeypatch.setenv(registry.ENV, "")
+    declared = page_block("docs/your-own-pipeline.md", "Types", "python", "PAYMENTS = changelog(")
+    [record] = json_values(page_block("docs/your-own-pipeline.md", "Types", "json").code)
+    shown = page_block("docs/your-own-pipeline.md", "Types", "text")
+    folder, lake = tmp_path / "payments", str(tmp_path / "lake")
+    folder.mkdir()
+    (folder / "payments.py").write_text(declared.code)
+    (tmp_path / "payments.jsonl").write_text(json.dumps(record) + "\n")
+    assert (
+        in_process("ingest", "payments", str(tmp_path / "payments.jsonl"), "--pipelines", str(folder), "--lake", lake)
+        == 0
+    )
+    capsys.readouterr()
+    assert in_process("show", "payments", "--pipelines", str(folder), "--lake", lake) == 0
+    assert capsys.readouterr().out == shown.code
+
+
+def test_a_damaged_log_entry_fails_with_the_line_faults_md_shows(tmp_path, capsys):
+    # faults.md's "A table that cannot be read", its local example: the log entry of version 1 cut short.
+    shown = page_block("docs/faults.md", "What is guaranteed", "text", "cannot read").code.splitlines()
+    [local] = [line for line in shown if "/srv/lake" in line]
+    lake = Lake(tmp_path / "srv" / "lake")
+    path = lake.table_path("user_clicks")
+    write_deltalake(path, pa.table({"user": ["ann"]}))
+    write_deltalake(path, pa.table({"user": ["bo"]}), mode="append")
+    Path(path, "_delta_log", f"{1:020d}.json").write_text('{"commitInfo": {"timestamp":')
+    assert in_process("show", "user_clicks", "--lake", str(lake.root)) == 1
+    printed = capsys.readouterr()
+    assert printed.out == "" and printed.err.strip() == local.replace("/srv/lake", str(lake.root))

@@ -49,8 +49,8 @@ print("RESULT " + json.dumps({{
 
     from streamtable.core.registry import pipelines
 
-    for name in pipelines():  # every pipeline: its micro-batch DAG, its stream DAG, its daily reprocess
-        for dag_id in (name, f"stream_{name}", f"reprocess_daily_{name}"):
+    for name in pipelines():  # every pipeline: its micro-batch DAG, its validation, its stream DAG, its daily reprocess
+        for dag_id in (name, f"validate_{name}", f"stream_{name}", f"reprocess_daily_{name}"):
             assert dag_id in result["dags"], f"pipeline {name} has no DAG {dag_id}"
     assert {"reprocess", "reset"} <= set(result["dags"])
 
@@ -122,6 +122,7 @@ print("RESULT " + json.dumps(found))
         "reset",
         "stream_team_totals",
         "team_totals",
+        "validate_team_totals",
     ]
     assert all(case["errors"] == [] for case in found.values()), found
     assert found["default"]["dags"] == team, found["default"]
@@ -130,7 +131,8 @@ print("RESULT " + json.dumps(found))
     for case in ("env", "variable"):
         dags = set(found[case]["dags"])
         for name in built_in:
-            assert {name, f"stream_{name}", f"reprocess_daily_{name}", f"compact_{name}"} <= dags, (case, name)
+            dag_ids = {name, f"stream_{name}", f"reprocess_daily_{name}", f"compact_{name}", f"validate_{name}"}
+            assert dag_ids <= dags, (case, name)
         assert set(found[case]["forms"]["reset"]) >= built_in
     assert "team_totals" in found["env"]["dags"] and "team_totals" not in found["variable"]["dags"]
 
@@ -161,51 +163,84 @@ def test_dag_file_does_not_import_pyspark(dag_file, heavy_imports):
     assert heavy == [], f"{dag_file.name} imports {heavy[:8]} when parsed: keep Spark and GX inside the job"
 
 
-def test_clicks_per_region_dag_shape(airflow_home, tmp_path):
-    """One spark-submit of the job (run, then its suites), run >> quality_gate (the verdict read without Spark), the
-    lake templated, the output table an Asset."""
-    lake = tmp_path / "lake"
-    proc = run_python(
-        f"""
+SHAPES = """
 import json, runpy
-dag = runpy.run_path({str(DAGS / "streamtable_dags.py")!r})["clicks_per_region"]
-tasks = {{}}
-for t in dag.tasks:
-    tasks[t.task_id] = {{
-        "type": type(t).__name__, "downstream": sorted(t.downstream_task_ids),
-        "outlets": [{{"uri": a.uri, "name": a.name}} for a in t.outlets],
-    }}
-    if hasattr(t, "application"):
-        tasks[t.task_id] |= {{
-            "application": t.application, "args": t.application_args,
-            "conn_id": t._conn_id, "jars": t.jars, "binary": t._spark_binary,
-        }}
-print("RESULT " + json.dumps({{
-    "schedule": str(dag.schedule), "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
-    "macros": sorted(dag.user_defined_macros or {{}}), "tasks": tasks,
-}}))
-""",
-        airflow_env(airflow_home, lake),
-    )
-    dag = last_json(proc)
+def shape(dag):
+    tasks = {}
+    for t in dag.tasks:
+        tasks[t.task_id] = {
+            "type": type(t).__name__, "downstream": sorted(t.downstream_task_ids),
+            "outlets": [{"uri": a.uri, "name": a.name} for a in t.outlets],
+        }
+        if hasattr(t, "application"):
+            tasks[t.task_id] |= {
+                "application": t.application, "args": t.application_args,
+                "conn_id": t._conn_id, "jars": t.jars, "binary": t._spark_binary, "retries": t.retries,
+            }
+    schedule = dag.timetable.asset_condition if hasattr(dag.timetable, "asset_condition") else None
+    assets = getattr(schedule, "objects", [])
+    watchers = {a.name: [(w.name, *w.trigger.serialize()) for w in a.watchers] for a in assets}
+    return {"schedule": str(dag.schedule), "timetable": type(dag.timetable).__name__, "watchers": watchers,
+            "catchup": dag.catchup, "max_active_runs": dag.max_active_runs, "tags": sorted(dag.tags),
+            "macros": sorted(dag.user_defined_macros or {}), "tasks": tasks}
+dags = runpy.run_path(DAG_FILE)
+print("RESULT " + json.dumps({dag_id: shape(dags[dag_id]) for dag_id in DAG_IDS}))
+"""
+
+
+def dag_shapes(env: dict, *dag_ids: str) -> dict:
+    """Each DAG's schedule, its Asset watchers and its tasks (type, downstream, outlets, a spark-submit's arguments)."""
+    code = f"DAG_FILE, DAG_IDS = {str(DAGS / 'streamtable_dags.py')!r}, {list(dag_ids)!r}\n" + SHAPES
+    return last_json(run_python(code, env))
+
+
+def test_clicks_per_region_dag_shape(airflow_home, tmp_path):
+    """One spark-submit of `streamtable run` (its per-batch gate is the micro-batch's check: no full suites, no Data
+    Docs in it), which updates the output's Asset, the lake templated; the full suites in `validate_PIPELINE`."""
+    shapes = dag_shapes(airflow_env(airflow_home, tmp_path / "lake"), "clicks_per_region", "validate_clicks_per_region")
+    dag, validation = shapes["clicks_per_region"], shapes["validate_clicks_per_region"]
     assert dag["catchup"] is False and dag["max_active_runs"] == 1
-    assert dag["schedule"] == "*/5 * * * *"
-    run, gate = dag["tasks"]["run"], dag["tasks"]["quality_gate"]
-    assert set(dag["tasks"]) == {"run", "quality_gate"}
-    assert run["downstream"] == ["quality_gate"] and gate["downstream"] == []
-    assert run["type"] == "StreamtableSubmitOperator" and gate["type"] == "QualityGateOperator"
-    assert "application" not in gate, "the gate reads the run's verdict: no spark-submit of its own"
+    assert dag["schedule"] == "*/5 * * * *" and dag["watchers"] == {}
+    assert set(dag["tasks"]) == {"run"}
+    run = dag["tasks"]["run"]
+    assert run["type"] == "StreamtableSubmitOperator" and run["retries"] == 1
     assert run["application"] == str(settings.JOB_SCRIPT) and Path(run["application"]).is_file()
     assert run["conn_id"] == "spark_default"
-    assert run["args"][:3] == ["run", "clicks_per_region", "--lake"] and run["args"][4:] == ["--validate"]
+    assert run["args"][:3] == ["run", "clicks_per_region", "--lake"] and len(run["args"]) == 4, "one validation"
     assert "{{" in run["args"][3], "the lake is chosen when the task runs (a template), not at parse time"
     jars = run["jars"].split(",")
     assert any("delta-spark" in Path(j).name for j in jars) and all(Path(j).is_file() for j in jars)
     assert run["binary"] == str(BIN / "spark-submit")
-    assert run["outlets"] == []
-    assert gate["outlets"] == [
+    assert run["outlets"] == [
         {"uri": "streamtable://tables/clicks_per_region", "name": "streamtable.clicks_per_region"}
     ]
+    assert validation["schedule"] == "@daily" and set(validation["tasks"]) == {"validate"}
+    check = validation["tasks"]["validate"]
+    assert check["args"][:3] == ["validate", "clicks_per_region", "--lake"] and check["retries"] == 0
+    assert check["type"] == "StreamtableSubmitOperator" and "validate" in validation["tags"]
+
+
+ON_DATA = TEAM_PIPELINE.replace("process=print)", 'process=print, schedule="on_data")')
+
+
+def test_a_pipeline_on_data_runs_on_its_inputs_assets_each_watched_by_its_delta_version(airflow_home, tmp_path):
+    """`schedule="on_data"`: the micro-batch DAG is scheduled on its input's Asset, whose watcher is a
+    DeltaVersionTrigger on the input's table in the lake; `pending` skips a run with nothing to consume;
+    `on_data or CRON` adds the cron."""
+    folder, lake = tmp_path / "pipelines", Lake(tmp_path / "lake")
+    folder.mkdir()
+    (folder / "team.py").write_text(ON_DATA)
+    (folder / "both.py").write_text(ON_DATA.replace("team_", "both_").replace('"on_data"', '"on_data or 0 * * * *"'))
+    env = airflow_env(airflow_home, lake.root) | {"STREAMTABLE_PIPELINES": str(folder)}
+    shapes = dag_shapes(env, "team_totals", "both_totals")
+    dag, both = shapes["team_totals"], shapes["both_totals"]
+    assert dag["timetable"] == "AssetTriggeredTimetable" and "on_data" in dag["tags"]
+    path = lake.table_path("team_events")
+    [[name, classpath, kwargs]] = dag["watchers"]["streamtable.team_events"]
+    assert classpath == "streamtable.airflow.watch.DeltaVersionTrigger"
+    assert kwargs == {"table": "team_events", "path": path, "poll_interval": 1.0}
+    assert dag["tasks"]["pending"]["downstream"] == ["run"] and set(dag["tasks"]) == {"pending", "run"}
+    assert both["timetable"] == "AssetOrTimeSchedule" and list(both["watchers"]) == ["streamtable.both_events"]
 
 
 def test_a_lake_set_only_by_the_variable_gets_its_class_path_when_the_task_runs(airflow_home, tmp_path):

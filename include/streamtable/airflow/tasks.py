@@ -10,8 +10,8 @@ the package's job script (`settings.JOB_SCRIPT`: `streamtable COMMAND PIPELINE -
 
 The lake is chosen when a task runs, not when the DAG is parsed: the Airflow Variable `streamtable_lake`
 if it is set, else the task's env `STREAMTABLE_LAKE`, else `~/streamtable/lake` (the `LAKE` template below).
-Asset URIs, which Airflow needs at parse time, name the table only (`streamtable://tables/TABLE`): the lake may change
-between parse and run, and each asset event carries the lake the task used (see `output_assets`).
+Asset URIs, which Airflow needs at parse time, name the table only (`streamtable://tables/TABLE`,
+`streamtable.airflow.assets`): each asset event a task emits carries the lake it used (`StreamtableSubmitOperator`).
 The user's pipeline folders are the Variable
 `streamtable_pipelines` if it is set, else the env `STREAMTABLE_PIPELINES` of the DAG processor; they are
 read when the DAG is parsed (the DAGs are made from them, so the Variable is read once per parse of a DAG
@@ -24,8 +24,8 @@ and outside it, and every DAG runs one run at a time (`max_active_runs=1`).
 Continuous mode is in `streamtable.airflow.stream` (the supervised `serve` task of the `stream_PIPELINE`
 DAGs).
 
-`streamtable.airflow.dags.micro_batch_dags` makes every pipeline's micro-batch DAG with `pipeline_tasks(name)`
-(`run` >> `quality_gate`) inside a `DAG(...)` block with `user_defined_macros=MACROS`.
+`streamtable.airflow.micro_batch` makes every pipeline's micro-batch and validation DAGs with these tasks, inside
+`DAG(...)` blocks with `user_defined_macros=MACROS`.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, BaseOperator
+from airflow.sdk import Asset
 
-from streamtable.airflow.catalog import pipelines_env, registered, registered_pipelines
-from streamtable.airflow.data_docs import DataDocsLink, docs_url, report_page
+from streamtable.airflow.catalog import pipelines_env, registered
+from streamtable.airflow.data_docs import DataDocsLink, report_page
 from streamtable.airflow.lineage import operator_lineage
 from streamtable.core import settings
 from streamtable.storage.lake import Lake, resolve_lake
@@ -50,6 +50,7 @@ from streamtable.storage.lake import Lake, resolve_lake
 JOB = settings.JOB_SCRIPT
 LAKE_VARIABLE = "streamtable_lake"
 CONN_ID = "spark_default"
+TABLE_ASSET = "streamtable://tables/"  # + the table's name: a table's Asset URI (`streamtable.airflow.assets`)
 
 # Rendered when the task runs (Jinja): the Variable, else the env of the task, else ~/streamtable/lake.
 _LAKE_EXPRESSION = "var.value.get('" + LAKE_VARIABLE + "', streamtable_env_lake())"
@@ -107,62 +108,6 @@ def spark_submit_binary() -> str:
     return str(beside) if beside.exists() else "spark-submit"
 
 
-ASSET_PREFIX = "streamtable://tables/"  # + the table's name: an output's Asset URI
-
-
-def output_assets(pipeline: str) -> list[Asset]:
-    """One Asset per output table of `pipeline`: named `streamtable.TABLE`, with the URI `streamtable://tables/TABLE`.
-
-    The identity names the table, not where the lake is: a deployment has one lake, chosen when each task runs (the
-    Variable, else the env), so an Asset fixed at parse time from another setting would go stale the moment the lake
-    moved (Airflow then refuses the task: `AirflowInactiveAssetInInletOrOutletException`). Where the table is, each
-    event says: the gate's asset events carry the lake and the table's URI in it (`table_uri`) in their `extra`.
-    """
-    return [
-        Asset(
-            name=f"streamtable.{table['name']}",
-            uri=f"{ASSET_PREFIX}{table['name']}",
-            extra={"pipeline": pipeline, "keys": table["keys"]},
-        )
-        for table in registered_pipelines()[pipeline]["outputs"]
-    ]
-
-
-class QualityGateOperator(BaseOperator):
-    """The micro-batch's quality gate: it reads the verdict the `run` task's job reported (`streamtable run --validate`:
-    the full suites on the published outputs, in the same spark-submit) and starts no Spark itself. It fails, unretried,
-    with the failed expectations and the Data Docs page in its log when a suite failed; else it publishes the output
-    Assets, each event saying where the table is: the lake the run used and the table's URI in it."""
-
-    template_fields = ("lake",)
-    operator_extra_links = (DataDocsLink(),)
-
-    def __init__(self, *, pipeline: str, run_task: str, lake: str = LAKE, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.pipeline, self.run_task, self.lake = pipeline, run_task, lake
-        self.data_docs: str | None = None  # the Data Docs page of the verdict read (DataDocsLink)
-
-    def execute(self, context: Any) -> None:
-        from airflow.sdk.exceptions import AirflowFailException
-
-        report = context["ti"].xcom_pull(task_ids=self.run_task)
-        self.data_docs = report_page(report)
-        verdict = report.get("validation") if isinstance(report, dict) else None
-        if not isinstance(verdict, dict):
-            raise AirflowFailException(f"task {self.run_task} reported no validation verdict: {report!r}")
-        for suite, success in verdict["suites"].items():
-            self.log.info("suite %s %s", suite, "passed" if success else "FAILED")
-        self.log.info("Data Docs: %s (in the lake: %s)", docs_url(self.data_docs), self.data_docs)
-        if verdict["failures"]:
-            raise AirflowFailException(f"{self.pipeline}: " + "; ".join(verdict["failures"]))
-        lake = Lake(self.lake)
-        for asset in self.outlets:
-            if isinstance(asset, Asset) and asset.uri.startswith(ASSET_PREFIX):
-                table = asset.uri.removeprefix(ASSET_PREFIX)
-                extra = {"lake": lake.root, "table_uri": lake.uri(lake.table_path(table))}
-                context["outlet_events"][asset].extra = extra
-
-
 # SparkSubmitHook hands spark-submit's output to this method; the operators below replace it on their own hook
 # instance to see every line. Set with setattr: mypy rejects assigning to a method, even on one instance.
 PROCESS_LOG = "_process_spark_submit_log"
@@ -170,7 +115,8 @@ PROCESS_LOG = "_process_spark_submit_log"
 
 class StreamtableSubmitOperator(SparkSubmitOperator):
     """A SparkSubmitOperator that returns the JSON report the command prints (its XCom `return_value`, also logged),
-    and gives Airflow's OpenLineage provider the datasets the report names (`streamtable.airflow.lineage`).
+    and gives Airflow's OpenLineage provider the datasets the report names (`streamtable.airflow.lineage`). On success
+    each of its outlets' asset events says where the table is: the lake the command used and the table's URI in it.
 
     With `args_from`, the arguments an upstream task checked and pushed as its XCom `args` (a list of
     strings) are appended to the command line when the task runs (see `streamtable.storage.offsets`).
@@ -204,12 +150,23 @@ class StreamtableSubmitOperator(SparkSubmitOperator):
             super().execute(context)
         finally:
             self.application_args = args  # as rendered, should this operator object run again (dag.test)
-        if not reports:
-            return None
-        self.report = reports[-1]
-        self.data_docs = report_page(self.report)
-        self.log.info("streamtable report:\n%s", json.dumps(self.report, indent=2))
-        return self.report
+            if reports:  # a failed command's report too (a failed validation's Data Docs page)
+                self.report = reports[-1]
+                self.data_docs = report_page(self.report)
+                self.log.info("streamtable report:\n%s", json.dumps(self.report, indent=2))
+        self._describe_outlets(context)
+        return self.report if reports else None
+
+    def _describe_outlets(self, context: Any) -> None:
+        args = list(self.application_args or [])
+        if "--lake" not in args[:-1]:
+            return
+        lake = Lake(args[args.index("--lake") + 1])  # as rendered when the task ran
+        for asset in self.outlets:
+            if isinstance(asset, Asset) and asset.uri.startswith(TABLE_ASSET):
+                table = asset.uri.removeprefix(TABLE_ASSET)
+                extra = {"lake": lake.root, "table_uri": lake.uri(lake.table_path(table))}
+                context["outlet_events"][asset].extra = extra
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """The datasets the command read and wrote, with their versions, for Airflow's OpenLineage provider."""
@@ -303,21 +260,3 @@ def streamtable_task(
     if args_from:
         return StreamtableSubmitOperator(task_id=task_id, args_from=args_from, **options)
     return SparkSubmitOperator(task_id=task_id, **options)
-
-
-def pipeline_tasks(pipeline: str, **kwargs: Any) -> tuple[StreamtableSubmitOperator, QualityGateOperator]:
-    """The two tasks of a pipeline's micro-batch DAG: `run` >> `quality_gate` (which publishes the Assets).
-
-    `run` is one spark-submit of `streamtable run PIPELINE --validate`: the batch, then the full suites on the
-    published outputs, in one job. `quality_gate` reads that verdict without Spark (`QualityGateOperator`). `run` is
-    retried once, 30 s later (a killed run is finished by the next, exactly once); a failed quality gate is not
-    retried: the data, not the try, is wrong.
-    """
-    retry: dict[str, Any] = {"retries": 1, "retry_delay": timedelta(seconds=30)}
-    run = streamtable_task("run", "run", pipeline, operator=StreamtableSubmitOperator, **(retry | kwargs))
-    run.application_args = [*(run.application_args or []), "--validate"]
-    gate = QualityGateOperator(
-        task_id="quality_gate", pipeline=pipeline, run_task=run.task_id, outlets=output_assets(pipeline), **kwargs
-    )
-    run >> gate
-    return run, gate

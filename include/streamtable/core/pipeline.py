@@ -15,6 +15,19 @@ if TYPE_CHECKING:
     from streamtable.core.batch import Batch
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")  # a pipeline's name is in DAG ids, pool names and paths
+ON_DATA = "on_data"  # `Pipeline.schedule`: run when an input gets a new version
+
+
+def schedule_parts(schedule: str) -> tuple[bool, str | None]:
+    """A pipeline's `schedule` read: whether it runs on its inputs' data, and its cron expression, if any
+    (`"on_data"`: (True, None); `"on_data or 0 * * * *"`: (True, "0 * * * *"); `"*/5 * * * *"`: (False, that))."""
+    text = schedule.strip()
+    if text == ON_DATA:
+        return True, None
+    head, _, cron = text.partition(" or ")
+    if head.strip() == ON_DATA:
+        return True, cron.strip() or None
+    return False, text or None
 
 
 @dataclass(frozen=True)
@@ -46,7 +59,8 @@ class Pipeline:
     suites: quality rules per output (`expect.Suite`), checked before every batch is published.
     metrics: names of the counts `process` reports with `batch.metric` (for `expect.sum_equals`).
     wall_clock: close results by wall clock too, so every run gets a batch even when the inputs are idle.
-    schedule: the cron schedule of its micro-batch DAG in Airflow.
+    schedule: when its micro-batch DAG runs in Airflow: a cron expression (the default, every 5 minutes), `"on_data"`
+        (when any input gets a new Delta version, whoever wrote it) or `"on_data or CRON"` (both).
     ticks: reminder ticks its micro-batch DAG appends before each run (`Ticks`), if any.
 
         PIPELINE = Pipeline(
@@ -105,6 +119,9 @@ class Pipeline:
             for c in e.columns
             if c not in columns[s.table]
         ]
+        on_data, cron = schedule_parts(self.schedule)
+        if not cron and not on_data:
+            problems.append(f"schedule {self.schedule!r}: a cron expression, {ON_DATA!r} or '{ON_DATA} or CRON'")
         if self.ticks is not None and self.ticks.into not in self.inputs:
             problems.append(f"ticks go into {self.ticks.into!r}, which is not an input of the pipeline")
         return problems

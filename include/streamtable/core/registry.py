@@ -282,6 +282,8 @@ def summary(registry: Registry) -> dict:
             if t.kafka_topic or t.landing_folder
         ],
         "external_paths": external_paths(registry),
+        # where each input that is another job's Delta table is (a pipeline `on_data` watches its version)
+        "input_paths": {t.name: t.path for t in registry.inputs.values() if t.external and t.path},
         "errors": registry.errors,
     }
 

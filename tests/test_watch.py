@@ -1,0 +1,80 @@
+"""The AssetWatcher's trigger of a pipeline scheduled `on_data`: one event per move of an input's Delta version, none
+for what it reported before (also after a restart: the Asset's state store keeps the last version, recorded once the
+triggerer took the event, so a crash in between reports it again rather than never). Spark-free."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from streamtable.airflow.watch import DeltaVersionTrigger
+
+
+class StateStore:
+    """The one-Asset state store the triggerer gives an event trigger (`aget`/`aset`), in memory."""
+
+    def __init__(self) -> None:
+        self.values: dict = {}
+
+    async def aget(self, key: str, default=None):
+        return self.values.get(key, default)
+
+    async def aset(self, key: str, value) -> None:
+        self.values[key] = value
+
+
+def events(trigger: DeltaVersionTrigger, write, expected: int) -> list[dict]:
+    """The first `expected` events the trigger yields while `write()` (called after its first poll) commits."""
+
+    async def collect() -> list[dict]:
+        found: list[dict] = []
+        stream = trigger.run()
+
+        async def consume() -> None:
+            async for event in stream:
+                found.append(event.payload)
+                if len(found) == expected:
+                    return
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.05)  # the first poll: what is there counts as seen
+        await asyncio.to_thread(write)
+        await asyncio.wait_for(task, timeout=20)
+        # the triggerer goes on reading: the trigger records what it reported once the event was taken
+        going_on = asyncio.create_task(anext(stream))  # type: ignore[arg-type]
+        await asyncio.sleep(0.2)
+        going_on.cancel()
+        return found
+
+    return asyncio.run(collect())
+
+
+def test_it_fires_once_per_new_version_and_not_again_after_a_restart(tmp_path):
+    path = str(tmp_path / "events")
+    rows = pa.table({"id": ["a"]})
+    write_deltalake(path, rows)  # version 0, there before the watcher: not an event
+    store = StateStore()
+    trigger = DeltaVersionTrigger(table="events", path=path, poll_interval=0.01)
+    trigger.asset_state_store = store  # what the triggerer injects before run()
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "streamtable.airflow.watch.DeltaVersionTrigger"
+    assert DeltaVersionTrigger(**kwargs).serialize() == (classpath, kwargs), "the triggerer rebuilds it from these"
+
+    [first] = events(trigger, lambda: write_deltalake(path, rows, mode="append"), expected=1)
+    assert first == {"table": "events", "path": path, "version": 1, "previous": 0}
+    assert store.values["reported_version"] == 1
+
+    # restarted with the same arguments (a new triggerer): it reports only what came after, once
+    again = DeltaVersionTrigger(**kwargs)
+    again.asset_state_store = store
+    [after] = events(again, lambda: write_deltalake(path, rows, mode="append"), expected=1)
+    assert (after["previous"], after["version"]) == (1, 2)
+
+
+def test_a_table_that_does_not_exist_yet_fires_on_its_first_commit(tmp_path):
+    path = str(tmp_path / "later")
+    trigger = DeltaVersionTrigger(table="later", path=path, poll_interval=0.01)
+    [event] = events(trigger, lambda: write_deltalake(path, pa.table({"id": ["a"]})), expected=1)
+    assert (event["previous"], event["version"]) == (-1, 0)

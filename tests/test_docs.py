@@ -17,7 +17,10 @@ before it), with the repository as the working directory:
 - a block fenced as ```` ```text output ```` must equal what the last command of the runnable block
   before it printed; one fenced as ```` ```json output vary=KEY,... ```` must hold the same JSON values as its
   JSON lines (a value may be folded over several lines), but for the values of the KEYs named (times, hashes),
-  which must only be there; an output block of a section in RUN_BY_TESTS_HERE is its dedicated test's to check;
+  which must only be there (a time: in the form shown); an output block of a section in RUN_BY_TESTS_HERE
+  is its dedicated test's to check;
+- an illustration of what a command prints that no block runs (a broken file's line, a row of every type, a
+  damaged log's line) has a dedicated test at the end of this file;
 - a block fenced with ```` title="~/PATH" ```` is a file the user writes: it is written to PATH under the
   page's own home directory (`HOME` while the page runs, where `~` in command lines points), not run.
 
@@ -564,10 +567,16 @@ def json_values(text: str) -> list:
     return values
 
 
+def varied(value) -> str:
+    """What a varying value must keep: a time's form (UTC, milliseconds, `Z`), else nothing but being there."""
+    time = isinstance(value, str) and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", value)
+    return "YYYY-MM-DDTHH:MM:SS.mmmZ" if time else "..."
+
+
 def without(value, vary: set[str]):
-    """`value` with the values of the keys in `vary` replaced by `...`, at any depth."""
+    """`value` with the values of the keys in `vary` replaced by what they must keep (`varied`), at any depth."""
     if isinstance(value, dict):
-        return {k: "..." if k in vary else without(v, vary) for k, v in value.items()}
+        return {k: varied(v) if k in vary else without(v, vary) for k, v in value.items()}
     if isinstance(value, list):
         return [without(v, vary) for v in value]
     return value

@@ -30,6 +30,7 @@ nothing can). Blocks with a dedicated test below are in RUN_BY_TESTS_HERE.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
@@ -332,6 +333,7 @@ TOP = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".
 TOP |= {p.name for p in (ROOT / "include" / "streamtable").iterdir() if (p / "__init__.py").is_file()}
 TOP -= {".venv", "build", "lake", "node_modules"}
 WRITTEN_BY_RUNS = ("bench/results/",)  # files a command writes (git ignores them): the page names its command
+WRITTEN_BY_CODE = {"replay.sh": "tests/campaign/runner.py"}  # a file named alone that code writes -> the code
 
 
 def test_no_page_and_no_module_says_a_word_the_code_no_longer_means():
@@ -359,6 +361,9 @@ def test_every_path_and_module_a_page_names_exists():
                 continue
             places = [ROOT / path, ROOT / "include" / path, package / path, page.parent / path]
             assert any(p.exists() for p in places), f"{page.name} names {path}, which does not exist"
+        for name in re.findall(r"`(\w+\.(?:py|sh))`", text):  # a file named alone: the repository's, or the user's
+            written = name in WRITTEN_BY_CODE and name in (ROOT / WRITTEN_BY_CODE[name]).read_text(encoding="utf-8")
+            assert written or name in repository_files() | user_files(), f"{page.name} names {name}: no such file"
         for test_file, test in re.findall(r"(tests/[\w/]+\.py)::(\w+)", text):
             assert f"def {test}(" in (ROOT / test_file).read_text(), f"{page.name}: {test_file} has no {test}"
         for name in re.findall(r"\bstreamtable(?:\.\w+)+", text):
@@ -372,6 +377,18 @@ def test_every_path_and_module_a_page_names_exists():
             source = file.read_text(encoding="utf-8") + (stub.read_text(encoding="utf-8") if stub.is_file() else "")
             defined = rf"^(?:\s*(?:def|class) {rest[0]}\b|{rest[0]}\s*[:=]|.*\bimport\b.*\b{rest[0]}\b)" if rest else ""
             assert not rest or re.search(defined, source, re.M), f"{page.name} names {name}: no such module or name"
+
+
+@functools.cache
+def repository_files() -> set[str]:
+    """The names of the files git tracks."""
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return {Path(line).name for line in listed.splitlines()}
+
+
+def user_files() -> set[str]:
+    """The names of the files the pages have the user write (```` title="~/PATH" ````)."""
+    return {Path(b.user_file).name for b in all_blocks() if b.user_file}
 
 
 def module_file(parts: list[str]) -> Path | None:

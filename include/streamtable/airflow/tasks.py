@@ -158,6 +158,8 @@ class StreamtableSubmitOperator(SparkSubmitOperator):
         return self.report if reports else None
 
     def _describe_outlets(self, context: Any) -> None:
+        from streamtable.runtime.observe.explain import command
+
         args = list(self.application_args or [])
         if "--lake" not in args[:-1]:
             return
@@ -167,6 +169,7 @@ class StreamtableSubmitOperator(SparkSubmitOperator):
                 table = asset.uri.removeprefix(TABLE_ASSET)
                 extra = {"lake": lake.root, "table_uri": lake.uri(lake.table_path(table))}
                 context["outlet_events"][asset].extra = extra
+                self.log.info("where a row of %s comes from: %s", table, command(lake.root, table))
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """The datasets the command read and wrote, with their versions, for Airflow's OpenLineage provider."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from streamtable.core.errors import DeclarationError, UndeclaredNameError
 from streamtable.core.expectations import Suite
+from streamtable.core.records import Records
 from streamtable.core.tables import Table, declaration_site
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class Pipeline:
     schedule: when its micro-batch DAG runs in Airflow: a cron expression (the default, every 5 minutes), `"on_data"`
         (when any input gets a new Delta version, whoever wrote it) or `"on_data or CRON"` (both).
     ticks: reminder ticks its micro-batch DAG appends before each run (`Ticks`), if any.
+    records: which input records make a row of an output (`records.Records`), for `streamtable explain --records`.
 
         PIPELINE = Pipeline(
             name="word_count",
@@ -84,10 +86,11 @@ class Pipeline:
     wall_clock: bool = False
     schedule: str = "*/5 * * * *"
     ticks: Ticks | None = None
+    records: tuple[Records, ...] = ()
     declared_at: str | None = field(default=None, compare=False, repr=False)  # "file:line" of the declaration
 
     def __post_init__(self) -> None:
-        for name in ("streams", "outputs", "tables", "state", "suites", "metrics"):
+        for name in ("streams", "outputs", "tables", "state", "suites", "metrics", "records"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "declared_at", self.declared_at or declaration_site())
         problems = self._problems()
@@ -124,6 +127,13 @@ class Pipeline:
             problems.append(f"schedule {self.schedule!r}: a cron expression, {ON_DATA!r} or '{ON_DATA} or CRON'")
         if self.ticks is not None and self.ticks.into not in self.inputs:
             problems.append(f"ticks go into {self.ticks.into!r}, which is not an input of the pipeline")
+        problems += [
+            f"records of {r.output!r} from {r.stream!r}: not an output and a stream of the pipeline"
+            for r in self.records
+            if r.output not in written
+            or r.stream not in self.streams
+            or (r.asof is not None and r.asof.table not in self.tables)
+        ]
         return problems
 
     @property

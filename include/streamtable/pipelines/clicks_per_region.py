@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from streamtable import Column, Pipeline, Type, at_least, changelog, expect, non_empty, table
+from streamtable.core.records import AsOf, Records
 
 if TYPE_CHECKING:
     from streamtable import Batch
 
 
 S, L, TS = Type.STRING, Type.LONG, Type.TIMESTAMP
+UNKNOWN = "UNKNOWN"  # the region of a click whose user has none
 USER_CLICKS = changelog(
     "user_clicks",
     [Column("user", S), Column("clicks", L), Column("event_time", TS)],
@@ -36,7 +38,7 @@ def process(batch: Batch) -> None:
 
     clicks = batch.new("user_clicks")
     enriched = asof_join(clicks, batch.table("user_regions"), key="user", values=["region"])
-    by_region = enriched.select(F.coalesce("region", F.lit("UNKNOWN")).alias("region"), "clicks")
+    by_region = enriched.select(F.coalesce("region", F.lit(UNKNOWN)).alias("region"), "clicks")
     batch.upsert(
         "clicks_per_region", add_to_totals(batch.current("clicks_per_region"), by_region, ["region"], "clicks")
     )
@@ -51,6 +53,14 @@ PIPELINE = Pipeline(
     outputs=(table("clicks_per_region", [Column("region", S), Column("clicks", L)], keys=["region"]),),
     process=process,
     metrics=("clicks",),
+    records=(
+        Records(
+            "clicks_per_region",
+            "user_clicks",
+            lambda r: [((r["region"] or UNKNOWN,), r["clicks"])],  # as `process`: its region as of the click
+            asof=AsOf("user_regions", key="user", values=("region",)),
+        ),
+    ),
     suites=(
         expect.Suite(
             "clicks_per_region",

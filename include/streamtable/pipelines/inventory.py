@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from streamtable import Column, Pipeline, Type, changelog, expect, non_empty, table
+from streamtable.core.records import Records
 
 if TYPE_CHECKING:
     from streamtable import Batch
@@ -44,6 +45,7 @@ PIPELINE = Pipeline(
     ),
     process=process,
     metrics=("quantity",),
+    records=(Records("inventory", "inventory_events", lambda r: [((r["store"], r["item"]), r["quantity"])]),),
     suites=(
         expect.Suite(
             "inventory",

@@ -10,9 +10,12 @@ normalisation: a decomposed `é` and a precomposed one are different words).
 
 from __future__ import annotations
 
+import unicodedata
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from streamtable import Column, Pipeline, Type, changelog, expect, table
+from streamtable.core.records import Records
 
 if TYPE_CHECKING:
     from streamtable import Batch
@@ -20,6 +23,24 @@ if TYPE_CHECKING:
 # Java regex (Spark's): \p{..} classes are Unicode categories. A word is lower-cased after it is cut out
 # of the line, so Java's context-dependent lower-casing (a final sigma) sees the word alone.
 WORD = r"[\p{L}\p{N}][\p{L}\p{M}\p{N}]*"
+
+
+def words(line: str) -> list[str]:
+    """`WORD`'s words of a line, lower-cased, in Python (for `explain --records`, which starts no Spark)."""
+    found, word = [], ""
+    for ch in line:
+        kind = unicodedata.category(ch)[0]
+        if kind in "LN" or (kind == "M" and word):
+            word += ch
+        elif word:
+            found.append(word)
+            word = ""
+    return [w.lower() for w in found + ([word] if word else [])]
+
+
+def word_groups(record: dict) -> list[tuple[tuple, int]]:
+    """The rows of `word_counts` a text line adds to: each of its words, by how often it occurs."""
+    return [((w,), n) for w, n in Counter(words(record["line"] or "")).items()]
 
 
 TEXT_LINES = changelog("text_lines", [Column("line", Type.STRING), Column("event_time", Type.TIMESTAMP)])
@@ -50,6 +71,7 @@ PIPELINE = Pipeline(
     outputs=(table("word_counts", [Column("word", Type.STRING), Column("count", Type.LONG)], keys=["word"]),),
     process=process,
     metrics=("words",),
+    records=(Records("word_counts", "text_lines", word_groups),),
     suites=(
         expect.Suite(
             "word_counts",

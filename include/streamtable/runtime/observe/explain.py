@@ -13,25 +13,25 @@ Which batch made a version is in that version's log entry: the app transaction o
 is then attributed to the reprocess's generation and its batches (`batch_id` when there was one batch). Commits
 of a release that recorded none of this, or of another writer, say so (`mode` null, `writer` its operation).
 
-With `records`, the input records that fed the current row where streamtable can know them (`RECORDS`: the re-keyed
-sums of `word_count`, `inventory` and `clicks_per_region`, whose groups are a function of the record and, for the
-as-of join, of the table version the batch consumed); elsewhere `"records": "unknown"` and why.
+With `records`, the input records that fed the current row where the pipeline declares them (`Pipeline.records`:
+a re-keyed sum's group is a function of the record and, for an as-of join, of the table versions the batch
+consumed); elsewhere `"records": "unknown"` and why.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Callable
+import shlex
 from datetime import UTC
 
 import pyarrow as pa
 
 from streamtable.core.errors import BadInputError
 from streamtable.core.pipeline import Pipeline
+from streamtable.core.records import Records
 from streamtable.core.registry import current as registry
 from streamtable.core.schema import arrow_schema
-from streamtable.core.tables import LINE
+from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE
 from streamtable.core.values import to_json
 from streamtable.runtime.batch import provenance
 from streamtable.runtime.committed import Consumed
@@ -95,6 +95,14 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
             | (lag or {})
         )
     return explained
+
+
+def command(lake: str, table: str) -> str:
+    """The explain command for rows of `table` (KEY...: the key values), as a task's log prints it after a run.
+
+    command("/lake", "word_counts")  # "streamtable explain word_counts KEY... --records --lake /lake"
+    """
+    return f"streamtable explain {table} KEY... --records --lake {shlex.quote(lake)}"
 
 
 def _owner(table: str) -> Pipeline | None:
@@ -222,32 +230,63 @@ def _lag(lake: Lake, pipeline: Pipeline) -> dict:
 
 
 def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | None, current: dict) -> dict:
-    """`records`: the input records that fed the current row, each with the batch that consumed it; or "unknown" and
-    `records_why`."""
-    finder = RECORDS.get((owner.name if owner else "", table))
-    if finder is None:
+    """`records`: the input records that fed the current row, each with the batch that consumed it, as the pipeline
+    declares them (`Pipeline.records`); or "unknown" and `records_why`."""
+    declared = next((r for r in owner.records if r.output == table), None) if owner else None
+    if owner is None or declared is None:
         return {
             "records": UNKNOWN,
-            "records_why": f"the operators that write {table} do not tell which records made a row",
+            "records_why": f"the pipeline that writes {table} does not declare which records make a row "
+            "(Pipeline(records=...): its rows are not sums of input records)",
         }
     if row is None:
         return {"records": [], "records_why": "the row does not exist"}
-    generation = lake.generation(owner.name)  # type: ignore[union-attr]
+    generation = lake.generation(owner.name)
     if current.get("generation") != generation:
         return {
             "records": UNKNOWN,
             "records_why": f"the row was written by generation {current.get('generation')}, "
             f"whose progress is gone (live: {generation})",
         }
-    batches = sorted(
-        (r for r in history(lake, owner.name, generation)),  # type: ignore[union-attr]
-        key=lambda r: r["batch_id"],
-    )
-    epoch = checkpoint.recorded(lake, owner, generation)  # type: ignore[arg-type]
+    batches = sorted(history(lake, owner.name, generation), key=lambda r: r["batch_id"])
+    epoch = checkpoint.recorded(lake, owner, generation)
     if epoch is None or (epoch.number and any(r["mode"] == "reprocess" for r in batches)):
         return {"records": UNKNOWN, "records_why": "where the generation started reading is no longer recorded"}
-    found = finder(lake, row, batches, dict(epoch.starting) if epoch.number == 0 else {})
+    key = tuple(row[k] for k in table_spec(table).keys)
+    found = _records_of(lake, declared, key, batches, dict(epoch.starting) if epoch.number == 0 else {})
     return {"records": [to_json(r) for r in found]}
+
+
+def _records_of(lake: Lake, declared: Records, key: tuple, batches: list[dict], starting: dict[str, int]) -> list[dict]:
+    """The records of `declared.stream` the generation's batches consumed that add to the row of `key`, each with
+    its batch, what it adds and, for an as-of join, the table record (version, line) it matched."""
+    asof, bounds = declared.asof, _table_bounds(batches, declared.asof.table if declared.asof else "")
+    table_rows = _changelog(lake, asof.table, 0, max(bounds.values(), default=-1)) if asof else []
+    found = []
+    for batch, first, last in _consumed_by(batches, declared.stream, starting):
+        visible = [g for g in table_rows if g[VERSION] <= bounds[batch["batch_id"]]]
+        for r in _changelog(lake, declared.stream, first, last):
+            match = asof.match(r, visible) if asof else None
+            adds = declared.adds(r, key, match)
+            if adds is None:
+                continue
+            extra: dict = {"adds": adds}
+            if asof:
+                extra["matched"] = (
+                    {"table": asof.table, "version": match[VERSION], "line": match[LINE]} if match else None
+                )
+            found.append(_record(declared.stream, batch, r, **extra))
+    return found
+
+
+def _table_bounds(batches: list[dict], table: str) -> dict[int, int]:
+    """Each batch's newest version of a table input: the newest it or an earlier batch consumed
+    (`StagedBatch._bound`), -1 before any."""
+    bounds, bound = {}, -1
+    for b in batches:
+        bound = max(bound, b["input_versions"].get(table, -1))
+        bounds[b["batch_id"]] = bound
+    return bounds
 
 
 def _changelog(lake: Lake, table: str, first: int, last: int) -> list[dict]:
@@ -260,7 +299,7 @@ def _changelog(lake: Lake, table: str, first: int, last: int) -> list[dict]:
         r.pop("_change_type"), r.pop("_commit_timestamp", None)
         if r.get("event_time") is not None and r["event_time"].tzinfo is None:
             r["event_time"] = r["event_time"].replace(tzinfo=UTC)
-    return sorted(rows, key=lambda r: (r["_commit_version"], r[LINE]))
+    return sorted(rows, key=lambda r: (r[VERSION], r[LINE]))
 
 
 def _consumed_by(batches: list[dict], table: str, starting: dict[str, int]) -> list[tuple[dict, int, int]]:
@@ -275,77 +314,12 @@ def _consumed_by(batches: list[dict], table: str, starting: dict[str, int]) -> l
 
 
 def _record(table: str, batch: dict, r: dict, **extra: object) -> dict:
-    fields = {k: v for k, v in r.items() if k not in ("_commit_version", LINE)}
-    return (
-        {"table": table, "version": r["_commit_version"], "line": r[LINE], "batch_id": batch["batch_id"]}
-        | {
-            "mode": batch["mode"],
-            "record": fields,
-        }
-        | extra
-    )
-
-
-def words(line: str) -> list[str]:
-    """`word_count`'s words (its Java pattern `[\\p{L}\\p{N}][\\p{L}\\p{M}\\p{N}]*`), lower-cased."""
-    found, word = [], ""
-    for ch in line:
-        kind = unicodedata.category(ch)[0]
-        if kind in "LN" or (kind == "M" and word):
-            word += ch
-        elif word:
-            found.append(word)
-            word = ""
-    return [w.lower() for w in found + ([word] if word else [])]
-
-
-def _word_records(lake: Lake, row: dict, batches: list[dict], starting: dict[str, int]) -> list[dict]:
-    found = []
-    for batch, first, last in _consumed_by(batches, "text_lines", starting):
-        for r in _changelog(lake, "text_lines", first, last):
-            n = words(r["line"] or "").count(row["word"])
-            if n:
-                found.append(_record("text_lines", batch, r, adds=n))
-    return found
-
-
-def _inventory_records(lake: Lake, row: dict, batches: list[dict], starting: dict[str, int]) -> list[dict]:
-    found = []
-    for batch, first, last in _consumed_by(batches, "inventory_events", starting):
-        for r in _changelog(lake, "inventory_events", first, last):
-            if (r["store"], r["item"]) == (row["store"], row["item"]):
-                found.append(_record("inventory_events", batch, r, adds=r["quantity"]))
-    return found
-
-
-def _click_records(lake: Lake, row: dict, batches: list[dict], starting: dict[str, int]) -> list[dict]:
-    """The clicks counted for the row's region: each click's region as of its event time in the `user_regions`
-    versions its batch consumed (`matched`: the region record's version and line; none: `UNKNOWN`)."""
-    found, bound = [], -1
-    bounds = {}
-    for b in batches:  # the newest table version consumed by each batch or an earlier one (`StagedBatch._bound`)
-        bound = max(bound, b["input_versions"].get("user_regions", -1))
-        bounds[b["batch_id"]] = bound
-    regions = _changelog(lake, "user_regions", 0, max(bounds.values(), default=-1))
-    for batch, first, last in _consumed_by(batches, "user_clicks", starting):
-        visible = [g for g in regions if g["_commit_version"] <= bounds[batch["batch_id"]]]
-        for r in _changelog(lake, "user_clicks", first, last):
-            candidates = [g for g in visible if g["user"] == r["user"] and g["event_time"] <= r["event_time"]]
-            match = max(candidates, key=lambda g: (g["event_time"], g["_commit_version"], g[LINE]), default=None)
-            region = (match or {}).get("region") or "UNKNOWN"
-            if region == row["region"]:
-                matched = (
-                    {"table": "user_regions", "version": match["_commit_version"], "line": match[LINE]}
-                    if match
-                    else None
-                )
-                found.append(_record("user_clicks", batch, r, adds=r["clicks"], matched=matched))
-    return found
-
-
-Finder = Callable[[Lake, dict, list[dict], dict[str, int]], list[dict]]
-RECORDS: dict[tuple[str, str], Finder] = {  # (pipeline, output) -> the records of a row's group
-    ("word_count", "word_counts"): _word_records,
-    ("inventory", "inventory"): _inventory_records,
-    ("clicks_per_region", "clicks_per_region"): _click_records,
-}
+    fields = {k: v for k, v in r.items() if k not in (VERSION, LINE)}
+    return {
+        "table": table,
+        "version": r[VERSION],
+        "line": r[LINE],
+        "batch_id": batch["batch_id"],
+        "mode": batch["mode"],
+        "record": fields,
+    } | extra

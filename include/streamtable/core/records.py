@@ -1,0 +1,51 @@
+"""Which input records make an output row, as a pipeline declares it (`Pipeline(records=...)`), for
+`streamtable explain --records`; read without Spark.
+
+A `Records` says: the row of `output` whose key is a record's group is the sum, over the `stream`'s records of the
+batches that changed it, of what each adds (`groups(record)`: the (row key, amount) pairs of one record). With
+`asof`, each record first gets the values of a table input as of its event time (`AsOf`, `operators.asof_join`'s
+rule), and the table's version and line it matched. A pipeline whose rows are not such sums (windows, joins of two
+streams, sessions) declares none: explain then says it cannot know, rather than guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE  # where a changelog record was ingested
+
+
+@dataclass(frozen=True)
+class AsOf:
+    """A record's values of `table` (an input in `tables=`) as of its `time`: the latest record for its `key` with
+    time <= its own (ties: the later version, then the later line); null values (a deletion) or none: nulls."""
+
+    table: str
+    key: str
+    values: tuple[str, ...]
+    time: str = "event_time"
+
+    def match(self, record: dict, table_rows: Iterable[dict]) -> dict | None:
+        """The record of `table_rows` (the table's changelog records the batch could see) that `record` matched."""
+        candidates = [r for r in table_rows if r[self.key] == record[self.key] and r[self.time] <= record[self.time]]
+        return max(candidates, key=lambda r: (r[self.time], r[VERSION], r[LINE]), default=None)
+
+
+@dataclass(frozen=True)
+class Records:
+    """The rows of `output` are sums of `stream`'s records: `groups(record)` lists the (row key, amount) each adds to.
+
+    Records("inventory", "inventory_events", lambda r: [((r["store"], r["item"]), r["quantity"])])
+    """
+
+    output: str
+    stream: str
+    groups: Callable[[dict], Sequence[tuple[tuple, int]]]
+    asof: AsOf | None = None
+
+    def adds(self, record: dict, key: tuple, matched: dict | None = None) -> int | None:
+        """What `record` (with the values it matched, if `asof`) adds to the row of `key`; None: not in its group."""
+        values = {v: (matched or {}).get(v) for v in self.asof.values} if self.asof else {}
+        amounts = [n for group, n in self.groups(record | values) if group == key]
+        return sum(amounts) if amounts else None

@@ -380,15 +380,43 @@ def test_every_path_and_module_a_page_names_exists():
 
 
 @functools.cache
+def tracked() -> tuple[str, ...]:
+    """The paths git tracks."""
+    return tuple(
+        subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    )
+
+
 def repository_files() -> set[str]:
     """The names of the files git tracks."""
-    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return {Path(line).name for line in listed.splitlines()}
+    return {Path(path).name for path in tracked()}
 
 
 def user_files() -> set[str]:
     """The names of the files the pages have the user write (```` title="~/PATH" ````)."""
     return {Path(b.user_file).name for b in all_blocks() if b.user_file}
+
+
+@functools.cache
+def code_text() -> str:
+    """The text of the code git tracks (the package, scripts, DAGs, tests, the Makefile, CI, docker)."""
+    places = ("include/", "scripts/", "dags/", "tests/", "bench/", "docker/", ".ci/", "Makefile", "pyproject.toml")
+    files = [
+        ROOT / f
+        for f in tracked()
+        if f.startswith(places) and f.endswith((".py", ".sh", ".toml", ".yaml", "Makefile", "run", "Dockerfile"))
+    ]
+    return "\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files if f.is_file())
+
+
+def test_every_make_target_and_variable_a_page_names_exists():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"`make (?:-s )?([a-z][\w-]*)", text):
+            assert re.search(rf"^{target}:", makefile, re.M), f"{page.name} names `make {target}`: no such target"
+        for variable in set(re.findall(r"\bSTREAMTABLE_[A-Z_]+\b", text)):
+            assert variable in code_text(), f"{page.name} names {variable}, which no code reads"
 
 
 def module_file(parts: list[str]) -> Path | None:

@@ -383,7 +383,7 @@ def test_every_path_and_module_a_page_names_exists():
 def tracked() -> tuple[str, ...]:
     """The paths git tracks."""
     return tuple(
-        subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+        subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
     )
 
 

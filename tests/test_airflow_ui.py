@@ -32,15 +32,16 @@ USER, PASSWORD = "operator", "a-password-of-this-test"
 
 @pytest.fixture
 def refused_run(spark, fresh_airflow_home, tmp_path) -> tuple[Path, Lake, dict]:
-    """An AIRFLOW_HOME holding one run of the `word_count` DAG whose quality_gate failed, and its lake."""
+    """An AIRFLOW_HOME holding one run of the `validate_word_count` DAG whose full suites refused the table, and its
+    lake."""
     from helpers import dag_tests, word_count_refusing_its_next_batch
 
     lake = Lake(tmp_path / "lake")
     word_count_refusing_its_next_batch(lake)
     [result], output = dag_tests(
-        airflow_env(fresh_airflow_home, lake.root), [{"file": "streamtable_dags.py", "dag_id": "word_count"}]
+        airflow_env(fresh_airflow_home, lake.root), [{"file": "streamtable_dags.py", "dag_id": "validate_word_count"}]
     )
-    assert result["tasks"] == {"run": "success", "quality_gate": "failed"}, output[-3000:]
+    assert result["tasks"] == {"validate": "failed"}, output[-3000:]
     return fresh_airflow_home, lake, result
 
 
@@ -118,10 +119,10 @@ def _operator_path(result: dict, api_server: str, browser) -> None:
     next(b for b in browser.find_elements(By.TAG_NAME, "button") if b.text == "Sign in").click()
     wait_until(lambda: any(c["name"] == "_token" for c in browser.get_cookies()), what="the session cookie")
 
-    # 3. The refused run's quality_gate: failed; its Details list the extra link "Data Docs".
-    browser.get(f"{api_server}/dags/word_count/runs/{result['run_id']}/tasks/quality_gate")
+    # 3. The refused validation's task: failed; its Details list the extra link "Data Docs".
+    browser.get(f"{api_server}/dags/validate_word_count/runs/{result['run_id']}/tasks/validate")
     wait_until(lambda: by_text(browser, "Details"), what="the task's Details tab").click()
-    link = wait_until(lambda: by_text(browser, "Data Docs"), what="the Data Docs link of quality_gate")
+    link = wait_until(lambda: by_text(browser, "Data Docs"), what="the Data Docs link of validate")
     assert "Failed" in browser.find_element(By.TAG_NAME, "body").text
     screenshot(browser, "3-quality-gate-task")
     link.click()  # a link to Airflow's own origin opens in the same tab

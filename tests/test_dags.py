@@ -311,7 +311,7 @@ def test_make_demo(fresh_airflow_home, tmp_path):
     proc = run_python(EVENTS, airflow_env(fresh_airflow_home, lake))
     result = last_json(proc)
     assert result["state"] == "success", result
-    assert result["tasks"] == {"run": "success", "quality_gate": "success"}
+    assert result["tasks"] == {"run": "success"}
     [[uri, extra]] = result["asset_events"]
     assert uri == "streamtable://tables/clicks_per_region", "the Asset names the table, not the lake"
     assert extra == {"lake": str(lake), "table_uri": (lake / "tables" / "clicks_per_region").as_uri()}
@@ -322,7 +322,7 @@ def test_make_demo(fresh_airflow_home, tmp_path):
     assert rows(Lake(lake), "clicks_per_region") == expected
     # asia 137 = 13 + 25 + 99 (alice's first click, before her move), europe 96 = 56 + 40, americas 101 = 4 + 19 + 78
     assert {r["region"]: r["clicks"] for r in expected} == {"asia": 137, "europe": 96, "americas": 101}
-    # the quality gate wrote the Data Docs inside the lake
+    # the run's per-batch gate wrote its Data Docs inside the lake
     assert (lake / "_quality").is_dir() and list((lake / "_quality").rglob("index.html"))
 
     # The lake moves (one setting, read by the DAG file and the tasks alike): the next DAG run writes the new lake and
@@ -344,7 +344,7 @@ def test_make_demo(fresh_airflow_home, tmp_path):
     )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     result = last_json(run_python(EVENTS, airflow_env(fresh_airflow_home, moved.root)))
-    assert result["tasks"] == {"run": "success", "quality_gate": "success"}, result
+    assert result["tasks"] == {"run": "success"}, result
     assert result["asset_events"] == [
         [
             "streamtable://tables/clicks_per_region",
@@ -431,30 +431,33 @@ print("RESULT " + json.dumps(found))
 
 
 @pytest.mark.slow
-def test_a_published_table_that_fails_its_suite_fails_the_quality_gate_not_the_run(spark, airflow_home, tmp_path):
-    """The micro-batch's `run` (one spark-submit: the batch, then the full suites on the published tables) commits and
-    reports the verdict; `quality_gate` reads it without Spark and fails, with the failed expectations in its log."""
+def test_a_published_table_that_fails_its_suite_passes_the_micro_batch_and_fails_its_validation(
+    spark, airflow_home, tmp_path
+):
+    """The micro-batch's `run` validates once, with its per-batch gate: a batch that breaks nothing is published, even
+    on a table that an earlier writer broke; the full suites of `validate_word_count` then refuse the table, with the
+    failed expectation in the log and the task's Data Docs link on the failed validation's page."""
     from helpers import dag_tests, word_count_refusing_its_next_batch
-    from streamtable.airflow.data_docs import MOUNT, site_page
+    from streamtable.airflow.data_docs import MOUNT
     from streamtable.storage.reader import rows
 
     lake = Lake(tmp_path / "lake")
     word_count_refusing_its_next_batch(lake)
 
-    [result], output = dag_tests(
-        airflow_env(airflow_home, lake.root), [{"file": "streamtable_dags.py", "dag_id": "word_count"}]
+    [batch, validation], output = dag_tests(
+        airflow_env(airflow_home, lake.root),
+        [
+            {"file": "streamtable_dags.py", "dag_id": "word_count"},
+            {"file": "streamtable_dags.py", "dag_id": "validate_word_count"},
+        ],
     )
-    assert result["tasks"] == {"run": "success", "quality_gate": "failed"}, output[-3000:]
-    verdict = result["xcom"]["run.return_value"]["validation"]
-    assert verdict["suites"] == {"word_count.word_counts": False} and verdict["data_docs"], verdict
-    assert any("count" in failure for failure in verdict["failures"]), verdict
-    assert f"word_count: {verdict['failures'][0]}" in output, "the gate's log says which expectation failed"
-    assert {"word": "c", "count": 1} in rows(lake, "word_counts"), "the run committed its batch before the verdict"
-    # the gate's "Data Docs" link (and the run's) opens the failed validation's page under Airflow's Data Docs plugin
-    page = verdict["pages"]["word_count.word_counts"]
-    assert Path(page).is_file() and "word_count.word_counts" in Path(page).read_text()
-    for task in ("quality_gate", "run"):
-        assert f"{MOUNT}/{site_page(page)}" in result["xcom"][f"{task}._link_DataDocsLink"], result["xcom"]
+    assert batch["tasks"] == {"run": "success"}, output[-3000:]
+    assert "validation" not in batch["xcom"]["run.return_value"], "one validation per micro-batch: its gate"
+    assert {"word": "c", "count": 1} in rows(lake, "word_counts"), "the run committed its batch"
+    assert validation["tasks"] == {"validate": "failed"}, output[-3000:]
+    assert "word_count: " in output and "count" in output.split("word_count: ", 1)[1][:400], output[-3000:]
+    link = validation["xcom"]["validate._link_DataDocsLink"]
+    assert link.startswith(f"{MOUNT}/") and "validations" in link and "word_count.word_counts" in link, link
 
 
 @pytest.mark.slow
@@ -503,7 +506,7 @@ def test_a_table_driven_pipeline_under_dag_test_picks_up_the_other_jobs_newest_c
 
     def micro_batch() -> dict:
         [result], output = dag_tests(env, [{"file": "streamtable_dags.py", "dag_id": "shop_totals"}], timeout=600)
-        assert result.get("tasks") == {"run": "success", "quality_gate": "success"}, output[-4000:]
+        assert result.get("tasks") == {"run": "success"}, output[-4000:]
         return result["xcom"]["run.return_value"]
 
     rng = random.Random(35)

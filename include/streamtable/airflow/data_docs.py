@@ -34,10 +34,11 @@ def docs_url(path: str | None) -> str:
 
 def report_page(report: Any) -> str | None:
     """The Data Docs page a command's report points to: the first failed suite's page of its verdict (`run
-    --validate`), else its first suite's page, else the site's index it names (`data_docs`), else None."""
+    --validate`'s `validation`, or `validate`'s report itself), else its first suite's page, else the site's index it
+    names (`data_docs`), else None."""
     if not isinstance(report, dict):
         return None
-    found = report.get("validation")
+    found = report.get("validation", report)
     verdict: dict = found if isinstance(found, dict) else {}
     pages: dict = verdict.get("pages") or {}
     failed = [suite for suite, ok in (verdict.get("suites") or {}).items() if not ok and suite in pages]

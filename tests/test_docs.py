@@ -424,6 +424,20 @@ def module_file(parts: list[str]) -> Path | None:
     return next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()), None)
 
 
+def test_every_option_of_every_command_is_on_a_page():
+    text = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
+    parsers = [("", cli.parser())]
+    while parsers:
+        name, parser = parsers.pop()
+        for action in parser._actions:
+            for option in action.option_strings:
+                assert option in {"-h", "--help", "--version"} or option in text, (
+                    f"`streamtable{name} {option}` is on no page"
+                )
+            for sub, nested in (getattr(action, "choices", None) or {}).items() if action.nargs == "A..." else []:
+                parsers.append((f"{name} {sub}", nested))
+
+
 def test_every_streamtable_command_line_on_a_page_parses():
     """Each `streamtable ...` a page shows, in a block or in prose, names a command and options that exist."""
     commands = cli.parser()._subparsers._group_actions[0].choices

@@ -34,7 +34,7 @@ SECRETS = (
     "OBJECT_STORE_SECRET_KEY",
 )
 ONE_SHOT = ("airflow-init", "object-store-init")
-AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor")
+AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
 
 
 def test_compose_has_the_stack(compose):
@@ -44,6 +44,7 @@ def test_compose_has_the_stack(compose):
     assert commands["airflow-apiserver"] == "api-server"
     assert commands["airflow-scheduler"] == "scheduler"
     assert commands["airflow-dag-processor"] == "dag-processor"
+    assert commands["airflow-triggerer"] == "triggerer"  # the Asset watchers of pipelines scheduled on_data
     for name in AIRFLOW_SERVICES:
         env = services[name]["environment"]
         assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"

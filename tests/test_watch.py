@@ -78,3 +78,15 @@ def test_a_table_that_does_not_exist_yet_fires_on_its_first_commit(tmp_path):
     trigger = DeltaVersionTrigger(table="later", path=path, poll_interval=0.01)
     [event] = events(trigger, lambda: write_deltalake(path, pa.table({"id": ["a"]})), expected=1)
     assert (event["previous"], event["version"]) == (-1, 0)
+
+
+def test_pending_runs_a_batch_only_when_an_input_holds_records_not_consumed(tmp_path):
+    """The on_data DAG's first task: a duplicate event (its records taken by an earlier run) starts no Spark job."""
+    from helpers import ingest
+    from streamtable.airflow.micro_batch import pending
+    from streamtable.storage.lake import Lake
+
+    lake = Lake(tmp_path / "lake")
+    assert pending.function("word_count", lake.root, {}) is False  # nothing ingested
+    ingest(lake, "text_lines", [{"line": "a b", "event_time": "2026-01-01T00:00:00Z"}])
+    assert pending.function("word_count", lake.root, {}) is True

@@ -12,17 +12,25 @@ from streamtable.core.timefmt import parse_time
 
 def clicks_per_region(region_ingests: list[list[dict]], clicks: list[dict]) -> dict[str, int]:
     """Each click counts for the latest region record with time <= the click's (ties: later ingest, later line)."""
-    history: dict[str, list[tuple[datetime, int, int, str | None]]] = defaultdict(list)
-    for ingest_no, records in enumerate(region_ingests):
-        for line_no, r in enumerate(records):
-            history[r["user"]].append((parse_time(r["event_time"]), ingest_no, line_no, r.get("region")))
     totals: dict[str, int] = defaultdict(int)
     for c in clicks:
-        t = parse_time(c["event_time"])
-        candidates = [h for h in history[c["user"]] if h[0] <= t]
-        region = max(candidates)[3] if candidates else None
-        totals[region or "UNKNOWN"] += c["clicks"]
+        totals[region_of(region_ingests, c)[0] or "UNKNOWN"] += c["clicks"]
     return dict(totals)
+
+
+def region_of(region_ingests: list[list[dict]], click: dict) -> tuple[str | None, tuple[int, int] | None]:
+    """A click's region and the region record it comes from (ingest number, line number), or (None, None)."""
+    t = parse_time(click["event_time"])
+    candidates = [
+        (parse_time(r["event_time"]), ingest_no, line_no, r.get("region"))
+        for ingest_no, records in enumerate(region_ingests)
+        for line_no, r in enumerate(records)
+        if r["user"] == click["user"] and parse_time(r["event_time"]) <= t
+    ]
+    if not candidates:
+        return None, None
+    _, ingest_no, line_no, region = max(candidates)
+    return region, (ingest_no, line_no)
 
 
 def hopping_windows(t: datetime, size_s: int, advance_s: int) -> list[tuple[int, int]]:

@@ -13,7 +13,9 @@ from deltalake import DeltaTable
 
 from helpers import ingest
 from reference import browser_captcha as expected
+from streamtable.core.timefmt import parse_time
 from streamtable.runtime.commands.lifecycle import run
+from streamtable.runtime.observe.explain import explain
 from streamtable.storage.reader import rows
 
 P = "browser_captcha"
@@ -56,6 +58,27 @@ def late(lake):
         for r in rows(lake, "late_events")
         if r["pipeline"] == P
     )
+
+
+def explained(lake, browser, start):
+    """`explain --records` of a window's row: its records and the late ones, each as (version, line, batch)."""
+    when = datetime.fromtimestamp(start, UTC).isoformat().replace("+00:00", "Z")
+    now = explain(lake, "browser_action_windows", browser, when, records=True)[0]
+    return [[(r["version"], r["line"], r["batch_id"]) for r in now[part]] for part in ("records", "late")]
+
+
+def provenance(runs, want, browser, start):
+    """The reference's own `explained`: the browser's actions in the window, late when the reference's `late` names
+    the window among those it missed (run n: version n, batch n)."""
+    late = {(b, t) for b, t, missed in want["late"] if start in missed}
+    found: list[list] = [[], []]
+    for n, events in enumerate(runs):
+        for line, e in enumerate(events):
+            t = parse_time(e["event_time"])
+            action = not (e["logger_name"] == "CaptchaValidator" and e["message"] == "verified")
+            if e["browserHash"] == browser and action and start <= t.timestamp() < start + 5:
+                found[(browser, t) in late].append((n, line, n))
+    return found
 
 
 def check(lake, runs):
@@ -158,6 +181,10 @@ def test_window_edges_and_late_records_across_runs(spark, lake):
     assert at(6) in got[1][3] and at(8) not in got[1][3]
     assert actions(lake) == {"b1": 6, "b2": 1, "b3": 1} and captcha(lake) == {"b1": 6}
     assert {s - epoch: n for (b, s), n in windows(lake).items() if b == "b1"} == {-4: 1, -2: 2, 0: 2, 2: 1, 4: 1, 8: 2}
+    # explain --records of each window: its records and the ones that came late, as the reference has them
+    for (b, s), n in windows(lake).items():
+        assert explained(lake, b, s) == provenance([run1, run2], want, b, s) and len(explained(lake, b, s)[0]) == n
+    assert explained(lake, "b1", epoch) == [[(0, 0, 0), (0, 1, 0)], [(1, 0, 1)]]  # 4.5 s came late for [0, 5)
 
 
 def test_malformed_log_lines_are_quarantined_at_ingest_and_extra_fields_kept(lake):

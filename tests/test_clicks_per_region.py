@@ -6,8 +6,9 @@ import pytest
 from deltalake import DeltaTable
 
 from helpers import ingest, table
-from reference import clicks_per_region as expected
+from reference import clicks_per_region as expected, region_of
 from streamtable.runtime.commands.lifecycle import reprocess, run
+from streamtable.runtime.observe.explain import explain
 
 P = "clicks_per_region"
 
@@ -22,6 +23,33 @@ def click(user, n, t):
 
 def totals(lake):
     return table(lake, P, "region", "clicks")
+
+
+def explained(lake, name):
+    """`explain --records` of a region's row: each click's (version, line, batch, clicks, matched version and line)."""
+    found = explain(lake, P, name, records=True)[0]["records"]
+    return [
+        (
+            r["version"],
+            r["line"],
+            r["batch_id"],
+            r["adds"],
+            r["matched"] and (r["matched"]["version"], r["matched"]["line"]),
+        )
+        for r in found
+    ]
+
+
+def provenance(consumed, name):
+    """The reference's own `explained`: `consumed` is each clicks version's (version, batch, clicks, the region
+    ingests its batch could see)."""
+    found = []
+    for version, batch, clicks, regions in consumed:
+        for line, c in enumerate(clicks):
+            region, source = region_of(regions, c)
+            if (region or "UNKNOWN") == name:
+                found.append((version, line, batch, c["clicks"], source))
+    return found
 
 
 def test_region_change_between_two_clicks_deletion_and_unknown_user(spark, lake):
@@ -44,6 +72,10 @@ def test_region_change_between_two_clicks_deletion_and_unknown_user(spark, lake)
     run(lake, P)
     assert totals(lake) == {"asia": 13, "europe": 40, "americas": 4, "UNKNOWN": 19 + 7 + 1}
     assert totals(lake) == expected([regions], clicks)
+    # explain --records: the clicks of each region, each with the region record it matched, as the reference has it
+    for name in totals(lake):
+        assert explained(lake, name) == provenance([(0, 0, clicks, [regions])], name), name
+    assert explained(lake, "UNKNOWN")[0][4] == (0, 3)  # bob's deleted region: matched, and counted as UNKNOWN
 
 
 def test_equal_timestamps_later_ingest_wins(spark, lake):
@@ -97,6 +129,9 @@ def test_one_run_and_three_runs_give_the_same_table_and_a_second_run_changes_not
     run(one, P)
     want = expected(regions, [c for batch in clicks for c in batch])
     assert totals(one) == totals(three) == want == {"asia": 13, "americas": 4, "europe": 40, "UNKNOWN": 44}
+    # explain --records on three runs: each click matched a region among those ingested by its run
+    consumed = [(n, n, c, regions[: n + 1]) for n, c in enumerate(clicks)]
+    assert all(explained(three, name) == provenance(consumed, name) for name in want)
 
     version = DeltaTable(one.table_path(P)).version()
     report = run(one, P)
@@ -114,11 +149,17 @@ def test_reprocess_from_version_rebuilds_from_that_offset_and_the_next_run_goes_
     later = [c for batch in clicks[1:] for c in batch]
     assert totals(lake) == expected(regions, later) == {"europe": 40, "UNKNOWN": 44}
     assert report.published and report.rows_after[P] == 2
+    # explain --records after the reprocess: the clicks from `from_version` on, all in its one batch (g1, batch 0)
+    flat = [[r for batch in regions for r in batch]]  # one ingest of user_regions: version 0
+    consumed = [(1, 0, clicks[1], flat), (2, 0, clicks[2], flat)]
+    assert all(explained(lake, name) == provenance(consumed, name) for name in totals(lake))
 
     extra = [click("alice", 2, "2026-03-01T10:09:00Z")]
     ingest(lake, "user_clicks", extra)
     run(lake, P)
     assert totals(lake) == expected(regions, later + extra) == {"europe": 42, "UNKNOWN": 44}
+    consumed.append((3, 1, extra, flat))
+    assert all(explained(lake, name) == provenance(consumed, name) for name in totals(lake))
 
 
 @pytest.mark.slow

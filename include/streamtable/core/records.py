@@ -4,14 +4,17 @@
 A `Records` says: the row of `output` whose key is a record's group is the sum, over the `stream`'s records of the
 batches that changed it, of what each adds (`groups(record)`: the (row key, amount) pairs of one record). With
 `asof`, each record first gets the values of a table input as of its event time (`AsOf`, `operators.asof_join`'s
-rule), and the table's version and line it matched. A pipeline whose rows are not such sums (windows, joins of two
-streams, sessions) declares none: explain then says it cannot know, rather than guess.
+rule), and the table's version and line it matched. With `windows`, the rows are per window (`InWindows`, the
+rule of `operators.windows.Windows`): a record adds to the open windows that contain it, and is late for those
+already closed when its batch ran. A pipeline whose rows are not such sums (joins of two streams, sessions)
+declares none: explain then says it cannot know, rather than guess.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE  # where a changelog record was ingested
 
@@ -33,6 +36,25 @@ class AsOf:
 
 
 @dataclass(frozen=True)
+class InWindows:
+    """Rows per window `[k*advance, k*advance + size)` (k >= 0), its start in the output's column `start`; a window is
+    closed once stream time (the largest event time of earlier batches) reaches its end + `grace`."""
+
+    size: timedelta
+    advance: timedelta
+    grace: timedelta
+    start: str = "window_start"
+    time: str = "event_time"
+
+    def contains(self, start: datetime, t: datetime) -> bool:
+        offset = start - datetime.fromtimestamp(0, UTC)
+        return offset >= timedelta(0) and offset % self.advance == timedelta(0) and start <= t < start + self.size
+
+    def closed(self, start: datetime, stream_time: datetime | None) -> bool:
+        return stream_time is not None and start + self.size + self.grace <= stream_time
+
+
+@dataclass(frozen=True)
 class Records:
     """The rows of `output` are sums of `stream`'s records: `groups(record)` lists the (row key, amount) each adds to.
 
@@ -43,6 +65,7 @@ class Records:
     stream: str
     groups: Callable[[dict], Sequence[tuple[tuple, int]]]
     asof: AsOf | None = None
+    windows: InWindows | None = None
 
     def adds(self, record: dict, key: tuple, matched: dict | None = None) -> int | None:
         """What `record` (with the values it matched, if `asof`) adds to the row of `key`; None: not in its group."""

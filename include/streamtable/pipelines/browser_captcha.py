@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from streamtable import Column, Pipeline, Type, changelog, expect, non_empty, table
+from streamtable.core.records import InWindows, Records
 
 if TYPE_CHECKING:
     from streamtable import Batch
@@ -30,6 +31,12 @@ APP_LOGS = changelog(
     rules=[non_empty("browserHash")],
     keep_raw=True,
 )
+
+
+def action(record: dict) -> list[tuple[tuple, int]]:
+    """The browser a log line counts one action for (none for a verification): `explain --records`'s groups."""
+    verifies = record["logger_name"] == "CaptchaValidator" and record["message"] == "verified"
+    return [] if verifies else [((record["browserHash"],), 1)]
 
 
 def process(batch: Batch) -> None:
@@ -100,6 +107,11 @@ PIPELINE = Pipeline(
     state=(table("verified_browsers", [Column("browser_hash", S), Column("verified_at", TS)], keys=["browser_hash"]),),
     process=process,
     metrics=("actions",),
+    records=(  # which log lines make a row (`streamtable explain --records`): each action of its browser
+        Records("browser_action_counts", "app_logs", action),
+        Records("captcha_requests", "app_logs", action),
+        Records("browser_action_windows", "app_logs", action, windows=InWindows(SIZE, ADVANCE, GRACE)),
+    ),
     suites=(
         expect.Suite(
             "browser_action_counts",

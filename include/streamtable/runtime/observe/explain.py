@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from datetime import UTC
+from datetime import UTC, datetime
 
 import pyarrow as pa
 
@@ -32,6 +32,7 @@ from streamtable.core.records import Records
 from streamtable.core.registry import current as registry
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE
+from streamtable.core.timefmt import format_time
 from streamtable.core.values import to_json
 from streamtable.runtime.batch import provenance
 from streamtable.runtime.committed import Consumed
@@ -252,31 +253,55 @@ def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | No
     epoch = checkpoint.recorded(lake, owner, generation)
     if epoch is None or (epoch.number and any(r["mode"] == "reprocess" for r in batches)):
         return {"records": UNKNOWN, "records_why": "where the generation started reading is no longer recorded"}
-    key = tuple(row[k] for k in table_spec(table).keys)
-    found = _records_of(lake, declared, key, batches, dict(epoch.starting) if epoch.number == 0 else {})
-    return {"records": [to_json(r) for r in found]}
+    if declared.windows and owner.wall_clock:
+        return {"records": UNKNOWN, "records_why": f"{owner.name} also closes windows by wall clock, not recorded"}
+    found = _records_of(lake, declared, row, batches, dict(epoch.starting) if epoch.number == 0 else {})
+    return {
+        "records": [to_json(r) for r in found if not r.get("late")],
+        **({"late": [to_json(r) for r in found if r.get("late")]} if declared.windows else {}),
+    }
 
 
-def _records_of(lake: Lake, declared: Records, key: tuple, batches: list[dict], starting: dict[str, int]) -> list[dict]:
-    """The records of `declared.stream` the generation's batches consumed that add to the row of `key`, each with
-    its batch, what it adds and, for an as-of join, the table record (version, line) it matched."""
-    asof, bounds = declared.asof, _table_bounds(batches, declared.asof.table if declared.asof else "")
+def _records_of(lake: Lake, declared: Records, row: dict, batches: list[dict], starting: dict[str, int]) -> list[dict]:
+    """The records of `declared.stream` the generation's batches consumed that add to `row`, each with its batch,
+    what it adds, for an as-of join the table record (version, line) it matched, for a window whether it came late
+    (its window closed before its batch: `late`, counted in none)."""
+    asof, windows = declared.asof, declared.windows
+    key = tuple(row[k] for k in _group_columns(declared))
+    start = _utc(row[windows.start]) if windows else None
+    bounds = _table_bounds(batches, asof.table if asof else "")
     table_rows = _changelog(lake, asof.table, 0, max(bounds.values(), default=-1)) if asof else []
+    before = [None] + [_utc(b["watermark"]) for b in batches]  # stream time as each batch began: the previous's
+    stream_times = {b["batch_id"]: t for b, t in zip(batches, before, strict=False)}
     found = []
     for batch, first, last in _consumed_by(batches, declared.stream, starting):
         visible = [g for g in table_rows if g[VERSION] <= bounds[batch["batch_id"]]]
         for r in _changelog(lake, declared.stream, first, last):
+            if windows and start and not windows.contains(start, r[windows.time]):
+                continue
             match = asof.match(r, visible) if asof else None
             adds = declared.adds(r, key, match)
             if adds is None:
                 continue
             extra: dict = {"adds": adds}
             if asof:
-                extra["matched"] = (
-                    {"table": asof.table, "version": match[VERSION], "line": match[LINE]} if match else None
-                )
+                extra["matched"] = match and {"table": asof.table, "version": match[VERSION], "line": match[LINE]}
+            stream_time = stream_times[batch["batch_id"]]
+            if windows and start and stream_time and windows.closed(start, stream_time):
+                extra = {"adds": 0, "late": f"the window was closed at stream time {format_time(stream_time)}"}
             found.append(_record(declared.stream, batch, r, **extra))
     return found
+
+
+def _utc(t: datetime | None) -> datetime | None:
+    """A time delta-rs read without its zone (Delta keeps UTC), with it."""
+    return t.replace(tzinfo=UTC) if t is not None and t.tzinfo is None else t
+
+
+def _group_columns(declared: Records) -> list[str]:
+    """The row's columns that are its group's key (`Records.groups`): its key columns but a window's start."""
+    keys = table_spec(declared.output).keys
+    return [k for k in keys if not (declared.windows and k == declared.windows.start)]
 
 
 def _table_bounds(batches: list[dict], table: str) -> dict[int, int]:
@@ -297,8 +322,8 @@ def _changelog(lake: Lake, table: str, first: int, last: int) -> list[dict]:
     rows = [r for r in data.to_pylist() if r["_change_type"] == "insert"]
     for r in rows:
         r.pop("_change_type"), r.pop("_commit_timestamp", None)
-        if r.get("event_time") is not None and r["event_time"].tzinfo is None:
-            r["event_time"] = r["event_time"].replace(tzinfo=UTC)
+        if "event_time" in r:
+            r["event_time"] = _utc(r["event_time"])
     return sorted(rows, key=lambda r: (r[VERSION], r[LINE]))
 
 

@@ -16,8 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from campaign.cases import draw  # noqa: E402
-from campaign.families import FAMILIES  # noqa: E402
+from campaign.cases import draw, families  # noqa: E402
 from campaign.runner import report, run_cli, run_driver  # noqa: E402
 
 
@@ -25,7 +24,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("-n", type=int, default=50)
-    parser.add_argument("--family", action="append", choices=sorted(FAMILIES), help="only these (repeatable)")
+    parser.add_argument("--family", action="append", choices=sorted(families()), help="only these (repeatable)")
     parser.add_argument("--cli-every", type=int, default=10, help="every Kth case through the CLI too (0: none)")
     parser.add_argument("--out", default=str(ROOT / "build" / "campaign"))
     args = parser.parse_args()

@@ -58,10 +58,15 @@ class Case:
     delta_inputs: dict[str, str] = field(default_factory=dict)  # input -> path under the case's folder (table inputs)
 
 
-def draw(seed: int, families: tuple[str, ...] = ()) -> Case:
-    from campaign import families as fam
+def families() -> dict:
+    """Every family by name: `families.py`'s first (their seeds draw as before), then `streams.py`'s, `rules.py`'s."""
+    from campaign import families as fam, rules, streams
 
+    return {**fam.FAMILIES, **streams.FAMILIES, **rules.FAMILIES}
+
+
+def draw(seed: int, names: tuple[str, ...] = ()) -> Case:
+    every = families()
     rng = random.Random(seed)
-    chosen = families or tuple(fam.FAMILIES)
-    name = rng.choice(chosen)
-    return fam.FAMILIES[name](rng, seed)
+    name = rng.choice(names or tuple(every))
+    return every[name](rng, seed)

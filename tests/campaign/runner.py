@@ -131,8 +131,11 @@ def same(a: object, b: object) -> bool:
     return a == b
 
 
-def compare(case: Case, actual: dict[str, list[dict]], late: int) -> list[str]:
+def compare(case: Case, actual: dict[str, list[dict]], late: int, quarantined: list[str]) -> list[str]:
     problems = []
+    want = getattr(case, "quarantined", [])
+    if sorted(quarantined) != want:
+        problems.append(f"quarantine: expected reasons {want}, got {sorted(quarantined)}")
     for name, want in expected_rows(case).items():
         got = _sorted(actual.get(name, []), next(o.keys for o in case.outputs if o.name == name))
         if not same(got, want):
@@ -157,10 +160,9 @@ def run_driver(case: Case, folder: Path) -> list[str]:
         write_versions(case, folder, r)
         for ingest, path in files:
             assert path is not None
+            bad = sum(1 for r in ingest.records if "_reason" in r)  # the model's quarantined records (rules.py)
             if ingest.format == "pipe":
                 result = driver.pipe(ingest.input, path.read_text(encoding="utf-8").splitlines())
-                if result["quarantined"]:
-                    return [f"pipe {path.name}: quarantined {result} {[q['reason'] for q in driver.quarantine()]}"]
             else:
                 try:  # one file of a landing folder, as `ingest INPUT DIR` takes it
                     result = ingest_landed_file(
@@ -168,14 +170,16 @@ def run_driver(case: Case, folder: Path) -> list[str]:
                     ).as_dict()
                 except RefusedFile as e:
                     return [f"ingest {path}: refused: {e}"]
-                if result["quarantined"] or result["appended"] != len(ingest.records):
-                    return [f"ingest {path}: {result} {[q['reason'] for q in driver.quarantine()]}"]
+            if result["quarantined"] != bad or result["appended"] != len(ingest.records) - bad:
+                return [
+                    f"ingest {path}: {result}, expected {bad} quarantined {[q['reason'] for q in driver.quarantine()]}"
+                ]
         driver.run()
     actual = {}
     for o in case.outputs:
         types = {n: t for n, t, _ in o.columns}
         actual[o.name] = [{n: shown(types[n], v) for n, v in row.items()} for row in driver.output(o.name)]
-    return compare(case, actual, len(driver.late_events()))
+    return compare(case, actual, len(driver.late_events()), [q["reason"] for q in driver.quarantine()])
 
 
 def cli_commands(case: Case, folder: Path) -> list[list[str]]:
@@ -189,6 +193,7 @@ def cli_commands(case: Case, folder: Path) -> list[list[str]]:
     for o in case.outputs:
         commands.append([str(STREAMTABLE), "show", o.name, *common])
     commands.append([str(STREAMTABLE), "show", "late_events", *common])
+    commands.append([str(STREAMTABLE), "show", "quarantine", *common])
     return commands
 
 
@@ -207,7 +212,7 @@ def run_cli(case: Case, folder: Path) -> list[str]:
         if command[1] == "show":
             shown_tables[command[2]] = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     late = len(shown_tables.pop("late_events", []))
-    return compare(case, shown_tables, late)
+    return compare(case, shown_tables, late, [q["reason"] for q in shown_tables.pop("quarantine", [])])
 
 
 def report(case: Case, folder: Path, problems: list[str], how: str) -> str:

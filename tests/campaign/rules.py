@@ -1,0 +1,81 @@
+"""A family whose inputs carry bad records: an input's `at_least` rule quarantines them, the model says which and why.
+
+The reason is the one the docs give (`at_least`: "amount is -1, below 0"); every other record counts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from itertools import count
+
+from campaign.cases import Case, Input, Output
+from campaign.families import HEADER, _imports, _record, _split_runs, changelog_source, table_source
+from campaign.values import KEYABLE, TIME_NAMES, T, draw_type
+
+REASON = "_reason"  # a bad record's expected reason rides in its dict (files are written from the columns only)
+
+
+def quarantine(rng: random.Random, seed: int) -> Case:
+    p = f"c{seed}"
+    group_t, value_t = draw_type(rng, KEYABLE), T(rng.choice(["int", "long"]))
+    floor, tname = rng.choice([0, 1]), rng.choice(TIME_NAMES)  # totals of amounts >= floor >= 0 stay >= floor
+    inp = Input(f"{p}_in", [("g", group_t, False), ("amount", value_t, False), (tname, T("timestamp"), False)], tname)
+    seq = count(1)
+    records = []
+    for _ in range(rng.randint(2, 10)):
+        bad = rng.random() < 0.35
+        amount = rng.randint(floor - 50, floor - 1) if bad else rng.randint(floor, floor + 50)
+        rec = _record(rng, inp, seq, {"amount": amount}, {"g"})
+        if bad:
+            rec[REASON] = f"amount is {amount}, below {floor}"
+        records.append(rec)
+    by_group: dict[object, int] = defaultdict(int)
+    for r in records:
+        if REASON not in r:
+            by_group[r["g"]] += r["amount"]
+    out = Output(
+        f"{p}_totals",
+        [("g", group_t, False), ("amount", T("long"), False)],
+        ["g"],
+        [{"g": g, "amount": total} for g, total in by_group.items()],
+    )
+    source = HEADER.format(
+        doc=f"{p}: totals of an {value_t} amount per {group_t} group; amounts below {floor} are quarantined.",
+        imports=_imports("Column", "Pipeline", "Type", "add_to_totals", "at_least", "changelog", "expect", "table"),
+    )
+    rules = f"    rules=[at_least('amount', {floor})],\n"
+    source += "\n" + changelog_source("INPUT", inp, rng).replace("\n)\n", f"\n{rules})\n", 1)
+    source += f"""
+
+def process(batch) -> None:
+    rows = batch.new({inp.name!r}).select("g", "amount")
+    batch.upsert({out.name!r}, add_to_totals(batch.current({out.name!r}), rows, ["g"], "amount"))
+
+
+PIPELINE = Pipeline(
+    name={p!r},
+    doc=__doc__,
+    streams=({inp.name!r},),
+    outputs=(
+        {table_source(out.name, out.columns, ["g"])},
+    ),
+    process=process,
+    suites=(expect.Suite({out.name!r}, (expect.unique("g"), expect.between("amount", {floor}))),),
+)
+"""
+    case = Case(
+        seed,
+        "quarantine",
+        p,
+        source,
+        {inp.name: inp},
+        _split_runs(rng, inp.name, records),
+        [out],
+        notes=[f"group {group_t}", f"amount {value_t} at_least {floor}"],
+    )
+    case.quarantined = sorted(r[REASON] for r in records if REASON in r)
+    return case
+
+
+FAMILIES = {"quarantine": quarantine}

@@ -818,3 +818,10 @@ def test_a_damaged_log_entry_fails_with_the_line_faults_md_shows(tmp_path, capsy
     assert in_process("show", "user_clicks", "--lake", str(lake.root)) == 1
     printed = capsys.readouterr()
     assert printed.out == "" and printed.err.strip() == local.replace("/srv/lake", str(lake.root))
+
+
+def test_the_object_store_exports_what_operations_md_shows(object_store_env):
+    # operations.md's "Local object store": the lines `make -s object-store` prints, as the shared server's env.
+    shown = page_block("docs/operations.md", "Local object store", "text", "export AWS_ENDPOINT_URL").code
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in shown.splitlines())
+    assert exported == object_store_env

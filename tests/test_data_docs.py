@@ -17,7 +17,8 @@ from fastapi.testclient import TestClient
 from streamtable import expect
 from streamtable.airflow import web_assets
 from streamtable.airflow.data_docs import MOUNT, docs_url, report_page, site_page
-from streamtable.quality.validation import SITE_DIR, validate
+from streamtable.quality.project import SITE_DIR
+from streamtable.quality.validation import validate
 
 SUITE = expect.Suite("orders", (expect.not_null("id"), expect.between("amount", 0, 100)))
 # Links a reader follows by hand (GX's own documentation and site): not loaded by the page.

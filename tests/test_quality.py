@@ -16,7 +16,9 @@ import pytest
 
 from streamtable import expect
 from streamtable.quality import validation as quality
-from streamtable.quality.validation import Report, docs_index, validate
+from streamtable.quality.docs_site import build_docs, docs_index
+from streamtable.quality.project import SITE_DIR
+from streamtable.quality.validation import Report, validate
 
 ALL_KINDS = expect.Suite(
     "orders",
@@ -190,7 +192,7 @@ def test_only_the_newest_results_and_their_pages_are_kept(spark, tmp_path, monke
         report = validate(df, "p", expect.Suite("t", (expect.unique("id"),)), str(quality_dir), engine="pandas")
     kept = _validations(quality_dir)
     assert len(kept) == 2
-    pages = sorted((quality_dir / "gx" / quality.SITE_DIR / "validations").rglob("*.html"))
+    pages = sorted((quality_dir / "gx" / SITE_DIR / "validations").rglob("*.html"))
     assert [p.parent.name for p in pages] == [p.parent.name for p in kept]  # run times, oldest first
     index = Path(report.docs_path).read_text()
     assert all(p.parent.name in index for p in kept)
@@ -203,21 +205,21 @@ def test_building_the_docs_renders_the_pages_not_yet_built_and_leaves_the_others
     quality_dir = tmp_path / "_quality"
     suite = expect.Suite("t", (expect.unique("id"),))
     validate(df, "p", suite, str(quality_dir), engine="pandas")  # with its page, as `validate` does
-    site = quality_dir / "gx" / quality.SITE_DIR
+    site = quality_dir / "gx" / SITE_DIR
     [old] = sorted((site / "validations").rglob("*.html"))
     built = old.stat().st_mtime_ns
     for _ in range(2):  # the gates' validations: stored, no page
         validate(df, "p", suite, str(quality_dir), build_docs=False, engine="pandas")
     assert len(_validations(quality_dir)) == 3 and len(list((site / "validations").rglob("*.html"))) == 1
 
-    index = quality.build_docs(str(quality_dir))
+    index = build_docs(str(quality_dir))
 
     pages = sorted((site / "validations").rglob("*.html"))
     assert [p.parent.name for p in pages] == [p.parent.name for p in _validations(quality_dir)]
     assert old.stat().st_mtime_ns == built  # left alone
     assert all(p.parent.name in Path(index).read_text() for p in pages)
     before = Path(index).stat().st_mtime_ns
-    assert quality.build_docs(str(quality_dir)) == index and Path(index).stat().st_mtime_ns == before  # up to date
+    assert build_docs(str(quality_dir)) == index and Path(index).stat().st_mtime_ns == before  # up to date
 
 
 def test_nullable_ints_longs_bools_and_timestamps_compare_as_in_spark(spark, tmp_path, engine):
@@ -301,8 +303,8 @@ def test_what_gx_imports_for_expectations_streamtable_never_declares_is_imported
     """GX's import leaves altair and scipy.stats to their first use, which gets the real module."""
     code = """
 import sys
-from streamtable.quality.validation import IMPORTED_ON_FIRST_USE, _gx
-_gx()
+from streamtable.quality.gx_import import IMPORTED_ON_FIRST_USE, gx
+gx()
 stand_ins = [type(sys.modules[name]).__name__ for name in IMPORTED_ON_FIRST_USE]
 from great_expectations.expectations.core import expect_column_kl_divergence_to_be_less_than as kl
 entropy = kl.stats.entropy([0.5, 0.5], [0.9, 0.1])

@@ -15,7 +15,7 @@ from test_docs import blocks
 
 from helpers import ROOT
 from streamtable.core.errors import UnknownPipelineError
-from streamtable.quality.validation import docs_index
+from streamtable.quality.docs_site import docs_index
 from streamtable.testing import PipelineDriver
 from streamtable.testing.driver import RUN_CONF
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperatorLink
 
-from streamtable.quality.validation import SITE_DIR
+from streamtable.quality.project import SITE_DIR
 
 MOUNT = "/streamtable/data-docs"  # where the plugin's app is mounted in Airflow's api-server
 INDEX = "index.html"

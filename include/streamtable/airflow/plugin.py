@@ -53,7 +53,7 @@ def deployment_lake() -> str:
 
 def site_file(lake: str, path: str) -> bytes | None:
     """A file of the lake's Data Docs site (path relative to the site), or None."""
-    from streamtable.quality.validation import site_dir
+    from streamtable.quality.docs_site import site_dir
     from streamtable.storage.lake import Lake
 
     where = Lake(lake)

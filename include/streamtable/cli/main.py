@@ -75,7 +75,7 @@ def cmd_ingest_folder(args: argparse.Namespace, limit: int) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    from streamtable.quality.validation import build_docs, docs_index
+    from streamtable.quality.docs_site import build_docs, docs_index
     from streamtable.runtime.commands.lifecycle import run, validate
 
     lake = _lake(args)
@@ -251,7 +251,7 @@ def cmd_jars_fetch(args: argparse.Namespace) -> None:
 
 
 def _docs(args: argparse.Namespace) -> str:
-    from streamtable.quality.validation import docs_index
+    from streamtable.quality.docs_site import docs_index
 
     return docs_index(_lake(args).quality_dir)
 
@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         for error in current().errors:
             print(f"streamtable: {error}", file=sys.stderr)
     if args.command in GATED_COMMANDS:
-        from streamtable.quality.validation import import_gx_in_background
+        from streamtable.quality.gx_import import import_gx_in_background
 
         import_gx_in_background()
     try:

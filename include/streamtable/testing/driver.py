@@ -51,7 +51,7 @@ def spark_session() -> SparkSession:
     the first run's gate imports, is imported on a thread while the JVM starts."""
     from pyspark.sql import SparkSession
 
-    from streamtable.quality.validation import import_gx_in_background
+    from streamtable.quality.gx_import import import_gx_in_background
     from streamtable.runtime.spark import get_spark
 
     if SparkSession.getActiveSession() is None:

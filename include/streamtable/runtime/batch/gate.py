@@ -51,7 +51,8 @@ def check_change(
     `before` and `after` are the metrics' totals before and after the batch; `lookup`, the table's rows the batch
     looked up by key (`batch.current(table, keys_of=...)`), which hold the rows it replaces if it wrote no other keys.
     """
-    from streamtable.quality.validation import reconciled_metrics, validate_rows
+    from streamtable.quality.rules import reconciled_metrics
+    from streamtable.quality.validation import validate_rows
 
     totals = reconciled_metrics(suite.expectations, after)  # each sum_equals rule's metric after the batch
     metrics = {i: suite.expectations[i].metric or "" for i in totals}

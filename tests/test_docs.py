@@ -295,6 +295,9 @@ def test_readme_is_short_and_starts_with_the_two_commands():
     first = blocks(README)[0]
     assert [key(line) for line in shell_lines(first.code)] == ["make demo", "make test"]
     assert "\n## Tests\n" in text
+    first_screen = text[: text.index("\n## ")]  # what a newcomer sees first says where to go next
+    for page in ("your-own-pipeline.md", "README.md", "design.md", "reprocessing.md", "running-continuously.md"):
+        assert f"(docs/{page})" in first_screen, f"the README's first screen points to docs/{page}"
     for page in sorted(DOCS.glob("*.md")):
         assert f"(docs/{page.name}" in text, f"the README links to every docs page: not to {page.name}"
     table = text[text.index("## Where things are") : text.index("## Documentation")]

@@ -32,14 +32,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from merge_on_read import ABSENT, SCHEMA, key_numbers, rows_of  # bench/merge_on_read.py: the same key space
 
 from streamtable.runtime.spark import get_spark
 from streamtable.storage import delta_rs, merge_on_read, snapshot
 
 RESULTS = Path(__file__).resolve().parent / "results"
-STORES = 100
-SCHEMA = pa.schema([("store", pa.string()), ("item", pa.int64()), ("quantity", pa.int64())])
-ABSENT = -(2**62)
 DV_MAGIC = 1681511377
 Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 
@@ -85,16 +83,6 @@ def z85(data: bytes) -> str:
             chunk.append(Z85[digit])
         out.append("".join(reversed(chunk)))
     return "".join(out)
-
-
-def rows_of(keys: np.ndarray, quantity: np.ndarray) -> pa.Table:
-    store = pc.binary_join_element_wise("s", pa.array(keys % STORES).cast(pa.string()), "")
-    return pa.table({"store": store, "item": keys // STORES, "quantity": quantity}, schema=SCHEMA)
-
-
-def key_numbers(table: pa.Table) -> np.ndarray:
-    stores = pc.cast(pc.utf8_slice_codeunits(table["store"], 1), pa.int64()).to_numpy()
-    return table["item"].to_numpy() * STORES + stores
 
 
 def stats(rows: pa.Table) -> str:

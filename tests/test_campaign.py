@@ -51,3 +51,22 @@ def test_a_generated_pipeline_run_by_the_cli_from_landing_folders_equals_its_mod
     case = draw(seed, families)
     problems = run_cli(case, tmp_path)
     assert not problems, report(case, tmp_path, problems, "cli")
+
+
+# One of each mistake the load-time check refuses, by seed: a time column that is not a timestamp (1), an unknown
+# input (2), an expectation on no column (4), a time column that is not a column (5), an output without keys (7),
+# a rule on no column (12), a key that is not a column (15). Spark-free: milliseconds each; one through the CLI.
+REFUSED_SEEDS = (1, 2, 4, 5, 7, 12, 15)
+
+
+@pytest.mark.parametrize("seed", REFUSED_SEEDS)
+def test_a_generated_mistake_is_refused_at_load_with_the_file_line_and_reason(tmp_path, isolated_registry, seed):
+    case = draw(seed, ("refused",))
+    problems = run_driver(case, tmp_path)
+    assert not problems, report(case, tmp_path, problems, "driver")
+
+
+def test_a_generated_mistake_is_refused_by_the_cli_with_the_file_line_and_reason(tmp_path):
+    case = draw(2, ("refused",))
+    problems = run_cli(case, tmp_path)
+    assert not problems, report(case, tmp_path, problems, "cli")

@@ -1,6 +1,8 @@
-"""A family whose inputs carry bad records: an input's `at_least` rule quarantines them, the model says which and why.
+"""Families about what is refused: records an input's `at_least` rule quarantines (the model says which and why), and
+declarations the load-time check refuses (one line naming the file, the line and the reason, before Spark starts).
 
-The reason is the one the docs give (`at_least`: "amount is -1, below 0"); every other record counts.
+The reasons are those the docs give (`at_least`: "amount is -1, below 0"; your-own-pipeline.md's "When a file is
+wrong": an unknown input, a table without keys, a key, rule, time column or expectation on no column).
 """
 
 from __future__ import annotations
@@ -78,4 +80,41 @@ PIPELINE = Pipeline(
     return case
 
 
-FAMILIES = {"quarantine": quarantine}
+# (what to replace, its replacement, the declaration whose call line the error names, the reason; {p} the pipeline)
+MISTAKES = (
+    ("time_column={t!r}", "time_column='nope'", "INPUT = ", "table '{p}_in': time column 'nope' is not a column"),
+    (
+        "time_column={t!r}",
+        "time_column='amount'",
+        "INPUT = ",
+        "table '{p}_in': time column 'amount' is not a timestamp",
+    ),
+    ("at_least('amount'", "at_least('nope'", "INPUT = ", "table '{p}_in': rule on 'nope', which is not a column"),
+    ("keys=['g']", "keys=['nope']", "        table(", "table '{p}_totals': key 'nope' is not a column"),
+    ("keys=['g']", "keys=[]", "PIPELINE = ", "pipeline '{p}' declares the table '{p}_totals' without keys"),
+    ("streams=('{p}_in',)", "streams=('{p}_inx',)", "PIPELINE = ", "pipeline '{p}' reads the unknown input '{p}_inx'"),
+    (
+        'expect.unique("g")',
+        'expect.unique("nope")',
+        "PIPELINE = ",
+        "pipeline '{p}': suite of '{p}_totals': unique on 'nope', which is not a column of '{p}_totals'",
+    ),
+)
+
+
+def refused(rng: random.Random, seed: int) -> Case:
+    """A `quarantine` case's pipeline with one mistake; `case.refusal` is the (line, reason) the check must print."""
+    case = quarantine(rng, seed)
+    p, t = case.pipeline, case.inputs[f"{case.pipeline}_in"].time_column
+    if "time_column=" not in case.source:
+        case.source = case.source.replace("    ],\n    rules=", f"    ], time_column={t!r},\n    rules=", 1)
+    old, new, where, reason = (x.format(p=p, t=t) for x in rng.choice(MISTAKES))
+    assert old in case.source, (old, case.source)
+    case.source = case.source.replace(old, new, 1)
+    line = next(n for n, text in enumerate(case.source.splitlines(), 1) if text.startswith(where))
+    case.family, case.refusal = "refused", (line, reason)
+    case.notes.append(f"refused: {new} at line {line}")
+    return case
+
+
+FAMILIES = {"quarantine": quarantine, "refused": refused}

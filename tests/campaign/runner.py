@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -153,6 +154,8 @@ def run_driver(case: Case, folder: Path) -> list[str]:
     from streamtable.testing import PipelineDriver
 
     runs = prepare(case, folder)
+    if getattr(case, "refusal", None):  # a declaration the load-time check refuses: no Spark, no run
+        return refused(case, folder, registry.load([folder / "pipelines"]).errors)
     os.environ[registry.ENV] = str(folder / "pipelines")
     registry.current.cache_clear()
     driver = PipelineDriver(case.pipeline, folder / "lake", wall_clock=datetime(2026, 3, 2, tzinfo=UTC))
@@ -182,6 +185,16 @@ def run_driver(case: Case, folder: Path) -> list[str]:
     return compare(case, actual, len(driver.late_events()), [q["reason"] for q in driver.quarantine()])
 
 
+def refused(case: Case, folder: Path, errors: list[str]) -> list[str]:
+    """Problems unless `errors` is the one line naming the file, the line and the reason of `case.refusal`."""
+    line, reason = case.refusal  # type: ignore[attr-defined]
+    path = folder / "pipelines" / f"{case.pipeline}.py"
+    expected = rf"{re.escape(str(path))}:{line}: (DeclarationError: )?{re.escape(reason)}"
+    if len(errors) == 1 and re.match(expected, errors[0]):
+        return []
+    return [f"load: expected one line {path}:{line}: ...{reason}..., got {errors}"]
+
+
 def cli_commands(case: Case, folder: Path) -> list[list[str]]:
     """The CLI commands that replay the case: per run, `ingest INPUT DIR` of its files, then `run`."""
     common = ["--pipelines", str(folder / "pipelines"), "--lake", str(folder / "cli-lake")]
@@ -200,6 +213,15 @@ def cli_commands(case: Case, folder: Path) -> list[list[str]]:
 def run_cli(case: Case, folder: Path) -> list[str]:
     """The case through the CLI (one process per command), its outputs read with `show`."""
     prepare(case, folder)
+    if getattr(case, "refusal", None):  # every command refuses the file; `pipelines` lists the others and exits 5
+        done = subprocess.run(
+            [str(STREAMTABLE), "pipelines", "--pipelines", str(folder / "pipelines")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        errors = [line.removeprefix("streamtable: ") for line in done.stderr.splitlines()]
+        return refused(case, folder, errors) + ([] if done.returncode == 5 else [f"exited {done.returncode}, not 5"])
     shown_tables: dict[str, list[dict]] = {}
     run = 0
     for command in cli_commands(case, folder):

@@ -29,6 +29,20 @@ def summary(lines: list[dict]) -> list[tuple]:
     ]
 
 
+def same_rows_as_the_table(lake) -> bool:
+    """The rows the whole Change Data Feed leaves (explain's current rows) are the table's own, every key."""
+    from streamtable.core.schema import arrow_schema
+    from streamtable.storage import row_history
+    from streamtable.storage.delta_rs import open_table
+    from streamtable.storage.reader import table_spec
+
+    schema, path = arrow_schema(table_spec("word_counts").columns), lake.table_path("word_counts")
+    delta = open_table(path)
+    left = row_history.rows_left(row_history.changes(delta, {}, schema), ["word"], schema)
+    assert row_history.whole_feed(delta, path)
+    return sorted(left.to_pylist(), key=str) == sorted(row_history.current_rows(delta, {}, schema).to_pylist(), key=str)
+
+
 def test_explain_follows_a_row_across_runs_a_reprocess_and_a_reset(spark, lake, monkeypatch):
     ingest(lake, "text_lines", [line("a b a")])  # text_lines v0
     monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "word_count")
@@ -71,6 +85,7 @@ def test_explain_follows_a_row_across_runs_a_reprocess_and_a_reset(spark, lake, 
     assert got[0]["batch_ids"] == [0] and got[0]["input_versions"] == {"text_lines": 1}
     assert [r["version"] for r in explain(lake, "word_counts", "a", records=True)[0]["records"]] == [1]
     assert summary(explain(lake, "word_counts", "b"))[0] == (3, "delete", None, 1, 0, "reprocess")
+    assert same_rows_as_the_table(lake)
 
     # the input moves on: the row says it is behind; the next run catches up (g1 batch 1)
     ingest(lake, "text_lines", [line("a a", 2), line("z", 2)])  # v2
@@ -91,12 +106,14 @@ def test_explain_follows_a_row_across_runs_a_reprocess_and_a_reset(spark, lake, 
     reset(lake, P)  # v5
     gone = explain(lake, "word_counts", "a")
     assert summary(gone)[0] == (5, "delete", None, 2, None, "reset") and gone[0]["row"] is None
+    assert same_rows_as_the_table(lake)
     run(lake, P)  # v6: g2 batch 0, every version of text_lines
     got = explain(lake, "word_counts", "a", limit=0)
     assert [x["version"] for x in got] == [6, 5, 4, 3, 2, 1]
     assert summary(got)[0] == (6, "insert", 5, 2, 0, "run") and got[0]["input_versions"] == {"text_lines": 2}
     records = explain(lake, "word_counts", "a", records=True)[0]["records"]
     assert sum(r["adds"] for r in records) == 5 and {r["batch_id"] for r in records} == {0}
+    assert same_rows_as_the_table(lake)
 
 
 def test_a_key_without_a_row_and_an_unknown_provenance(spark, lake):
@@ -125,3 +142,32 @@ def test_explain_starts_no_spark(lake):
     assert proc.returncode == 0, proc.stderr
     [only] = [json.loads(x) for x in proc.stdout.splitlines()]
     assert only["row"] is None and only["behind"] is True
+
+
+def test_a_window_declaration_has_the_reference_windows_and_a_bad_declaration_is_refused():
+    """Spark-free: `InWindows` holds a time in the windows `reference.windows_containing` gives, no other, and closes
+    them by the reference's rule; `records` naming no output or stream of the pipeline is a declaration error."""
+    import random
+    from datetime import UTC, datetime, timedelta
+
+    import pytest
+
+    from reference import windows_containing
+    from streamtable.core.errors import DeclarationError
+    from streamtable.core.records import InWindows, Records
+    from streamtable.pipelines.word_count import PIPELINE
+
+    windows = InWindows(size=timedelta(seconds=5), advance=timedelta(seconds=2), grace=timedelta(seconds=10))
+    rng = random.Random(39)
+    for _ in range(200):
+        t = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(milliseconds=rng.randrange(60_000))
+        want = windows_containing(t, 5, 2)
+        starts = {int(t.timestamp()) // 2 * 2 - k for k in range(-2, 8)}
+        got = [s for s in sorted(starts) if windows.contains(datetime.fromtimestamp(s, UTC), t)]
+        assert got == [s for s, _ in want]
+        for s, end in want:
+            stream_time = datetime.fromtimestamp(end + 10, UTC) + timedelta(microseconds=rng.choice([-1, 0]))
+            assert windows.closed(datetime.fromtimestamp(s, UTC), stream_time) == (end + 10 <= stream_time.timestamp())
+    bad = Records("text_lines", "word_counts", lambda r: [])  # output and stream the wrong way round
+    with pytest.raises(DeclarationError, match="records of 'text_lines'"):
+        type(PIPELINE)(**{**PIPELINE.__dict__, "records": (bad,), "declared_at": None})

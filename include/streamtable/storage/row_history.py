@@ -1,15 +1,18 @@
 """A row's history in a Delta table, read with delta-rs (no Spark): its current rows and every change of it.
 
-The current rows come from a DataFusion query (`QueryBuilder`), the changes from the table's Change Data Feed
+The changes come from the table's Change Data Feed
 (`load_cdf`, every output has it: `delta_rs.OUTPUT_TABLE_PROPERTIES`), both with the key pushed down as a SQL
 predicate where its type makes that exact (text, whole numbers, booleans), so files whose statistics exclude
 the key are not read; the rows found are then matched exactly with Arrow (null-safely, as the commits' MERGE).
+The current rows are the feed's newest after-images (`rows_left`) when the feed holds every change since the
+table's first version (`whole_feed`: version 0's log entry is there and had the feed on, as it is now); else a
+DataFusion query (`QueryBuilder`) reads them, a second scan of the key's files.
 Which batch made a change is in that version's log entry (`commit`): its app transaction and commit info.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -85,6 +88,28 @@ def changes(table: DeltaTable, key: Mapping[str, object], schema: pa.Schema, sta
     found = matching(found, key, full)
     order = pc.sort_indices(found, [(VERSION, "descending")]) if found.num_rows else None
     return found.take(order) if order is not None else found
+
+
+def whole_feed(table: DeltaTable, path: str) -> bool:
+    """Whether the table's Change Data Feed holds every change since its first version: the feed is on now and was
+    on in version 0, whose log entry is still there (a log cleaned up after a checkpoint starts later)."""
+    on = "delta.enableChangeDataFeed"
+    if table.metadata().configuration.get(on) != "true":
+        return False
+    first = log_entry(path, 0) or []
+    return any(a.get("metaData", {}).get("configuration", {}).get(on) == "true" for a in first)
+
+
+def rows_left(changes: pa.Table, keys: Sequence[str], schema: pa.Schema) -> pa.Table:
+    """The rows a whole feed's `changes` (`changes`, newest first) leave: each key's after-image in its newest
+    version (insert or update_postimage), none where that version only deleted it."""
+    newest: dict[tuple, int] = {}
+    kept = []
+    for i, r in enumerate(changes.select([*keys, VERSION, CHANGE_TYPE]).to_pylist()):
+        key = tuple(r[k] for k in keys)
+        if newest.setdefault(key, r[VERSION]) == r[VERSION] and r[CHANGE_TYPE] in ("insert", "update_postimage"):
+            kept.append(i)
+    return changes.take(pa.array(kept, pa.int64())).select(schema.names)
 
 
 def commit(path: str, version: int) -> dict:

@@ -69,8 +69,9 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
     if delta is None:
         now, changes = schema.empty_table(), pa.schema(list(schema) + row_history.CHANGE_COLUMNS).empty_table()
     else:
-        now = row_history.current_rows(delta, wanted, schema)
         changes = row_history.changes(delta, wanted, schema)
+        whole = row_history.whole_feed(delta, path)
+        now = row_history.rows_left(changes, keys, schema) if whole else row_history.current_rows(delta, wanted, schema)
     owner = _owner(table)
     writers = Writers(lake, path, owner)
     lag = _lag(lake, owner) if owner else None

@@ -324,6 +324,10 @@ def test_the_command_table_lists_the_cli_commands():
 
 # Words the code no longer means, outside the folders where it still does: word -> (folders it may appear in, why).
 STALE_WORDS = {
+    r"\bQualityGateOperator\b": (
+        (),
+        "a micro-batch's check is its run's per-batch gate; validate_PIPELINE runs the suites",
+    ),
     r"\bflock": (
         ("include/streamtable/storage/",),
         "only storage/ takes a file lock (store.py's local compare-and-swap); every other lock is a lease, "
@@ -333,7 +337,8 @@ STALE_WORDS = {
 CODE = [p for p in sorted((ROOT / "include" / "streamtable").rglob("*.py"))] + sorted((ROOT / "dags").rglob("*.py"))
 # Top folders a path in the docs may start with: a path starting elsewhere (LAKE/..., DIR/...) is a placeholder.
 TOP = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")} | {".ci", "streamtable"}
-TOP |= {p.name for p in (ROOT / "include" / "streamtable").iterdir() if (p / "__init__.py").is_file()}
+LAYERS = {p.name for p in (ROOT / "include" / "streamtable").iterdir() if (p / "__init__.py").is_file()}
+TOP |= LAYERS
 TOP -= {".venv", "build", "lake", "node_modules"}
 WRITTEN_BY_RUNS = ("bench/results/",)  # files a command writes (git ignores them): the page names its command
 WRITTEN_BY_CODE = {"replay.sh": "tests/campaign/runner.py"}  # a file named alone that code writes -> the code
@@ -369,7 +374,9 @@ def test_every_path_and_module_a_page_names_exists():
             assert written or name in repository_files() | user_files(), f"{page.name} names {name}: no such file"
         for test_file, test in re.findall(r"(tests/[\w/]+\.py)::(\w+)", text):
             assert f"def {test}(" in (ROOT / test_file).read_text(), f"{page.name}: {test_file} has no {test}"
-        for name in re.findall(r"\bstreamtable(?:\.\w+)+", text):
+        layers = "|".join(sorted(LAYERS - {"airflow"}))  # `airflow.sdk` is Airflow's own
+        relative = [f"streamtable.{n}" for n in re.findall(rf"`((?:{layers})(?:\.\w+)+)", text)]  # `runtime.spark`
+        for name in re.findall(r"\bstreamtable(?:\.\w+)+", text) + relative:
             parts = name.split(".")
             if any(part.isupper() for part in parts):  # streamtable.TABLE: an Asset's name, TABLE a placeholder
                 continue

@@ -316,6 +316,28 @@ def test_the_command_table_lists_the_cli_commands():
     documented = set(re.findall(r"^\| `streamtable ([\w-]+)", text, re.M))
     commands = set(cli.parser()._subparsers._group_actions[0].choices)
     assert documented == commands, "docs/README.md's table of commands lists exactly the CLI's commands"
+    built_in = [p for p in (ROOT / "include/streamtable/pipelines").glob("*.py") if p.name != "__init__.py"]
+    numbers = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+    ]
+    for page in PAGES:
+        for said in re.findall(r"\b(\w+) built-in pipelines|built-in (\w+)\b", page.read_text(encoding="utf-8")):
+            word = next(w for w in said if w).lower()
+            assert word not in numbers or numbers.index(word) == len(built_in), (
+                f"{page.name}: {word} built-in pipelines"
+            )
     named = set(re.findall(r"^## `(\w+)`", (DOCS / "pipelines.md").read_text(encoding="utf-8"), re.M))
     assert named and named <= set(pipelines()), "docs/pipelines.md describes registered pipelines only"
 

@@ -451,6 +451,25 @@ def test_every_make_target_and_variable_a_page_names_exists():
             assert variable in code_text(), f"{page.name} names {variable}, which no code reads"
 
 
+# Names before a dot that are not the package's modules: Spark's conf keys and session (`spark.jars`), Airflow's
+# modules and files (`airflow.sdk`, `airflow.cfg`), a generation's `query.json`; `streamtable.*` names have their test.
+NOT_MODULES = {"spark", "airflow", "query", "streamtable"}
+
+
+def test_every_module_attribute_a_page_names_is_defined_there():
+    """`delta_rs.replace_rows`, `settings.JOB_SCRIPT`: the module of that name defines (or imports) the name."""
+    modules: dict[str, list[Path]] = {}
+    for file in (ROOT / "include" / "streamtable").rglob("*.py"):
+        modules.setdefault(file.parent.name if file.name == "__init__.py" else file.stem, []).append(file)
+    for page in PAGES:
+        for module, name in re.findall(r"`(\w+)\.(\w+)[`(]", page.read_text(encoding="utf-8")):
+            if module in NOT_MODULES or len(modules.get(module, [])) != 1:
+                continue
+            source = modules[module][0].read_text(encoding="utf-8")
+            defined = rf"^\s*(?:def|class) {name}\b|^{name}\s*[:=]|^\s*(?:from|import) .*\b{name}\b|^\s+{name},?$"
+            assert re.search(defined, source, re.M), f"{page.name} names {module}.{name}: {module} has no {name}"
+
+
 def module_file(parts: list[str]) -> Path | None:
     base = ROOT / "include" / Path(*parts)
     return next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()), None)

@@ -11,7 +11,7 @@ earlier batch passed it:
   rows it writes; the rows are looked up by key with delta-rs (no Spark job).
 A table the batch leaves alone is checked only if a metric it reconciles moved. A suite with a `mostly` rule
 is a share of the whole table: it is checked on the whole candidate table (`Staging.candidate`). The full
-suites also run on the published tables (the DAG's `quality_gate` task, `streamtable validate`) and on a
+suites also run on the published tables (`streamtable validate`: the daily `validate_PIPELINE` DAG) and on a
 reprocess's shadow tables before the swap.
 """
 

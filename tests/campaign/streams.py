@@ -246,4 +246,74 @@ PIPELINE = Pipeline(
     )
 
 
-FAMILIES = {"sessions": sessions, "stream_join": stream_join}
+# -- as-of stream-table join: asof_join over batch.table, a null value deleting its key --------------------------------
+
+
+def asof(rng: random.Random, seed: int) -> Case:
+    p = f"c{seed}"
+    key_t, value_t, tname = draw_type(rng, KEYABLE), draw_type(rng, SCALARS), rng.choice(TIME_NAMES)
+    clicks = Input(f"{p}_clicks", [("k", key_t, False), ("n", T("long"), False), (tname, T("timestamp"), False)], tname)
+    regions = Input(
+        f"{p}_regions", [("k", key_t, False), ("region", value_t, True), (tname, T("timestamp"), False)], tname
+    )
+    seq = count(1)
+    n_runs = rng.randint(1, 3)
+    runs_c = _runs_in_time(rng, lambda at: _record(rng, clicks, seq, {tname: at}, {"k"}), n_runs)
+    runs_r = _runs_in_time(rng, lambda at: _record(rng, regions, seq, {tname: at}, {"k"}), n_runs)
+    rows = []
+    for n, cs in enumerate(runs_c):
+        seen = [(r[tname], m, i, r) for m in range(n + 1) for i, r in enumerate(runs_r[m])]  # ingested by run n
+        for c in cs:
+            known = [x for x in seen if x[3]["k"] == c["k"] and x[0] <= c[tname]]
+            latest = max(known, key=lambda x: x[:3])[3] if known else None  # a later ingest wins a tie in time
+            rows.append({"k": c["k"], "n": c["n"], tname: c[tname], "region": latest and latest["region"]})
+    columns = [("k", key_t, False), ("n", T("long"), False), (tname, T("timestamp"), False), ("region", value_t, True)]
+    out = Output(f"{p}_enriched", columns, [c for c, _, _ in columns], rows)
+    source = HEADER.format(
+        doc=f"{p}: each click with its key's {value_t} region as of the click's time (asof_join), time {tname!r}.",
+        imports=_imports("Column", "Pipeline", "Type", "asof_join", "changelog", "stream"),
+    )
+    source += "\n" + changelog_source("CLICKS", clicks, rng) + "\n" + changelog_source("REGIONS", regions, rng)
+    source += f"""
+
+def process(batch) -> None:
+    clicks = batch.new({clicks.name!r}).select("k", "n", {tname!r})
+    enriched = asof_join(clicks, batch.table({regions.name!r}), key="k", values=["region"], time={tname!r})
+    batch.append({out.name!r}, enriched)
+
+
+PIPELINE = Pipeline(
+    name={p!r},
+    doc=__doc__,
+    streams=({clicks.name!r},),
+    tables=({regions.name!r},),
+    outputs=(
+        stream(
+            {out.name!r},
+            [
+{_columns(columns, " " * 16)}            ],
+            time_column={tname!r},
+        ),
+    ),
+    process=process,
+)
+"""
+    runs = [
+        [Ingest(regions.name, rng.choice(FORMATS), rs)] * bool(rs)
+        + [Ingest(clicks.name, rng.choice(FORMATS), cs)] * bool(cs)
+        for cs, rs in zip(runs_c, runs_r, strict=True)
+        if cs or rs
+    ]
+    return Case(
+        seed,
+        "asof",
+        p,
+        source,
+        {clicks.name: clicks, regions.name: regions},
+        runs,
+        [out],
+        notes=[f"key {key_t}", f"region {value_t}", f"time {tname}"],
+    )
+
+
+FAMILIES = {"sessions": sessions, "stream_join": stream_join, "asof": asof}

@@ -90,3 +90,23 @@ def test_pending_runs_a_batch_only_when_an_input_holds_records_not_consumed(tmp_
     assert pending.function("word_count", lake.root, {}) is False  # nothing ingested
     ingest(lake, "text_lines", [{"line": "a b", "event_time": "2026-01-01T00:00:00Z"}])
     assert pending.function("word_count", lake.root, {}) is True
+
+
+def test_a_schedule_is_a_cron_on_data_or_both_and_ticks_need_the_clock():
+    """`Pipeline.schedule` as read for the DAG; ticks (written by the DAG itself) cannot be on data alone."""
+    import dataclasses
+
+    import pytest
+
+    from streamtable.core.errors import DeclarationError
+    from streamtable.core.pipeline import schedule_parts
+    from streamtable.pipelines.presence_notifications import PIPELINE
+
+    assert schedule_parts("on_data") == (True, None)
+    assert schedule_parts("on_data or 0 * * * *") == (True, "0 * * * *")
+    assert schedule_parts("*/5 * * * *") == (False, "*/5 * * * *")
+    assert dataclasses.replace(PIPELINE, schedule="on_data or */5 * * * *").schedule.startswith("on_data")
+    with pytest.raises(DeclarationError, match="ticks are emitted on a clock"):
+        dataclasses.replace(PIPELINE, schedule="on_data")
+    with pytest.raises(DeclarationError, match="a cron expression"):
+        dataclasses.replace(PIPELINE, schedule=" ")

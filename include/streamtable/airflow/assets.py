@@ -63,7 +63,9 @@ def micro_batch_schedule(pipeline: dict) -> Any:
     on_data, cron = schedule_parts(pipeline["schedule"])
     if not on_data:
         return cron
-    assets = AssetAny(*(input_asset(table) for table in pipeline["inputs"]))
+    # the ticks' input is written by the DAG's own emit_ticks: watching it would wake the DAG by itself, for ever
+    watched = [table for table in pipeline["inputs"] if table != pipeline.get("ticks_into")]
+    assets = AssetAny(*(input_asset(table) for table in watched))
     if cron is None:
         return assets
     return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=assets)

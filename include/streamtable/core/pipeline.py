@@ -125,6 +125,8 @@ class Pipeline:
         on_data, cron = schedule_parts(self.schedule)
         if not cron and not on_data:
             problems.append(f"schedule {self.schedule!r}: a cron expression, {ON_DATA!r} or '{ON_DATA} or CRON'")
+        if on_data and not cron and self.ticks is not None:
+            problems.append(f"ticks are emitted on a clock: schedule '{ON_DATA} or CRON', not {self.schedule!r}")
         if self.ticks is not None and self.ticks.into not in self.inputs:
             problems.append(f"ticks go into {self.ticks.into!r}, which is not an input of the pipeline")
         problems += [

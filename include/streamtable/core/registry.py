@@ -266,6 +266,7 @@ def summary(registry: Registry) -> dict:
                 "outputs": [{"name": t.name, "keys": list(t.keys)} for t in p.outputs],
                 "schedule": p.schedule,
                 "ticks": p.ticks is not None,
+                "ticks_into": p.ticks.into if p.ticks else None,  # an input its DAG writes: not a sign of data
                 "file": p.declared_at,
                 "example": registry.is_example("pipeline", p.name),
             }

@@ -26,7 +26,7 @@ cd "$ROOT"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/airflow_home}"
 export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$ROOT/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES="${AIRFLOW__CORE__LOAD_EXAMPLES:-False}"
-export STREAMTABLE_JARS="${STREAMTABLE_JARS:-$ROOT/jars}"  # where the class archive goes (core/settings.py)
+export STREAMTABLE_JARS="${STREAMTABLE_JARS:-$ROOT/jars}"  # where the class archive goes (runtime/spark_settings.py)
 PYTHON="${STREAMTABLE_PYTHON:-python3.11}"
 VENV="$ROOT/.venv"
 STAMP="$VENV/.streamtable-setup"
@@ -36,7 +36,7 @@ started=$(date +%s)
 say() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
 
-# Step 3b: the drivers' class archive (core/settings.py's default place; STREAMTABLE_CLASS_ARCHIVE= turns it off).
+# Step 3b: the drivers' class archive (runtime/spark_settings.py's default place; STREAMTABLE_CLASS_ARCHIVE= turns it off).
 CLASS_ARCHIVE="${STREAMTABLE_CLASS_ARCHIVE-$STREAMTABLE_JARS/spark-classes.jsa}"
 class_archive_present() { [[ -z "$CLASS_ARCHIVE" || -f "$CLASS_ARCHIVE" ]]; }
 # Keep a copy of the archive ARCHIVE as CACHED, in a cache folder that may not exist yet or be empty, beside the two
@@ -176,7 +176,7 @@ else
   jars_present || die "mvn ran but jars/ has no delta-spark/delta-storage $delta_version jar"
 fi
 
-# The venv's own jar folder (core/settings.py's default when $STREAMTABLE_JARS is unset) is the checkout's jars/,
+# The venv's own jar folder (runtime/spark_settings.py's default when $STREAMTABLE_JARS is unset) is the checkout's jars/,
 # so .venv/bin/streamtable finds them without `make env`, as an installed package finds what `jars fetch` put there.
 mkdir -p "$VENV/share/streamtable"
 ln -sfn "$ROOT/jars" "$VENV/share/streamtable/jars"

@@ -137,7 +137,7 @@ def test_public_api_is_the_facade_all():
 LOCAL_FILES_ALLOWED = {
     "streamtable.ingest.files": "reads the user's FILE (a local input file), never a lake path",
     "streamtable.ingest.folders": "reads the files of the user's landing folder (local), never a lake path",
-    "streamtable.core.settings": "lists the jars folder of the installation",
+    "streamtable.runtime.spark_settings": "lists the jars folder of the installation",
     "streamtable.core.registry": "lists the pipeline folders users name (their code, not the lake)",
     "streamtable.cli.skeleton": "writes a new pipeline's files into the user's project folder",
     "streamtable.deploy.class_archive": "writes the JVM class archive beside the jars and reads the examples",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers import BIN, DAGS, ROOT, airflow_env, ingest, last_json, run_python
-from streamtable.core import settings
+from streamtable.runtime import spark_settings as settings
 from streamtable.storage.lake import Lake
 
 EXAMPLE = ROOT / "examples" / "clicks_per_region"

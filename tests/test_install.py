@@ -32,7 +32,7 @@ import pytest
 from helpers import ROOT
 from servers import free_port
 from streamtable.airflow.web_assets import WEB_ASSETS
-from streamtable.core import settings
+from streamtable.runtime import spark_settings as settings
 
 UV = [sys.executable, "-m", "uv"]
 # the wheels scripts/setup.sh builds once per machine
@@ -78,7 +78,7 @@ from sqlalchemy import select
 
 import streamtable
 from streamtable.airflow.web_assets import WEB_ASSETS
-from streamtable.core import settings
+from streamtable.runtime import spark_settings as settings
 
 bag = DagBag(dag_folder="DAGS")
 dag = bag.get_dag("team_totals")

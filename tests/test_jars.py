@@ -13,8 +13,8 @@ import pytest
 
 from helpers import CLI, ROOT
 from streamtable.cli.jars import artifact_url, fetch
-from streamtable.core import settings
 from streamtable.core.errors import SetupError
+from streamtable.runtime import spark_settings as settings
 
 JARS = ROOT / "jars"
 

@@ -114,7 +114,7 @@ def test_concurrent_writers_lose_no_commit(object_store_env):
 SPARK_JOB = """
 import json, os, sys
 from pyspark.sql import SparkSession
-from streamtable.core import settings
+from streamtable.runtime import spark_settings as settings
 
 spark_path, delta_rs_path = sys.argv[1], sys.argv[2]
 s3a_jars = settings.s3a_jars()

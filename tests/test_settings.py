@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from streamtable.core.settings import class_archive, driver_java_options
+from streamtable.runtime.spark_settings import class_archive, driver_java_options
 
 
 def test_the_archive_is_used_when_it_exists_and_skipped_when_missing_or_disabled(tmp_path, monkeypatch):

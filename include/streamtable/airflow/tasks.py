@@ -44,7 +44,7 @@ from airflow.sdk import Asset
 from streamtable.airflow.catalog import pipelines_env, registered
 from streamtable.airflow.data_docs import DataDocsLink, report_page
 from streamtable.airflow.lineage import operator_lineage
-from streamtable.core import settings
+from streamtable.runtime import spark_settings as settings
 from streamtable.storage.lake import Lake, resolve_lake
 
 JOB = settings.JOB_SCRIPT

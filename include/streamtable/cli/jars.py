@@ -15,8 +15,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from streamtable.core import settings
 from streamtable.core.errors import SetupError
+from streamtable.runtime import spark_settings as settings
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 REPOSITORY_ENV = "STREAMTABLE_MAVEN_REPOSITORY"

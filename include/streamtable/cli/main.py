@@ -243,7 +243,7 @@ def cmd_jars_fetch(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from streamtable.cli.jars import default_repository, fetch
-    from streamtable.core.settings import jar_dir
+    from streamtable.runtime.spark_settings import jar_dir
 
     dest = Path(args.dest) if args.dest else jar_dir()
     groups = ("delta", *dict.fromkeys(args.with_))

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from streamtable.core.settings import class_archive
+from streamtable.runtime.spark_settings import class_archive
 
 WARM_UP_PIPELINES = ("word_count", "clicks_per_region")
 # A few records of each warm-up pipeline's inputs (the classes loaded matter, not the data), so an installed

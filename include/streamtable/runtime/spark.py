@@ -8,8 +8,9 @@ import threading
 
 from pyspark.sql import SparkSession
 
-from streamtable.core import registry, settings
+from streamtable.core import registry
 from streamtable.core.errors import SetupError
+from streamtable.runtime import spark_settings as settings
 
 
 def delta_jars() -> list[str]:

@@ -36,7 +36,7 @@ from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError, Pre
 from obstore.store import LocalStore, S3Store
 
 from streamtable.core.errors import StorageError
-from streamtable.core.settings import S3_SCHEMES, aws_settings
+from streamtable.storage.aws import S3_SCHEMES, aws_settings
 
 if TYPE_CHECKING:
     import pyarrow.dataset

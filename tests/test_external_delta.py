@@ -25,7 +25,7 @@ from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.lake import Lake
-from streamtable.storage.offsets import reprocess_arguments
+from streamtable.requests import reprocess_arguments
 from streamtable.storage.reader import rows
 
 PIPELINES = """

@@ -83,7 +83,8 @@ def test_check_of_a_reprocess_request(lake):
     """The Spark-free check the DAGs run first: messages, arguments, and the same version as `version_at`."""
     from streamtable.core.errors import StreamtableError
     from streamtable.runtime.commands.lifecycle import version_at
-    from streamtable.storage.offsets import commit_time, first_version_since, reprocess_arguments, reset_arguments
+    from streamtable.requests import reprocess_arguments, reset_arguments
+    from streamtable.storage.offsets import commit_time, first_version_since
 
     def refused(**request) -> str:
         with pytest.raises(StreamtableError) as e:

@@ -18,7 +18,7 @@ from streamtable.core import registry
 from streamtable.core.errors import BadInputError, DeclarationError
 from streamtable.core.schema import arrow_schema, spark_ddl
 from streamtable.core.tables import changelog, table
-from streamtable.ingest.records import RecordError, parse_json, parse_record, typed_value
+from streamtable.ingest.record_parser import RecordError, parse_json, parse_record, typed_value
 from streamtable.storage.reader import json_lines
 
 DEC = Type.decimal(3, 1)

@@ -98,7 +98,7 @@ From the command line: `streamtable reset PIPELINE --dry-run`, then `streamtable
 
 def _reprocess_arguments(lake: str, params: dict) -> tuple[list[str], str]:
     from streamtable.storage.lake import Lake
-    from streamtable.storage.offsets import reprocess_arguments
+    from streamtable.requests import reprocess_arguments
 
     return reprocess_arguments(
         Lake(lake),
@@ -111,7 +111,7 @@ def _reprocess_arguments(lake: str, params: dict) -> tuple[list[str], str]:
 
 
 def _reset_arguments(lake: str, params: dict) -> tuple[list[str], str]:
-    from streamtable.storage.offsets import reset_arguments
+    from streamtable.requests import reset_arguments
 
     return reset_arguments(params["pipeline"], params.get("dry_run", True))
 
@@ -230,7 +230,7 @@ def since(pipeline: str, lake: str, params=None, dag_run=None, ti=None) -> str:
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from streamtable.storage.lake import Lake
-    from streamtable.storage.offsets import lookback_arguments
+    from streamtable.requests import lookback_arguments
 
     hours = params.get("lookback_hours")
     if hours is None:

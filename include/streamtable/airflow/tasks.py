@@ -119,7 +119,7 @@ class StreamtableSubmitOperator(SparkSubmitOperator):
     each of its outlets' asset events says where the table is: the lake the command used and the table's URI in it.
 
     With `args_from`, the arguments an upstream task checked and pushed as its XCom `args` (a list of
-    strings) are appended to the command line when the task runs (see `streamtable.storage.offsets`).
+    strings) are appended to the command line when the task runs (see `streamtable.requests`).
     """
 
     operator_extra_links = (DataDocsLink(),)

@@ -1,6 +1,6 @@
 """JSON values as column values and back: how a JSON value becomes a value of its column's `Type`, and how it prints.
 
-Ingest (every source, through `streamtable.ingest.records`) reads values with `typed_value`; `show` and `query`
+Ingest (every source, through `streamtable.ingest.record_parser`) reads values with `typed_value`; `show` and `query`
 print them with `to_json`, and `query` reads its keys with `typed_value` too, so one text means one value everywhere.
 """
 

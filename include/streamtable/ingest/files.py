@@ -51,18 +51,15 @@ from streamtable.core.faults import crash_point
 from streamtable.core.registry import get_input
 from streamtable.core.schema import Column, arrow_schema
 from streamtable.core.tables import LINE, QUARANTINE, Table
-from streamtable.ingest.changelog import (
+from streamtable.ingest.changelog import append_batches, check_schema, transaction_commit, transaction_version
+from streamtable.ingest.quarantine import (
     QUARANTINE_SCHEMA,
     add_quarantined,
-    append_batches,
-    check_schema,
     quarantine_columns,
     quarantine_locked,
-    transaction_commit,
-    transaction_version,
     write_quarantine,
 )
-from streamtable.ingest.records import RecordError, parse_record
+from streamtable.ingest.record_parser import RecordError, parse_record
 from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake
 from streamtable.storage.lease import check_held

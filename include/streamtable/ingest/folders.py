@@ -7,7 +7,7 @@ name, is a duplicate), its good records are one commit, its bad ones go to `quar
 `source`, and a killed ingest is finished once by its retry.
 
 CSV and Parquet go through the same JSON typing as JSON lines: each record is turned into the JSON text of an
-object, fed to `ingest_stream` as one line per record, so `records.parse_record` types it and quarantine's
+object, fed to `ingest_stream` as one line per record, so `record_parser.parse_record` types it and quarantine's
 `raw` holds that JSON text. The lines are numbered as the file's: a CSV record is the line it starts on (the
 header is line 1; blank lines stand for the header and for the extra lines of a record with quoted line
 breaks, and blank lines are not counted), a Parquet record its row number from 1.
@@ -60,7 +60,7 @@ from streamtable.core.registry import get_input
 from streamtable.core.schema import Type, widens
 from streamtable.core.tables import Table
 from streamtable.ingest.files import MAX_LINE_BYTES, IdRegistry, IngestResult, ingest_stream
-from streamtable.ingest.records import parse_json
+from streamtable.ingest.record_parser import parse_json
 
 JSON_LINES = (".jsonl", ".json")
 KINDS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}

@@ -11,6 +11,11 @@ from .core.pipeline import (
     Pipeline as Pipeline,
     Ticks as Ticks,
 )
+from .core.records import (
+    AsOf as AsOf,
+    InWindows as InWindows,
+    Records as Records,
+)
 from .core.schema import (
     Column as Column,
     Type as Type,

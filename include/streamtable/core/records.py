@@ -22,7 +22,12 @@ from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE  # where a c
 @dataclass(frozen=True)
 class AsOf:
     """A record's values of `table` (an input in `tables=`) as of its `time`: the latest record for its `key` with
-    time <= its own (ties: the later version, then the later line); null values (a deletion) or none: nulls."""
+    time <= its own (ties: the later version, then the later line); null values (a deletion) or none: nulls.
+
+    Each click's region, as `asof_join(clicks, batch.table("user_regions"), key="user", values=["region"])` gives it:
+
+        AsOf("user_regions", key="user", values=("region",))
+    """
 
     table: str
     key: str
@@ -38,7 +43,12 @@ class AsOf:
 @dataclass(frozen=True)
 class InWindows:
     """Rows per window `[k*advance, k*advance + size)` (k >= 0), its start in the output's column `start`; a window is
-    closed once stream time (the largest event time of earlier batches) reaches its end + `grace`."""
+    closed once stream time (the largest event time of earlier batches) reaches its end + `grace`.
+
+    The windows of `Windows(size=SIZE, advance=ADVANCE, grace=GRACE)`, for an output keyed by (key, `window_start`):
+
+        InWindows(SIZE, ADVANCE, GRACE)
+    """
 
     size: timedelta
     advance: timedelta
@@ -58,7 +68,16 @@ class InWindows:
 class Records:
     """The rows of `output` are sums of `stream`'s records: `groups(record)` lists the (row key, amount) each adds to.
 
-    Records("inventory", "inventory_events", lambda r: [((r["store"], r["item"]), r["quantity"])])
+    Declared in `Pipeline(records=...)` for `streamtable explain --records`; a row's key is its key columns (without
+    a window's start). The stock of each (store, item), and the clicks of each user's region as of the click:
+
+        Records("inventory", "inventory_events", lambda r: [((r["store"], r["item"]), r["quantity"])])
+        Records(
+            "clicks_per_region",
+            "user_clicks",
+            lambda r: [((r["region"] or "UNKNOWN",), r["clicks"])],
+            asof=AsOf("user_regions", key="user", values=("region",)),
+        )
     """
 
     output: str

@@ -16,8 +16,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from streamtable import Column, Pipeline, Type, changelog, expect, non_empty, table
-from streamtable.core.records import InWindows, Records
+from streamtable import Column, InWindows, Pipeline, Records, Type, changelog, expect, non_empty, table
 
 if TYPE_CHECKING:
     from streamtable import Batch

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from streamtable import Column, Pipeline, Type, at_least, changelog, expect, non_empty, table
-from streamtable.core.records import AsOf, Records
+from streamtable import AsOf, Column, Pipeline, Records, Type, at_least, changelog, expect, non_empty, table
 
 if TYPE_CHECKING:
     from streamtable import Batch

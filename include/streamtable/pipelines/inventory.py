@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from streamtable import Column, Pipeline, Type, changelog, expect, non_empty, table
-from streamtable.core.records import Records
+from streamtable import Column, Pipeline, Records, Type, changelog, expect, non_empty, table
 
 if TYPE_CHECKING:
     from streamtable import Batch

@@ -14,8 +14,7 @@ import unicodedata
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from streamtable import Column, Pipeline, Type, changelog, expect, table
-from streamtable.core.records import Records
+from streamtable import Column, Pipeline, Records, Type, changelog, expect, table
 
 if TYPE_CHECKING:
     from streamtable import Batch

@@ -15,7 +15,8 @@ of a release that recorded none of this, or of another writer, say so (`mode` nu
 
 With `records`, the input records that fed the current row where the pipeline declares them (`Pipeline.records`:
 a re-keyed sum's group is a function of the record and, for an as-of join, of the table versions the batch
-consumed); elsewhere `"records": "unknown"` and why.
+consumed; a window's row also lists under `late` the records that came after it closed); elsewhere
+`"records": "unknown"` and why.
 """
 
 from __future__ import annotations

@@ -112,5 +112,8 @@ def test_a_report_links_to_its_failed_suite_s_page_else_its_first_page_else_the_
     passed = verdict | {"suites": {"p.a": True, "p.b": True}}
     assert site_page(report_page({"validation": passed})) == "validations/a.html"
     assert site_page(report_page({"data_docs": f"{site}/index.html"})) == "index.html"
+    assert site_page(report_page(verdict)) == "validations/b.html", "`streamtable validate`'s report is a verdict"
+    reprocessed = {"suites": "passed", "data_docs": f"{site}/index.html"}  # a reprocess's report
+    assert site_page(report_page(reprocessed)) == "index.html"
     assert report_page(None) is None and docs_url(None) == f"{MOUNT}/index.html"
     assert docs_url("s3://b/lake/_quality/gx/" + SITE_DIR + "validations/x.html") == f"{MOUNT}/validations/x.html"

@@ -41,7 +41,8 @@ def report_page(report: Any) -> str | None:
     found = report.get("validation", report)
     verdict: dict = found if isinstance(found, dict) else {}
     pages: dict = verdict.get("pages") or {}
-    failed = [suite for suite, ok in (verdict.get("suites") or {}).items() if not ok and suite in pages]
+    suites = verdict.get("suites")  # a verdict's {suite: success}; a reprocess's report says "passed" there
+    failed = [suite for suite, ok in suites.items() if not ok and suite in pages] if isinstance(suites, dict) else []
     if failed:
         return pages[failed[0]]
     return next(iter(pages.values()), None) or report.get("data_docs") or verdict.get("data_docs")

@@ -21,11 +21,11 @@ from helpers import CLI
 from streamtable.core import registry
 from streamtable.core.errors import BadInputError
 from streamtable.ingest.files import ingest_lines
+from streamtable.requests import reprocess_arguments
 from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.lake import Lake
-from streamtable.requests import reprocess_arguments
 from streamtable.storage.reader import rows
 
 PIPELINES = """

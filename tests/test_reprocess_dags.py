@@ -82,8 +82,8 @@ def iso_millis(millis: float) -> str:
 def test_check_of_a_reprocess_request(lake):
     """The Spark-free check the DAGs run first: messages, arguments, and the same version as `version_at`."""
     from streamtable.core.errors import StreamtableError
-    from streamtable.runtime.commands.lifecycle import version_at
     from streamtable.requests import reprocess_arguments, reset_arguments
+    from streamtable.runtime.commands.lifecycle import version_at
     from streamtable.storage.offsets import commit_time, first_version_since
 
     def refused(**request) -> str:

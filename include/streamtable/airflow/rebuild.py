@@ -97,8 +97,8 @@ From the command line: `streamtable reset PIPELINE --dry-run`, then `streamtable
 
 
 def _reprocess_arguments(lake: str, params: dict) -> tuple[list[str], str]:
-    from streamtable.storage.lake import Lake
     from streamtable.requests import reprocess_arguments
+    from streamtable.storage.lake import Lake
 
     return reprocess_arguments(
         Lake(lake),
@@ -229,8 +229,8 @@ def since(pipeline: str, lake: str, params=None, dag_run=None, ti=None) -> str:
     from airflow.sdk import Variable
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-    from streamtable.storage.lake import Lake
     from streamtable.requests import lookback_arguments
+    from streamtable.storage.lake import Lake
 
     hours = params.get("lookback_hours")
     if hours is None:

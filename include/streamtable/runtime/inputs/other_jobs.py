@@ -29,7 +29,7 @@ from streamtable.storage import external
 
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
 FILE = "_file"  # the data file a row of an append-only table was read from (mapped to its version per batch)
-FILES_PER_TRIGGER = str(2**31 - 1)
+ONE_BATCH = str(2**31 - 1)  # maxFilesPerTrigger: a run reads everything available as one micro-batch
 
 
 def prepare(pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]) -> tuple[dict[str, bool], dict[str, int]]:
@@ -60,7 +60,7 @@ def read_stream(spark: SparkSession, table: Table, starting_version: int, change
     reader = (
         spark.readStream.format("delta")
         .option("startingVersion", starting_version)
-        .option("maxFilesPerTrigger", FILES_PER_TRIGGER)
+        .option("maxFilesPerTrigger", ONE_BATCH)
     )
     if change_feed:
         return from_change_feed(reader.option("readChangeFeed", "true").load(external.location(table)), table)
@@ -82,7 +82,7 @@ def read_changes_stream(spark: SparkSession, table: Table, starting_version: int
         spark.readStream.format("delta")
         .option("readChangeFeed", "true")
         .option("startingVersion", starting_version)
-        .option("maxFilesPerTrigger", FILES_PER_TRIGGER)
+        .option("maxFilesPerTrigger", ONE_BATCH)
         .load(external.location(table))
     )
     extra = (

@@ -30,7 +30,6 @@ from streamtable.storage.store import join, spark_path
 
 log = logging.getLogger("streamtable")
 
-ONE_BATCH = str(2**31 - 1)  # a run reads everything available as one micro-batch
 HEARTBEAT_EVERY_S = 10.0  # `serve`: how often a wall-clock pipeline gets a batch when its inputs are idle
 
 
@@ -50,7 +49,7 @@ def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame
         ctx.spark.readStream.format("delta")
         .option("readChangeFeed", "true")
         .option("startingVersion", starting_version)
-        .option("maxFilesPerTrigger", ONE_BATCH)
+        .option("maxFilesPerTrigger", other_jobs.ONE_BATCH)
         .load(spark_path(path))
         .drop("_change_type")
         .withColumn(SOURCE, F.lit(name))

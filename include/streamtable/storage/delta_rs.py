@@ -154,7 +154,7 @@ def table_version(path: str) -> int | None:
     return None if table is None else table.version()
 
 
-def _done(table: DeltaTable, app_id: str, version: int) -> bool:
+def already_committed(table: DeltaTable, app_id: str, version: int) -> bool:
     """Whether the table already took (app_id, version) or a later version of app_id."""
     recorded = table.transaction_version(app_id)
     return recorded is not None and recorded >= version
@@ -211,7 +211,7 @@ def _append_once(
     path: str, rows: list[dict], app_id: str, version: int, schema: pa.Schema | None, metadata: dict | None = None
 ) -> bool:
     table = open_table(path)
-    if table is not None and _done(table, app_id, version):
+    if table is not None and already_committed(table, app_id, version):
         return False
     if not schema:
         if table is None:
@@ -247,7 +247,7 @@ def append_staged(path: str, staged: str, app_id: str, version: int, metadata: d
 
 def _append_staged(path: str, staged: str, app_id: str, version: int, metadata: dict | None = None) -> None:
     table = delta_table(path)
-    if _done(table, app_id, version):
+    if already_committed(table, app_id, version):
         return
     once = _once(app_id, version, metadata)
     write(table, staged_rows(staged, table_schema(table)), mode="append", commit_properties=once)
@@ -296,7 +296,7 @@ def _merge_staged(
     path: str, staged: str, keys: Sequence[str], app_id: str, version: int, metadata: dict | None = None
 ) -> None:
     table = delta_table(path)
-    if _done(table, app_id, version):
+    if already_committed(table, app_id, version):
         return
     schema = table_schema(table)
     columns = {f'"{c}"': f's."{c}"' for c in schema.names}

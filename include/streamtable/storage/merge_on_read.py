@@ -109,7 +109,7 @@ def _merge_staged(
     metadata: dict | None,
 ) -> None:
     table = delta_rs.delta_table(path)
-    if delta_rs._done(table, app_id, version):
+    if delta_rs.already_committed(table, app_id, version):
         return
     names = delta_rs.table_schema(table).names
     spark.read.parquet(spark_path(staged)).createOrReplaceTempView("streamtable_staged")

@@ -1,5 +1,5 @@
 """The campaign of generated pipelines (issue 36), a fixed-seed budget: each case is a pipeline file written with the
-public API alone (tests/campaign/families.py draws its options), run on generated records (JSON lines, CSV and
+public API alone (a family of tests/campaign/ draws its options), run on generated records (JSON lines, CSV and
 Parquet files, the driver's `pipe`) and compared with a model computed in plain Python. `make campaign SEED=... N=...`
 runs a large budget; a failure here prints the same report (pipeline file, inputs, replay command)."""
 

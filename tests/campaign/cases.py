@@ -59,10 +59,10 @@ class Case:
 
 
 def families() -> dict:
-    """Every family by name: `families.py`'s first (their seeds draw as before), then `streams.py`'s, `rules.py`'s."""
-    from campaign import families as fam, rules, streams
+    """Every family by name, in the order they came (a seed draws among them by position, so a new one goes last)."""
+    from campaign import aggregates, rules, streams, tables, windows
 
-    return {**fam.FAMILIES, **streams.FAMILIES, **rules.FAMILIES}
+    return {**aggregates.FAMILIES, **windows.FAMILIES, **tables.FAMILIES, **streams.FAMILIES, **rules.FAMILIES}
 
 
 def draw(seed: int, names: tuple[str, ...] = ()) -> Case:

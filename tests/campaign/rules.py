@@ -12,7 +12,7 @@ from collections import defaultdict
 from itertools import count
 
 from campaign.cases import Case, Input, Output
-from campaign.families import HEADER, _imports, _record, _split_runs, changelog_source, table_source
+from campaign.common import HEADER, changelog_source, imports_line, record, split_runs, table_source
 from campaign.values import KEYABLE, TIME_NAMES, T, draw_type
 
 REASON = "_reason"  # a bad record's expected reason rides in its dict (files are written from the columns only)
@@ -28,7 +28,7 @@ def quarantine(rng: random.Random, seed: int) -> Case:
     for _ in range(rng.randint(2, 10)):
         bad = rng.random() < 0.35
         amount = rng.randint(floor - 50, floor - 1) if bad else rng.randint(floor, floor + 50)
-        rec = _record(rng, inp, seq, {"amount": amount}, {"g"})
+        rec = record(rng, inp, seq, {"amount": amount}, {"g"})
         if bad:
             rec[REASON] = f"amount is {amount}, below {floor}"
         records.append(rec)
@@ -44,7 +44,7 @@ def quarantine(rng: random.Random, seed: int) -> Case:
     )
     source = HEADER.format(
         doc=f"{p}: totals of an {value_t} amount per {group_t} group; amounts below {floor} are quarantined.",
-        imports=_imports("Column", "Pipeline", "Type", "add_to_totals", "at_least", "changelog", "expect", "table"),
+        imports=imports_line("Column", "Pipeline", "Type", "add_to_totals", "at_least", "changelog", "expect", "table"),
     )
     rules = f"    rules=[at_least('amount', {floor})],\n"
     source += "\n" + changelog_source("INPUT", inp, rng).replace("\n)\n", f"\n{rules})\n", 1)
@@ -72,7 +72,7 @@ PIPELINE = Pipeline(
         p,
         source,
         {inp.name: inp},
-        _split_runs(rng, inp.name, records),
+        split_runs(rng, inp.name, records),
         [out],
         notes=[f"group {group_t}", f"amount {value_t} at_least {floor}"],
     )

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from itertools import count
 
 from campaign.cases import FORMATS, Case, Ingest, Input, Output
-from campaign.families import HEADER, _columns, _imports, _record, _sum, changelog_source, table_source
+from campaign.common import HEADER, changelog_source, columns_source, imports_line, record, table_source, total_of
 from campaign.values import BASE, KEYABLE, NUMERIC, SCALARS, TIME_NAMES, T, draw_type
 
 
@@ -48,8 +48,8 @@ def sessions(rng: random.Random, seed: int) -> Case:
     gap, grace = rng.choice([5, 10, 20]), rng.choice([0, 5, 10])  # minutes
     inp = Input(f"{p}_in", [("g", group_t, False), ("amount", value_t, False), (tname, T("timestamp"), False)], tname)
     seq = count(1)
-    runs = _runs_in_time(rng, lambda at: _record(rng, inp, seq, {tname: at}, {"g"}), rng.randint(1, 3))
-    runs = [rs for rs in runs if rs] or [[_record(rng, inp, seq, {tname: BASE}, {"g"})]]
+    runs = _runs_in_time(rng, lambda at: record(rng, inp, seq, {tname: at}, {"g"}), rng.randint(1, 3))
+    runs = [rs for rs in runs if rs] or [[record(rng, inp, seq, {tname: BASE}, {"g"})]]
     g_, gr_ = timedelta(minutes=gap), timedelta(minutes=grace)
     found: dict[object, list[tuple[datetime, datetime, list]]] = defaultdict(list)  # g -> (start, end, amounts)
     late = 0
@@ -75,14 +75,14 @@ def sessions(rng: random.Random, seed: int) -> Case:
         ("total", value_t.total(), False),
     ]
     rows = [
-        {"g": g, "session_start": s, "session_end": e, "n": len(a), "total": _sum(value_t, a)}
+        {"g": g, "session_start": s, "session_end": e, "n": len(a), "total": total_of(value_t, a)}
         for g, ss in found.items()
         for s, e, a in ss
     ]
     out = Output(f"{p}_sessions", columns, ["g", "session_start"], rows)
     source = HEADER.format(
         doc=f"{p}: sessions (gap {gap} min, grace {grace} min) per {group_t} group, time column {tname!r}.",
-        imports=_imports(
+        imports=imports_line(
             "Aggregate",
             "Column",
             "Pipeline",
@@ -158,8 +158,8 @@ def stream_join(rng: random.Random, seed: int) -> Case:
     )
     seq = count(1)
     n_runs = rng.randint(1, 3)
-    lefts = _runs_in_time(rng, lambda at: _record(rng, left, seq, {tl: at}, {"k"}), n_runs)
-    rights = _runs_in_time(rng, lambda at: _record(rng, right, seq, {tr: at}, {"k"}), n_runs)
+    lefts = _runs_in_time(rng, lambda at: record(rng, left, seq, {tl: at}, {"k"}), n_runs)
+    rights = _runs_in_time(rng, lambda at: record(rng, right, seq, {tr: at}, {"k"}), n_runs)
     starts = _stream_times([[r[tl] for r in ls] + [r[tr] for r in rs] for ls, rs in zip(lefts, rights, strict=True)])
     W, G = timedelta(minutes=within), timedelta(minutes=grace)
 
@@ -185,7 +185,7 @@ def stream_join(rng: random.Random, seed: int) -> Case:
     out = Output(f"{p}_joined", columns, [c for c, _, _ in columns], rows)
     source = HEADER.format(
         doc=f"{p}: {left.name} {how}-joined with {right.name} within {within} min (grace {grace}), {key_t} key.",
-        imports=_imports(
+        imports=imports_line(
             "Column", "JoinWindow", "Pipeline", "RETRACT", "Type", "changelog", "join_store", "join_within", "stream"
         ),
     )
@@ -220,7 +220,7 @@ PIPELINE = Pipeline(
         stream(
             {out.name!r},
             [
-{_columns(columns, " " * 16)}            ],
+{columns_source(columns, " " * 16)}            ],
             time_column={tl!r},
         ),
     ),
@@ -258,8 +258,8 @@ def asof(rng: random.Random, seed: int) -> Case:
     )
     seq = count(1)
     n_runs = rng.randint(1, 3)
-    runs_c = _runs_in_time(rng, lambda at: _record(rng, clicks, seq, {tname: at}, {"k"}), n_runs)
-    runs_r = _runs_in_time(rng, lambda at: _record(rng, regions, seq, {tname: at}, {"k"}), n_runs)
+    runs_c = _runs_in_time(rng, lambda at: record(rng, clicks, seq, {tname: at}, {"k"}), n_runs)
+    runs_r = _runs_in_time(rng, lambda at: record(rng, regions, seq, {tname: at}, {"k"}), n_runs)
     rows = []
     for n, cs in enumerate(runs_c):
         seen = [(r[tname], m, i, r) for m in range(n + 1) for i, r in enumerate(runs_r[m])]  # ingested by run n
@@ -271,7 +271,7 @@ def asof(rng: random.Random, seed: int) -> Case:
     out = Output(f"{p}_enriched", columns, [c for c, _, _ in columns], rows)
     source = HEADER.format(
         doc=f"{p}: each click with its key's {value_t} region as of the click's time (asof_join), time {tname!r}.",
-        imports=_imports("Column", "Pipeline", "Type", "asof_join", "changelog", "stream"),
+        imports=imports_line("Column", "Pipeline", "Type", "asof_join", "changelog", "stream"),
     )
     source += "\n" + changelog_source("CLICKS", clicks, rng) + "\n" + changelog_source("REGIONS", regions, rng)
     source += f"""
@@ -291,7 +291,7 @@ PIPELINE = Pipeline(
         stream(
             {out.name!r},
             [
-{_columns(columns, " " * 16)}            ],
+{columns_source(columns, " " * 16)}            ],
             time_column={tname!r},
         ),
     ),

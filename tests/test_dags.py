@@ -165,12 +165,14 @@ def test_dag_file_does_not_import_pyspark(dag_file, heavy_imports):
 
 SHAPES = """
 import json, runpy
+def watchers(asset):
+    return [(w.name, *w.trigger.serialize()) for w in asset.watchers]
 def shape(dag):
     tasks = {}
     for t in dag.tasks:
         tasks[t.task_id] = {
             "type": type(t).__name__, "downstream": sorted(t.downstream_task_ids),
-            "outlets": [{"uri": a.uri, "name": a.name} for a in t.outlets],
+            "outlets": [{"uri": a.uri, "name": a.name, "watchers": watchers(a)} for a in t.outlets],
         }
         if hasattr(t, "application"):
             tasks[t.task_id] |= {
@@ -179,8 +181,8 @@ def shape(dag):
             }
     schedule = dag.timetable.asset_condition if hasattr(dag.timetable, "asset_condition") else None
     assets = getattr(schedule, "objects", [])
-    watchers = {a.name: [(w.name, *w.trigger.serialize()) for w in a.watchers] for a in assets}
-    return {"schedule": str(dag.schedule), "timetable": type(dag.timetable).__name__, "watchers": watchers,
+    return {"schedule": str(dag.schedule), "timetable": type(dag.timetable).__name__,
+            "watchers": {a.name: watchers(a) for a in assets},
             "catchup": dag.catchup, "max_active_runs": dag.max_active_runs, "tags": sorted(dag.tags),
             "macros": sorted(dag.user_defined_macros or {}), "tasks": tasks}
 dags = runpy.run_path(DAG_FILE)
@@ -211,9 +213,11 @@ def test_clicks_per_region_dag_shape(airflow_home, tmp_path):
     jars = run["jars"].split(",")
     assert any("delta-spark" in Path(j).name for j in jars) and all(Path(j).is_file() for j in jars)
     assert run["binary"] == str(BIN / "spark-submit")
-    assert run["outlets"] == [
-        {"uri": "streamtable://tables/clicks_per_region", "name": "streamtable.clicks_per_region"}
-    ]
+    [outlet] = run["outlets"]
+    assert (outlet["uri"], outlet["name"]) == (
+        "streamtable://tables/clicks_per_region",
+        "streamtable.clicks_per_region",
+    )
     assert validation["schedule"] == "@daily" and set(validation["tasks"]) == {"validate"}
     check = validation["tasks"]["validate"]
     assert check["args"][:3] == ["validate", "clicks_per_region", "--lake"] and check["retries"] == 0
@@ -226,7 +230,8 @@ ON_DATA = TEAM_PIPELINE.replace("process=print)", 'process=print, schedule="on_d
 def test_a_pipeline_on_data_runs_on_its_inputs_assets_each_watched_by_its_delta_version(airflow_home, tmp_path):
     """`schedule="on_data"`: the micro-batch DAG is scheduled on its input's Asset, whose watcher is a
     DeltaVersionTrigger on the input's table in the lake; `pending` skips a run with nothing to consume;
-    `on_data or CRON` adds the cron."""
+    `on_data or CRON` adds the cron. An output's Asset (the run's outlet) is the same definition, watcher included:
+    Airflow keeps the last one parsed, so an outlet without it would unwatch a pipeline scheduled on that table."""
     folder, lake = tmp_path / "pipelines", Lake(tmp_path / "lake")
     folder.mkdir()
     (folder / "team.py").write_text(ON_DATA)
@@ -240,6 +245,9 @@ def test_a_pipeline_on_data_runs_on_its_inputs_assets_each_watched_by_its_delta_
     assert classpath == "streamtable.airflow.watch.DeltaVersionTrigger"
     assert kwargs == {"table": "team_events", "path": path, "poll_interval": 1.0}
     assert dag["tasks"]["pending"]["downstream"] == ["run"] and set(dag["tasks"]) == {"pending", "run"}
+    [outlet] = dag["tasks"]["run"]["outlets"]
+    output = {"table": "team_totals", "path": lake.table_path("team_totals"), "poll_interval": 1.0}
+    assert outlet["watchers"] == [["streamtable_delta_version_team_totals", classpath, output]]
     assert both["timetable"] == "AssetOrTimeSchedule" and list(both["watchers"]) == ["streamtable.both_events"]
 
 

@@ -1,14 +1,18 @@
 """The Assets of streamtable's tables, and a micro-batch DAG's schedule: a cron, its inputs' Assets, or both.
 
-Every table has one Asset, named `streamtable.TABLE` with the URI `streamtable://tables/TABLE`: the identity names
-the table, not where the lake is (a deployment has one lake, chosen when each task runs), so an Asset fixed at parse
-time from another setting does not go stale when the lake moves. Where the table is, each event says (`extra`).
+Every table has one Asset, `table_asset(TABLE)`, named `streamtable.TABLE` with the URI `streamtable://tables/TABLE`:
+the identity names the table, not where the lake is (a deployment has one lake, chosen when each task runs), so an
+Asset fixed at parse time from another setting does not go stale when the lake moves. Where the table is, each event
+says (`extra`). It is the same object wherever the table appears (an output's outlet, an input's schedule, a copier's
+outlet): Airflow keeps one definition per Asset, the last one parsed, so an outlet without the watcher would take the
+watcher away from a pipeline scheduled on the same table.
 
 - An output's Asset is updated by its pipeline's micro-batch run on success (`output_assets`).
-- An input's Asset (`input_asset`) is updated by the ingest DAG's copier (its outlet) and, whoever wrote the table
-  (`streamtable ingest` from a shell, another job's Delta writer), by its `AssetWatcher`: a `DeltaVersionTrigger`
-  in Airflow's triggerer that fires when the table's Delta version moves (`streamtable.airflow.watch`). A pipeline
-  declared with `schedule="on_data"` is scheduled on any of its inputs' Assets (`micro_batch_schedule`).
+- Whoever wrote the table (`streamtable ingest` from a shell, the ingest DAG's copier, another job's Delta writer,
+  another pipeline), its `AssetWatcher` updates it: a `DeltaVersionTrigger` in Airflow's triggerer that fires when
+  the table's Delta version moves (`streamtable.airflow.watch`). Airflow runs a watcher only while an unpaused DAG is
+  scheduled on its Asset, from the first parse that sees it so: a pipeline declared with `schedule="on_data"`, which
+  is scheduled on any of its inputs' Assets (`micro_batch_schedule`).
 
 The watcher reads the table where the lake is when the DAG file is parsed: the Variable `streamtable_lake`, else the
 env `STREAMTABLE_LAKE` of the DAG processor, else `~/streamtable/lake` (the triggerer needs the same store access, e.g.
@@ -29,15 +33,9 @@ from streamtable.storage.lake import Lake
 
 
 def output_assets(pipeline: str) -> list[Asset]:
-    """One Asset per output table of `pipeline`, whose events carry the lake and the table's URI in it."""
-    return [
-        Asset(
-            name=f"streamtable.{table['name']}",
-            uri=f"{TABLE_ASSET}{table['name']}",
-            extra={"pipeline": pipeline, "keys": table["keys"]},
-        )
-        for table in registered_pipelines()[pipeline]["outputs"]
-    ]
+    """The Assets of `pipeline`'s output tables, whose events (`StreamtableSubmitOperator`) carry the lake and the
+    table's URI in it."""
+    return [table_asset(table["name"]) for table in registered_pipelines()[pipeline]["outputs"]]
 
 
 def parse_time_lake() -> Lake:
@@ -45,9 +43,9 @@ def parse_time_lake() -> Lake:
     return Lake(parse_time_variable(LAKE_VARIABLE) or env_lake())
 
 
-def input_asset(table: str) -> Asset:
-    """The Asset of an input table, watched by a `DeltaVersionTrigger` on its Delta table (the lake's changelog, or
-    another job's table where its declaration puts it)."""
+def table_asset(table: str) -> Asset:
+    """The Asset of `table`, watched by a `DeltaVersionTrigger` on its Delta table (in the lake, or another job's table
+    where its declaration puts it)."""
     path = registered().get("input_paths", {}).get(table) or parse_time_lake().table_path(table)
     trigger = DeltaVersionTrigger(table=table, path=path)
     return Asset(
@@ -65,7 +63,7 @@ def micro_batch_schedule(pipeline: dict) -> Any:
         return cron
     # the ticks' input is written by the DAG's own emit_ticks: watching it would wake the DAG by itself, for ever
     watched = [table for table in pipeline["inputs"] if table != pipeline.get("ticks_into")]
-    assets = AssetAny(*(input_asset(table) for table in watched))
+    assets = AssetAny(*(table_asset(table) for table in watched))
     if cron is None:
         return assets
     return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=assets)

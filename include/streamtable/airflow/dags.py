@@ -27,7 +27,7 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG
 
 from streamtable.airflow.alerts import Callback, failure_callbacks
-from streamtable.airflow.assets import input_asset
+from streamtable.airflow.assets import table_asset
 from streamtable.airflow.catalog import (
     pipeline_names,
     pipelines_env,
@@ -181,7 +181,7 @@ def copy_task(table: str, kafka_topic: str | None, landing_folder: str | None) -
         bash_command=f'exec {python} -m streamtable.cli.main ingest "$TABLE" {source} --follow --lake "$LAKE"',
         env={"TABLE": table, "TOPIC": kafka_topic or "", "FOLDER": landing_folder or "", "LAKE": LAKE}
         | pipelines_env(),
-        outlets=[input_asset(table)],  # updated when the copier stops; while it runs, the Asset's watcher tells
+        outlets=[table_asset(table)],  # updated when the copier stops; while it runs, the Asset's watcher tells
         append_env=True,
         retries=3,
         retry_delay=pendulum.duration(seconds=15),

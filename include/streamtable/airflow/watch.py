@@ -1,7 +1,7 @@
 """The event trigger that wakes a pipeline scheduled `on_data`: a Delta table's version moved.
 
 `DeltaVersionTrigger` runs in Airflow's triggerer as the `AssetWatcher` of an input's Asset
-(`streamtable.airflow.assets.input_asset`). It polls the table's latest version with delta-rs (no Spark, no JVM),
+(`streamtable.airflow.assets.table_asset`). It polls the table's latest version with delta-rs (no Spark, no JVM),
 and yields one event each time the version moves past the last one it reported; the scheduler turns each event into
 an asset event of the input, which queues a run of every DAG scheduled on it. So whatever writes the table wakes
 the pipeline: `streamtable ingest` from a shell, the ingest DAGs' copiers, another job's Delta writer.

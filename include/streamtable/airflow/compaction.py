@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.sdk import DAG
 
-from streamtable.airflow.catalog import pipeline_names
+from streamtable.airflow.daily import daily_dags
 from streamtable.airflow.tasks import streamtable_task
 
 COMPACT_DOC = """Compacts PIPELINE's live outputs and stores: purges the deletion vectors of merge-on-read tables and
@@ -22,16 +22,8 @@ change feeds and later batches see the same tables."""
 
 def compact_dags(defaults: dict[str, Any]) -> list[DAG]:
     """The `compact_PIPELINE` DAGs, each made with `defaults` (the other DAGs' shared arguments)."""
-    dags = []
-    for name in pipeline_names():
-        with DAG(
-            dag_id=f"compact_{name}",
-            doc_md=COMPACT_DOC.replace("PIPELINE", name),
-            schedule="@daily",
-            max_active_runs=1,
-            is_paused_upon_creation=True,
-            **defaults,
-        ) as dag:
-            streamtable_task("compact", "compact", name, execution_timeout=timedelta(hours=2))
-        dags.append(dag)
-    return dags
+
+    def compact(name: str) -> None:
+        streamtable_task("compact", "compact", name, execution_timeout=timedelta(hours=2))
+
+    return daily_dags("compact", COMPACT_DOC, compact, defaults, is_paused_upon_creation=True)

@@ -20,7 +20,8 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, task
 
 from streamtable.airflow.assets import micro_batch_schedule, output_assets
-from streamtable.airflow.catalog import pipeline_names, pipelines_env, registered_pipelines
+from streamtable.airflow.catalog import pipelines_env, registered_pipelines
+from streamtable.airflow.daily import daily_dags
 from streamtable.airflow.tasks import LAKE, StreamtableSubmitOperator, streamtable_task
 from streamtable.core.pipeline import schedule_parts
 
@@ -140,17 +141,10 @@ def emit_ticks_task() -> BashOperator:
 
 def validate_dags(defaults: Defaults) -> list[DAG]:
     """One `validate_PIPELINE` DAG per pipeline: the full suites and the Data Docs, daily or triggered."""
-    dags = []
-    for name in pipeline_names():
-        with DAG(
-            dag_id=f"validate_{name}",
-            doc_md=VALIDATE_DOC.replace("PIPELINE", name),
-            schedule="@daily",
-            max_active_runs=1,
-            **defaults("validate"),
-        ) as dag:
-            streamtable_task(
-                "validate", "validate", name, operator=StreamtableSubmitOperator, execution_timeout=timedelta(hours=2)
-            )
-        dags.append(dag)
-    return dags
+
+    def validate(name: str) -> None:
+        streamtable_task(
+            "validate", "validate", name, operator=StreamtableSubmitOperator, execution_timeout=timedelta(hours=2)
+        )
+
+    return daily_dags("validate", VALIDATE_DOC, validate, defaults("validate"))

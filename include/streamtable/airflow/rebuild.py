@@ -13,6 +13,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, task
 
 from streamtable.airflow.catalog import pipeline_names
+from streamtable.airflow.daily import daily_dags
 from streamtable.airflow.tasks import LAKE, streamtable_task
 
 Check = Callable[[str, dict], tuple[list[str], str]]  # (lake, params) -> (arguments, summary)
@@ -258,28 +259,25 @@ def since(pipeline: str, lake: str, params=None, dag_run=None, ti=None) -> str:
 
 def reprocess_daily_dags(defaults: Defaults) -> list[DAG]:
     """One `reprocess_daily_PIPELINE` DAG per pipeline (paused when created): a reprocess from a look-back."""
-    dags = []
-    for name in pipeline_names():
-        with DAG(
-            dag_id=f"reprocess_daily_{name}",
-            doc_md=REPROCESS_DAILY_DOC.replace("PIPELINE", name),
-            schedule="@daily",
-            max_active_runs=1,
-            is_paused_upon_creation=True,
-            params={
-                "lookback_hours": Param(
-                    None,
-                    type=["null", "integer"],
-                    minimum=1,
-                    title="Look-back (hours)",
-                    description=f"Reprocess from the first version committed this many hours before the run. "
-                    f"Empty: the Variable {LOOKBACK_VARIABLE}, else {DEFAULT_LOOKBACK_HOURS}.",
-                ),
-            },
-            **defaults("reprocess"),
-        ) as dag:
-            since(name, LAKE) >> streamtable_task(
-                "reprocess", "reprocess", name, args_from="since", execution_timeout=timedelta(hours=6)
-            )
-        dags.append(dag)
-    return dags
+    lookback = Param(
+        None,
+        type=["null", "integer"],
+        minimum=1,
+        title="Look-back (hours)",
+        description=f"Reprocess from the first version committed this many hours before the run. "
+        f"Empty: the Variable {LOOKBACK_VARIABLE}, else {DEFAULT_LOOKBACK_HOURS}.",
+    )
+
+    def reprocess(name: str) -> None:
+        since(name, LAKE) >> streamtable_task(
+            "reprocess", "reprocess", name, args_from="since", execution_timeout=timedelta(hours=6)
+        )
+
+    return daily_dags(
+        "reprocess_daily",
+        REPROCESS_DAILY_DOC,
+        reprocess,
+        defaults("reprocess"),
+        is_paused_upon_creation=True,
+        params={"lookback_hours": lookback},
+    )

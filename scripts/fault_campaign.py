@@ -45,8 +45,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from reference import clicks_per_region as reference  # noqa: E402  the independent model, shared with the tests
 from streamtable.core.timefmt import format_time, parse_time  # noqa: E402
-from streamtable.runtime.commands.lifecycle import SWAP  # noqa: E402
-from streamtable.storage.lake import Lake  # noqa: E402
+from streamtable.storage.lake import SWAP, Lake  # noqa: E402
 from streamtable.storage.reader import rows  # noqa: E402
 
 CLI = str(ROOT / ".venv" / "bin" / "streamtable")

@@ -69,6 +69,11 @@ class RunContext:
     def read(self, table: str) -> DataFrame:
         return self.spark.read.format("delta").load(spark_path(self.path(table)))
 
+    def overwrite(self, table: str, rows: DataFrame, metadata: str) -> None:
+        """Replace all rows of an output with `rows` in one atomic Spark commit whose `userMetadata` is `metadata`."""
+        writer = rows.write.format("delta").mode("overwrite").option("overwriteSchema", "false")
+        writer.option("userMetadata", metadata).save(spark_path(self.path(table)))
+
     def snapshot(self, table: str) -> DataFrame:
         """The committed rows of an output or state store, read from the Parquet files of its latest version.
 
@@ -117,16 +122,19 @@ class RunContext:
 
     def prepare(self) -> None:
         """Create this generation's outputs, stores and store of committed batches if they do not exist."""
-        for table in self.pipeline.outputs + (LATE_EVENTS,):
+        outputs = [(self.path(t.name), t) for t in self.pipeline.outputs + (LATE_EVENTS,)]
+        stores = [(self.path(t.name), t) for t in self.pipeline.state]
+        batches = self.path(BATCHES)
+        for path, table in outputs:
             partitions = ("pipeline",) if table.name == LATE_EVENTS.name else ()
-            delta_rs.ensure_table(self.path(table.name), arrow_schema(table.columns), partition_by=partitions)
-        for table in self.pipeline.state:
-            delta_rs.ensure_table(self.path(table.name), arrow_schema(table.columns), change_feed=False)
+            delta_rs.ensure_table(path, arrow_schema(table.columns), partition_by=partitions)
+        for path, table in stores:
+            delta_rs.ensure_table(path, arrow_schema(table.columns), change_feed=False)
+        delta_rs.ensure_table(batches, BATCHES_SCHEMA, change_feed=False)
         if merge_on_read.wanted():  # keyed tables committed by Spark's MERGE with deletion vectors
-            for table in self.pipeline.outputs + self.pipeline.state:
-                if table.keys:
-                    merge_on_read.enable(self.spark, self.path(table.name))
-        delta_rs.ensure_table(self.path(BATCHES), BATCHES_SCHEMA, change_feed=False)
+            for path, table in outputs + stores:
+                if table.keys and table.name != LATE_EVENTS.name:
+                    merge_on_read.enable(self.spark, path)
 
     def batches(self) -> list[dict]:
         """The committed batches of this generation (read with delta-rs: no Spark job)."""

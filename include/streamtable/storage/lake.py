@@ -3,6 +3,7 @@
 Layout (everything a pipeline keeps lives inside its lake):
     <lake>/tables/<table>/                     every Delta table users name (inputs, outputs, system)
     <lake>/_pipelines/<p>/generation.json      the live generation of the pipeline
+    <lake>/_pipelines/<p>/swap.json            a swap in progress: the generation a reprocess or reset makes live
     <lake>/_pipelines/<p>/g<N>/checkpoint/      Structured Streaming checkpoint (the consumer offsets)
     <lake>/_pipelines/<p>/g<N>/state/<store>/   Delta state stores (`progress`, open events, ...)
     <lake>/_pipelines/<p>/g<N>/staging/         batches computed but not yet committed
@@ -26,12 +27,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from streamtable.storage.lease import Lease, read_holder
+from streamtable.storage.lease import Lease, LeaseWatch, read_holder
 from streamtable.storage.store import Store, is_object_store, join, normalize_root, spark_path
 
 # each generation's store of its committed batches (consumed versions, stream time, metrics: `runtime.committed`);
 # its folder keeps the name earlier releases gave it
 BATCHES = "progress"
+SWAP = "swap.json"  # present while a reprocess's outputs (or a reset's empty ones) are being swapped in
 
 
 def resolve_lake(lake: str | None) -> str:
@@ -96,6 +98,39 @@ class Lake:
     def generation_dir(self, pipeline: str, generation: int) -> str:
         return join(self.pipeline_dir(pipeline), f"g{generation}")
 
+    def generation_dirs(self, pipeline: str) -> list[str]:
+        """The names (`g<N>`) of the generation folders a pipeline has in the lake."""
+        return [g for g in self.store.children(self.pipeline_dir(pipeline)) if g[:1] == "g" and g[1:].isdigit()]
+
+    def next_generation(self, pipeline: str) -> int:
+        """A generation no folder and no live generation of the pipeline has used."""
+        return max([int(g[1:]) for g in self.generation_dirs(pipeline)] + [self.generation(pipeline)]) + 1
+
+    def discard_generations(self, pipeline: str, keep: int) -> None:
+        """Delete the checkpoints and state of generations that are not live (abandoned reprocesses, old runs)."""
+        for name in self.generation_dirs(pipeline):
+            if name != f"g{keep}":
+                self.store.delete_prefix(join(self.pipeline_dir(pipeline), name))
+
+    def swap(self, pipeline: str) -> dict | None:
+        """The swap a reprocess or a reset started and has not finished (`generation`, and `reset` for a reset's
+        empty outputs), or None."""
+        return self.store.read_json(join(self.pipeline_dir(pipeline), SWAP))
+
+    def start_swap(self, pipeline: str, generation: int, reset: bool = False) -> None:
+        """Note that `generation` is to be swapped in (its shadow outputs, or empty ones for a reset): from here on,
+        every command of the pipeline finishes the swap before anything else."""
+        swap = {"generation": generation} | ({"reset": True} if reset else {})
+        self.store.write_json(join(self.pipeline_dir(pipeline), SWAP), swap)
+
+    def end_swap(self, pipeline: str, generation: int) -> None:
+        """Make the swapped-in generation live (one put), then drop the marker, its shadow tables and every other
+        generation's folder."""
+        self.set_generation(pipeline, generation)
+        self.store.delete(join(self.pipeline_dir(pipeline), SWAP))
+        self.store.delete_prefix(join(self.generation_dir(pipeline, generation), "shadow"))
+        self.discard_generations(pipeline, keep=generation)
+
     def state_path(self, pipeline: str, generation: int, store: str) -> str:
         """A generation's Delta state store (its `progress`, heartbeats and the pipeline's own stores)."""
         return join(self.generation_dir(pipeline, generation), "state", store)
@@ -107,6 +142,10 @@ class Lake:
         """Who holds the pipeline's lease now, as it wrote itself down: `command` (run, serve, reprocess or reset),
         `pid`, `host` and `since`; None when free."""
         return read_holder(self.store, self.lock_path(pipeline))
+
+    def lease_watch(self, pipeline: str) -> LeaseWatch:
+        """A watch on the pipeline's lease: whether the process that holds it now still does."""
+        return LeaseWatch(self.store, self.lock_path(pipeline))
 
     def locked(self, pipeline: str) -> bool:
         """Whether a command holds the pipeline's lease now (a run, serve, reprocess or reset is going on)."""

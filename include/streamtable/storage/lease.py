@@ -92,12 +92,33 @@ def read_holder(store: Store, path: str) -> dict | None:
     """Who holds the lease at `path`: its `command`, `pid`, `host` and `since`; None when it is free (never taken,
     released, or held by a process of this host that is gone)."""
     found = store.read(path)
-    if found is None:
-        return None
-    entry = _entry(found.data)
+    return None if found is None else _holder(found.data)
+
+
+def _holder(data: bytes) -> dict | None:
+    """The holder a lease's content names (as `read_holder`), None when it is free."""
+    entry = _entry(data)
     if entry.get("released") or not _alive_here(entry):
         return None
     return {k: v for k, v in entry.items() if k not in ("token", "renewals")}
+
+
+class LeaseWatch:
+    """Whether the process that held a lease still does: the same holder, its lease renewed within a TTL (a holder on
+    another host that died keeps its entry until a waiter takes the lease over)."""
+
+    def __init__(self, store: Store, path: str) -> None:
+        self.store, self.path = store, path
+        self.etag: str | None = None
+        self.changed_at = time.monotonic()
+
+    def held_by(self, holder: dict) -> bool:
+        found = self.store.read(self.path)
+        if found is None or _holder(found.data) != holder:
+            return False
+        if found.etag != self.etag:
+            self.etag, self.changed_at = found.etag, time.monotonic()
+        return time.monotonic() - self.changed_at < lease_seconds()
 
 
 class Lease:

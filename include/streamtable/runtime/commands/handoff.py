@@ -22,7 +22,6 @@ from streamtable.runtime.context import lineage
 from streamtable.runtime.observe.status import live_progress, unconsumed_commits
 from streamtable.runtime.query.handler import RunReport
 from streamtable.storage.lake import Lake
-from streamtable.storage.lease import lease_seconds
 
 POLL_S = 0.2  # how often the run reads serve's progress
 
@@ -37,7 +36,7 @@ def served_run(lake: Lake, pipeline: Pipeline, poll_s: float = POLL_S) -> RunRep
     generation, batches, consumed = live_progress(lake, pipeline.name)
     first_batch = max((b["batch_id"] for b in batches), default=-1) + 1
     targets = _targets(lake, pipeline, consumed)
-    watch = _LeaseWatch(lake, pipeline.name)
+    watch = lake.lease_watch(pipeline.name)
     while True:
         live, batches, _ = live_progress(lake, pipeline.name)
         if live != generation or not watch.held_by(holder):
@@ -76,21 +75,3 @@ def _report(lake: Lake, pipeline: Pipeline, generation: int, batches: list[dict]
         lineage=lineage(lake, pipeline, Consumed.of(committed), lake.table_path),
         served_by={k: holder.get(k) for k in ("command", "pid", "host", "since")},
     )
-
-
-class _LeaseWatch:
-    """Whether the process that held a pipeline's lease still does: the same holder, its lease renewed within a TTL
-    (a holder on another host that died keeps its entry until a waiter takes the lease over)."""
-
-    def __init__(self, lake: Lake, pipeline: str) -> None:
-        self.lake, self.pipeline = lake, pipeline
-        self.etag: str | None = None
-        self.changed_at = time.monotonic()
-
-    def held_by(self, holder: dict) -> bool:
-        found = self.lake.store.read(self.lake.lock_path(self.pipeline))
-        if found is None or self.lake.holder(self.pipeline) != holder:
-            return False
-        if found.etag != self.etag:
-            self.etag, self.changed_at = found.etag, time.monotonic()
-        return time.monotonic() - self.changed_at < lease_seconds()

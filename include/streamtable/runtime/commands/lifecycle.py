@@ -33,8 +33,6 @@ from streamtable.storage.store import join
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-SWAP = "swap.json"  # present while a reprocess's outputs (or a reset's empty ones) are being swapped in
-
 
 def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
     """One bounded run of a pipeline: everything its inputs hold now, as one micro-batch; or, while a live `serve`
@@ -48,8 +46,9 @@ def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
             return served
     with lake.lock(name, "run"):
         finish_swap(lake, pipeline)
-        declaration.check(lake, pipeline, lake.generation(name))
-        return drain(RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name)), clock)
+        generation = lake.generation(name)
+        declaration.check(lake, pipeline, generation)
+        return drain(RunContext(get_spark(lake=lake.root), lake, pipeline, generation), clock)
 
 
 def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float, on_progress=None) -> RunReport:
@@ -155,8 +154,8 @@ def reprocess(
     check_version(lake, sought, from_version)
     with lake.lock(name, "reprocess"):
         finish_swap(lake, pipeline)
-        discard_generations(lake, name, keep=lake.generation(name))
-        ctx = RunContext(get_spark(lake=lake.root), lake, pipeline, next_generation(lake, name), shadow=True)
+        lake.discard_generations(name, keep=lake.generation(name))
+        ctx = RunContext(get_spark(lake=lake.root), lake, pipeline, lake.next_generation(name), shadow=True)
         live = RunContext(ctx.spark, lake, pipeline, lake.generation(name))
         live.prepare()
         try:
@@ -179,7 +178,7 @@ def reprocess(
         if dry_run:
             lake.store.delete_prefix(ctx.dir)
         else:
-            lake.store.write_json(join(lake.pipeline_dir(name), SWAP), {"generation": ctx.generation})
+            lake.start_swap(name, ctx.generation)
             finish_swap(lake, pipeline)
         result.run["lineage"] = RunContext(
             ctx.spark, lake, pipeline, lake.generation(name)
@@ -200,10 +199,8 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
     before finds every shadow table it copies from.
     """
     from streamtable.runtime.spark import get_spark
-    from streamtable.storage import delta_io
 
-    marker = join(lake.pipeline_dir(pipeline.name), SWAP)
-    swap = lake.store.read_json(marker)
+    swap = lake.swap(pipeline.name)
     if swap is None:
         return
     live = RunContext(get_spark(lake=lake.root), lake, pipeline, swap["generation"])
@@ -215,13 +212,10 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
     live.prepare()
     about = provenance.swap_metadata(pipeline, live.generation, reset=bool(swap.get("reset")))  # for `explain`
     for table in pipeline.outputs:
-        delta_io.replace(rows(table.name), live.path(table.name), metadata=about)
+        live.overwrite(table.name, rows(table.name), about)
     late = None if swap.get("reset") else shadow.path(LATE_EVENTS.name)  # delta-rs: other pipelines append to it
     delta_rs.replace_rows(live.path(LATE_EVENTS.name), late, "pipeline", pipeline.name)
-    lake.set_generation(pipeline.name, live.generation)
-    lake.store.delete(marker)
-    lake.store.delete_prefix(join(shadow.dir, "shadow"))
-    discard_generations(lake, pipeline.name, keep=live.generation)
+    lake.end_swap(pipeline.name, live.generation)
 
 
 def reset(lake: Lake, name: str, dry_run: bool = False) -> dict:
@@ -231,30 +225,12 @@ def reset(lake: Lake, name: str, dry_run: bool = False) -> dict:
         "pipeline": name,
         "outputs": [lake.table_path(t.name) for t in pipeline.outputs],
         "late_events": f"rows with pipeline = {name!r}",
-        "progress": [join(lake.pipeline_dir(name), g) for g in _generation_dirs(lake, name)],
+        "progress": [join(lake.pipeline_dir(name), g) for g in lake.generation_dirs(name)],
     }
     if dry_run:
         return plan | {"dry_run": True}
     with lake.lock(name, "reset"):
         finish_swap(lake, pipeline)  # a reprocess's, or an earlier reset's
-        swap = {"generation": next_generation(lake, name), "reset": True}
-        lake.store.write_json(join(lake.pipeline_dir(name), SWAP), swap)
+        lake.start_swap(name, lake.next_generation(name), reset=True)
         finish_swap(lake, pipeline)  # empty outputs in a new generation: all of it, or (killed) by the next command
     return plan | {"dry_run": False}
-
-
-def next_generation(lake: Lake, name: str) -> int:
-    existing = [int(g[1:]) for g in _generation_dirs(lake, name)]
-    return max(existing + [lake.generation(name)]) + 1
-
-
-def _generation_dirs(lake: Lake, name: str) -> list[str]:
-    """The names (`g<N>`) of the generation folders a pipeline has in the lake."""
-    return [g for g in lake.store.children(lake.pipeline_dir(name)) if g[:1] == "g" and g[1:].isdigit()]
-
-
-def discard_generations(lake: Lake, name: str, keep: int) -> None:
-    """Delete the checkpoints and state of generations that are not live (abandoned reprocesses, old runs)."""
-    for generation in _generation_dirs(lake, name):
-        if generation != f"g{keep}":
-            lake.store.delete_prefix(join(lake.pipeline_dir(name), generation))

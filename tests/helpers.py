@@ -61,6 +61,16 @@ def cli(lake: Lake, *args: str, env: dict | None = None, check: bool = True) -> 
     return proc
 
 
+def pipeline_dag_ids(pipeline: str) -> set[str]:
+    """The DAGs the factory makes for one pipeline: its micro-batch, validation, stream, daily reprocess, compaction."""
+    return {pipeline, *(f"{kind}_{pipeline}" for kind in ("validate", "stream", "reprocess_daily", "compact"))}
+
+
+def dag_ids_of(*pipelines: str) -> list[str]:
+    """Every DAG an Airflow with only these pipelines shows, sorted: theirs and the `reprocess` and `reset` forms."""
+    return sorted({"reprocess", "reset"}.union(*map(pipeline_dag_ids, pipelines)))
+
+
 def airflow_env(home: Path, lake: Path | None = None) -> dict[str, str]:
     """The environment `make` gives Airflow, pointed at a test AIRFLOW_HOME (and lake)."""
     env = {

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, DAGS, ROOT, airflow_env, ingest, last_json, run_python
+from helpers import BIN, DAGS, ROOT, airflow_env, dag_ids_of, ingest, last_json, pipeline_dag_ids, run_python
 from streamtable.runtime import spark_settings as settings
 from streamtable.storage.lake import Lake
 
@@ -49,8 +49,8 @@ print("RESULT " + json.dumps({{
 
     from streamtable.core.registry import pipelines
 
-    for name in pipelines():  # every pipeline: its micro-batch DAG, its validation, its stream DAG, its daily reprocess
-        for dag_id in (name, f"validate_{name}", f"stream_{name}", f"reprocess_daily_{name}"):
+    for name in pipelines():  # every pipeline: its micro-batch DAG, validation, stream, daily reprocess, compaction
+        for dag_id in pipeline_dag_ids(name):
             assert dag_id in result["dags"], f"pipeline {name} has no DAG {dag_id}"
     assert {"reprocess", "reset"} <= set(result["dags"])
 
@@ -115,15 +115,7 @@ print("RESULT " + json.dumps(found))
 
     built_in = set(pipelines()) - {"team_totals"}
     assert len(built_in) == 7
-    team = [
-        "compact_team_totals",
-        "reprocess",
-        "reprocess_daily_team_totals",
-        "reset",
-        "stream_team_totals",
-        "team_totals",
-        "validate_team_totals",
-    ]
+    team = dag_ids_of("team_totals")
     assert all(case["errors"] == [] for case in found.values()), found
     assert found["default"]["dags"] == team, found["default"]
     assert found["default"]["forms"] == {"reprocess": ["team_totals"], "reset": ["team_totals"]}
@@ -131,8 +123,7 @@ print("RESULT " + json.dumps(found))
     for case in ("env", "variable"):
         dags = set(found[case]["dags"])
         for name in built_in:
-            dag_ids = {name, f"stream_{name}", f"reprocess_daily_{name}", f"compact_{name}", f"validate_{name}"}
-            assert dag_ids <= dags, (case, name)
+            assert pipeline_dag_ids(name) <= dags, (case, name)
         assert set(found[case]["forms"]["reset"]) >= built_in
     assert "team_totals" in found["env"]["dags"] and "team_totals" not in found["variable"]["dags"]
 

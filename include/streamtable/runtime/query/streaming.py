@@ -124,13 +124,20 @@ def read_other_jobs(ctx: RunContext, starting: dict[str, int]) -> dict[str, int]
     return first
 
 
-def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int] | None = None) -> RunReport:
-    """Process everything the inputs hold now (Trigger.AvailableNow) and return what was done."""
+def ready(ctx: RunContext, clock: Clock, starting: dict[str, int]) -> dict[str, int]:
+    """Make the generation ready for its query: its inputs' changelogs, its outputs and stores exist, the tables of
+    other jobs are checked (`read_other_jobs`, whose first versions it returns), a wall-clock pipeline has a beat."""
     ensure_inputs(ctx.lake, ctx.pipeline.inputs)
-    first = read_other_jobs(ctx, starting or {})
+    first = read_other_jobs(ctx, starting)
     ctx.prepare()
     if ctx.pipeline.wall_clock:
         beat(ctx.heartbeat_path, clock())
+    return first
+
+
+def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int] | None = None) -> RunReport:
+    """Process everything the inputs hold now (Trigger.AvailableNow) and return what was done."""
+    first = ready(ctx, clock, starting or {})
     report = RunReport(ctx.pipeline.name, ctx.generation)
     query, handler = start_query(ctx, report, clock, starting or {}, first_versions=first)
     await_query(query, handler)
@@ -152,11 +159,7 @@ def serve(
     A batch that has not finished `stop_timeout_s` after the signal is abandoned: the process exits
     with code 3 and the batch runs again from the checkpoint on the next start.
     """
-    ensure_inputs(ctx.lake, ctx.pipeline.inputs)
-    first = read_other_jobs(ctx, {})
-    ctx.prepare()
-    if ctx.pipeline.wall_clock:
-        beat(ctx.heartbeat_path, clock())
+    first = ready(ctx, clock, {})
     report = RunReport(ctx.pipeline.name, ctx.generation)
     query, handler = start_query(
         ctx, report, clock, {}, processing_time=interval, on_progress=on_progress, first_versions=first

@@ -106,6 +106,10 @@ class Lake:
         """A generation no folder and no live generation of the pipeline has used."""
         return max([int(g[1:]) for g in self.generation_dirs(pipeline)] + [self.generation(pipeline)]) + 1
 
+    def discard_generation(self, pipeline: str, generation: int) -> None:
+        """Delete a generation's folder: its checkpoint, state, staged batches and shadow tables."""
+        self.store.delete_prefix(self.generation_dir(pipeline, generation))
+
     def discard_generations(self, pipeline: str, keep: int) -> None:
         """Delete the checkpoints and state of generations that are not live (abandoned reprocesses, old runs)."""
         for name in self.generation_dirs(pipeline):

@@ -164,7 +164,7 @@ def reprocess(
             if failures:
                 raise QualityGateError(f"{name}: quality gate failed, nothing published: " + "; ".join(failures))
         except Exception:
-            lake.store.delete_prefix(ctx.dir)  # a refused rebuild leaves nothing behind
+            lake.discard_generation(name, ctx.generation)  # a refused rebuild leaves nothing behind
             raise
         result = ReprocessReport(
             name,
@@ -176,7 +176,7 @@ def reprocess(
             rows_after=row_counts(ctx),
         )
         if dry_run:
-            lake.store.delete_prefix(ctx.dir)
+            lake.discard_generation(name, ctx.generation)
         else:
             lake.start_swap(name, ctx.generation)
             finish_swap(lake, pipeline)

@@ -260,11 +260,13 @@ class Campaign:
         self.model = Model()
         self.report = Report(args.seed, args.kills)
         self.env = {**os.environ, "SPARK_SUBMIT_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")}
+        self.merge_on_read = args.merge_on_read
         if args.merge_on_read:  # the output is committed by Spark's MERGE with deletion vectors
             self.env["STREAMTABLE_MERGE_ON_READ"] = "1"
         self.cluster: Cluster | None = None
         self.state = threading.Lock()
         self.ingest_seconds = 1.0
+        self.compact_seconds = 12.0  # a compaction's start and purge (its JVM's start most of it), once measured
 
     # commands
 
@@ -444,18 +446,25 @@ class Campaign:
             feeder.join()
 
     def kill_compact(self) -> bool:
-        """A compaction killed at a random moment after a run; its phase, known once it is dead, from the output's
-        last commit: `before` (none of its commits), `purged` (its REORG) or `optimized` (its OPTIMIZE too)."""
-        self.feed()
-        self.finish(self.start("run", P), "the run before a compaction")
+        """A compaction killed during its start and its purge, or between its purge and its OPTIMIZE; its phase, known
+        once it is dead, from the output's last commit: `before` (none of its commits), `purged` (its REORG) or
+        `optimized` (its OPTIMIZE too). Batches of a few clicks first, until the output has a deletion vector to purge
+        (a batch that replaces every row of a file removes the file instead)."""
+        for _ in range(3 if self.merge_on_read else 1):  # (a copy-on-write output: one batch, for delta-rs to compact)
+            if self.merge_on_read and self.deletion_vectors():
+                break
+            self.feed(self.data_rng.randint(1, 3))
+            self.finish(self.start("run", P), "the run before a compaction")
         before = self.output_operation()
+        started = time.monotonic()
         compact = self.start("compact", P)
         self.report.kills_attempted["compact"] += 1
-        if self.rng.random() < 0.5:  # aimed at its JVM's start or its first commit
-            time.sleep(self.rng.uniform(1.0, 25.0))
-        else:  # aimed between its purge and its OPTIMIZE
+        if self.rng.random() < 0.5:  # during its JVM's start or its REORG (as long as the last one took to commit)
+            time.sleep(self.rng.uniform(0.3, 1.0) * self.compact_seconds)
+        else:  # between its purge and its OPTIMIZE
             while compact.running() and self.output_operation() == before:
                 time.sleep(0.02)
+            self.compact_seconds = time.monotonic() - started
             time.sleep(self.rng.uniform(0.0, 0.3))
         code = compact.kill()
         if code != -signal.SIGKILL:
@@ -467,6 +476,13 @@ class Campaign:
         self.report.landed("compact", phase)
         self.note(f"killed compact at {phase}")
         return True
+
+    def deletion_vectors(self) -> int:
+        """How many files of the output carry a deletion vector (what a compaction purges)."""
+        from streamtable.storage.delta_rs import open_table
+
+        table = open_table(self.lake.table_path(P))
+        return 0 if table is None else sum(batch.num_rows for batch in table.deletion_vectors())
 
     def output_operation(self) -> tuple[int, str]:
         """The output's newest version and the operation that made it."""

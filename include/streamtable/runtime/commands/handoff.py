@@ -32,11 +32,11 @@ def served_run(lake: Lake, pipeline: Pipeline, poll_s: float = POLL_S) -> RunRep
     holder = lake.holder(pipeline.name)
     if holder is None or holder.get("command") != "serve":
         return None
+    watch = lake.lease_watch(pipeline.name)  # whether that serve still holds the lease while the run waits
     started = datetime.now(UTC)
     generation, batches, consumed = live_progress(lake, pipeline.name)
     first_batch = max((b["batch_id"] for b in batches), default=-1) + 1
     targets = _targets(lake, pipeline, consumed)
-    watch = lake.lease_watch(pipeline.name)
     while True:
         live, batches, _ = live_progress(lake, pipeline.name)
         if live != generation or not watch.held_by(holder):

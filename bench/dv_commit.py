@@ -126,7 +126,8 @@ class Index:
 
 
 def _log(path: str, version: int) -> list[dict]:
-    return delta_rs.log_entry(path, version) or []
+    entry = delta_rs.log_entry(path, version)
+    return list(entry.actions) if entry else []
 
 
 def commit(

@@ -119,10 +119,10 @@ def transaction_commit(path: str, app_id: str, table: DeltaTable | None) -> int 
         return None
     version = expected
     while True:
-        actions = log_entry(path, version)
-        if actions is None:
+        entry = log_entry(path, version)
+        if entry is None:
             raise RuntimeError(f"{path}: no log entry from version {expected} on carries {app_id}")
-        if any(action.get("txn", {}).get("appId") == app_id for action in actions):
+        if app_id in entry.txn:
             return version
         version += 1
 

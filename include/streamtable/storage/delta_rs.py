@@ -14,6 +14,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -121,10 +122,32 @@ def write(target: str | DeltaTable, data: Any, **options: Any) -> None:
     write_deltalake(target, data, **options)
 
 
-def log_entry(path: str, version: int) -> list[dict] | None:
-    """The actions of version `version` of the table at `path` as its log entry holds them; None if there is none."""
+@dataclass(frozen=True)
+class LogEntry:
+    """What one version of a table says of itself: its log entry's actions, and the parts of them readers ask for."""
+
+    actions: tuple[dict, ...]
+
+    @property
+    def info(self) -> dict:
+        """Its commit info (operation, timestamp, userMetadata...); empty when the writer recorded none."""
+        return next((a["commitInfo"] for a in self.actions if "commitInfo" in a), {})
+
+    @property
+    def txn(self) -> dict[str, int]:
+        """Its app transactions: app id -> version."""
+        return {a["txn"]["appId"]: a["txn"]["version"] for a in self.actions if "txn" in a}
+
+    @property
+    def metadata(self) -> dict | None:
+        """Its metaData action (schema, configuration), None when the version changed neither."""
+        return next((a["metaData"] for a in self.actions if "metaData" in a), None)
+
+
+def log_entry(path: str, version: int) -> LogEntry | None:
+    """Version `version` of the table at `path` as its log entry holds it; None once there is none (log cleanup)."""
     data = read_path(f"{path.rstrip('/')}/_delta_log/{version:020d}.json")
-    return None if data is None else [json.loads(line) for line in data.splitlines() if line.strip()]
+    return None if data is None else LogEntry(tuple(json.loads(line) for line in data.splitlines() if line.strip()))
 
 
 def open_table(path: str) -> DeltaTable | None:

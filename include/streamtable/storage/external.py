@@ -64,11 +64,10 @@ def commit(path: str, version: int) -> Commit:
     """The commit `version` of the Delta table at `path` (its `_delta_log/<version>.json`)."""
     key = (path, version)
     if key not in _COMMITS:
-        actions = log_entry(path, version)
-        if actions is None:
+        entry = log_entry(path, version)
+        if entry is None:
             raise BadInputError(f"{path}: version {version} is no longer in the table's log (log retention or VACUUM)")
-        info: dict = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        metadata = next((a["metaData"] for a in actions if "metaData" in a), None)
+        actions, info, metadata = entry.actions, entry.info, entry.metadata
         feed = None
         if metadata is not None:
             feed = str((metadata.get("configuration") or {}).get(CHANGE_FEED, "false")).lower() == "true"

@@ -6,7 +6,6 @@ requests with it). Nothing here imports pyspark or Airflow.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from streamtable.storage.lake import Lake
 
@@ -34,11 +33,8 @@ def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
     from streamtable.storage.delta_rs import log_entry
     from streamtable.storage.external import path_of
 
-    actions = log_entry(path_of(lake, table), version)
-    if actions is None:
-        return None
-    info: dict[str, Any] = next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
-    millis = info.get("timestamp")
+    entry = log_entry(path_of(lake, table), version)
+    millis = None if entry is None else entry.info.get("timestamp")
     return datetime.fromtimestamp(millis / 1000, UTC) if millis is not None else None
 
 

@@ -7,7 +7,7 @@ the key are not read; the rows found are then matched exactly with Arrow (null-s
 The current rows are the feed's newest after-images (`rows_left`) when the feed holds every change since the
 table's first version (`whole_feed`: version 0's log entry is there and had the feed on, as it is now); else a
 DataFusion query (`QueryBuilder`) reads them, a second scan of the key's files.
-Which batch made a change is in that version's log entry (`commit`): its app transaction and commit info.
+Which batch made a change is in that version's log entry (`delta_rs.log_entry`): its app transaction and commit info.
 """
 
 from __future__ import annotations
@@ -96,8 +96,9 @@ def whole_feed(table: DeltaTable, path: str) -> bool:
     on = "delta.enableChangeDataFeed"
     if table.metadata().configuration.get(on) != "true":
         return False
-    first = log_entry(path, 0) or []
-    return any(a.get("metaData", {}).get("configuration", {}).get(on) == "true" for a in first)
+    first = log_entry(path, 0)
+    metadata = (first.metadata if first else None) or {}
+    return (metadata.get("configuration") or {}).get(on) == "true"
 
 
 def rows_left(changes: pa.Table, keys: Sequence[str], schema: pa.Schema) -> pa.Table:
@@ -110,12 +111,3 @@ def rows_left(changes: pa.Table, keys: Sequence[str], schema: pa.Schema) -> pa.T
         if newest.setdefault(key, r[VERSION]) == r[VERSION] and r[CHANGE_TYPE] in ("insert", "update_postimage"):
             kept.append(i)
     return changes.take(pa.array(kept, pa.int64())).select(schema.names)
-
-
-def commit(path: str, version: int) -> dict:
-    """What version `version` of the table at `path` says of itself: its commit info and app transactions
-    (`txn`: app id -> version); empty when its log entry is gone (a log cleaned up after a checkpoint)."""
-    actions = log_entry(path, version) or []
-    info: dict = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-    txn = {a["txn"]["appId"]: a["txn"]["version"] for a in actions if "txn" in a}
-    return {"info": info, "txn": txn}

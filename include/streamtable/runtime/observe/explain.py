@@ -41,7 +41,7 @@ from streamtable.runtime.observe.status import pipeline_status
 from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.progress import history
 from streamtable.storage import row_history
-from streamtable.storage.delta_rs import delta_table, open_table
+from streamtable.storage.delta_rs import delta_table, log_entry, open_table
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import Lake, resolve_lake
 from streamtable.storage.reader import _parse_key, table_spec
@@ -178,10 +178,11 @@ class Writers:
         return dict(self._seen[version])
 
     def _writer(self, version: int) -> dict:
-        commit = row_history.commit(self.path, version)
-        about = provenance.read(commit["info"]) or {}
+        entry = log_entry(self.path, version)  # None once the log is cleaned up: nothing is known of the commit
+        info, txn = (entry.info, entry.txn) if entry else ({}, {})
+        about = provenance.read(info) or {}
         found = {
-            "operation": commit["info"].get("operation"),
+            "operation": info.get("operation"),
             "pipeline": self.owner.name if self.owner else None,
             "generation": None,
             "batch_id": None,
@@ -190,7 +191,7 @@ class Writers:
             "pipeline_sha256": about.get("pipeline_sha256"),
             "input_versions": None,
         }
-        batch = next(((m, v) for app, v in commit["txn"].items() if (m := APP_ID.fullmatch(app))), None)
+        batch = next(((m, v) for app, v in txn.items() if (m := APP_ID.fullmatch(app))), None)
         if batch is not None:
             match, batch_id = batch
             pipeline, generation = match["pipeline"], int(match["generation"])
@@ -218,7 +219,7 @@ class Writers:
                 consumed = dict(Consumed.of(batches))
                 found |= {"batch_id": ids[0] if len(ids) == 1 else None, "batch_ids": ids, "input_versions": consumed}
             return found
-        return found | {"writer": commit["info"].get("operation") or UNKNOWN}
+        return found | {"writer": info.get("operation") or UNKNOWN}
 
 
 def _lag(lake: Lake, pipeline: Pipeline) -> dict:

@@ -19,9 +19,16 @@ from streamtable.core import registry
 # DECIMAL(20,6) group, time `paid_at`, streams=(). Then 51, sessions (gap 5 min, grace 10) of a DECIMAL(5,0) per
 # DECIMAL(20,6) group, time `t`, two runs with a late record; 37, join_within how="left" on a TIMESTAMP key, the sides'
 # time columns `sent_ms` and `paid_at`, two runs with a late record and a left row that never matched.
+# Then the families that read the wall clock, the other rules and table joins: 1, outer_join_within on a TIMESTAMP
+# key (wall_clock=True), two runs whose wall clocks close some events alone, one pair and a late event; 26, Ticks of
+# a DATE key at two instants, each joined as of its time with the key's latest LONG in a keyed changelog; 20,
+# non_empty and one_of over text and numbers, each broken once, gated by in_set and between; 20, an outer
+# table_join of two other jobs' keyed tables (MERGEs, a delete) with an ARRAY value, a retraction flag of its own name
+# and the committed result.
 FIRST_FAMILIES = ("totals", "aggregates", "windows", "table_totals")
 DRIVER_CASES = ((6, FIRST_FAMILIES), (8, FIRST_FAMILIES), (36, FIRST_FAMILIES), (24, FIRST_FAMILIES))
 DRIVER_CASES += ((51, ("sessions",)), (37, ("stream_join",)))
+DRIVER_CASES += ((1, ("outer_join",)), (26, ("ticks",)), (20, ("record_rules",)), (20, ("table_joins",)))
 # totals of a DECIMAL(10,2) per TIMESTAMP group from a Parquet and a CSV landing folder in one run (one run: the
 # multi-run cases above cost the CLI a process per ingest and run, and the budget is CI's)
 CLI_CASES = ((379, ("totals",)),)
@@ -56,12 +63,15 @@ def test_a_generated_pipeline_run_by_the_cli_from_landing_folders_equals_its_mod
 # One of each mistake the load-time check refuses, by seed: a time column that is not a timestamp (1), an unknown
 # input (2), an expectation on no column (4), a time column that is not a column (5), an output without keys (7),
 # a rule on no column (12), a key that is not a column (15). Spark-free: milliseconds each; one through the CLI.
-REFUSED_SEEDS = (1, 2, 4, 5, 7, 12, 15)
+# Then a schedule that is no schedule (4) and ticks on data alone, which no clock would emit (1).
+REFUSED_SEEDS = tuple((s, "refused") for s in (1, 2, 4, 5, 7, 12, 15)) + ((4, "refused_clock"), (1, "refused_clock"))
 
 
-@pytest.mark.parametrize("seed", REFUSED_SEEDS)
-def test_a_generated_mistake_is_refused_at_load_with_the_file_line_and_reason(tmp_path, isolated_registry, seed):
-    case = draw(seed, ("refused",))
+@pytest.mark.parametrize(("seed", "family"), REFUSED_SEEDS, ids=[f"{s}-{f}" for s, f in REFUSED_SEEDS])
+def test_a_generated_mistake_is_refused_at_load_with_the_file_line_and_reason(
+    tmp_path, isolated_registry, seed, family
+):
+    case = draw(seed, (family,))
     problems = run_driver(case, tmp_path)
     assert not problems, report(case, tmp_path, problems, "driver")
 

@@ -60,13 +60,16 @@ class Case:
 
 def families() -> dict:
     """Every family by name, in the order they came (a seed draws among them by position, so a new one goes last)."""
-    from campaign import aggregates, rules, streams, tables, windows
+    from campaign import aggregates, clocks, rules, streams, tables, windows
 
-    return {**aggregates.FAMILIES, **windows.FAMILIES, **tables.FAMILIES, **streams.FAMILIES, **rules.FAMILIES}
+    every = (aggregates, windows, tables, streams, rules, clocks)
+    return {name: family for module in every for name, family in module.FAMILIES.items()}
 
 
 def draw(seed: int, names: tuple[str, ...] = ()) -> Case:
+    from campaign.options import with_options
+
     every = families()
     rng = random.Random(seed)
     name = rng.choice(names or tuple(every))
-    return every[name](rng, seed)
+    return with_options(every[name](rng, seed), random.Random(-seed))

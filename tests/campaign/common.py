@@ -19,7 +19,7 @@ HEADER = '"""{doc}"""\n\nfrom datetime import timedelta\n\nfrom pyspark.sql impo
 
 
 def imports_line(*names: str) -> str:
-    return "from streamtable import " + ", ".join(sorted(set(names), key=str.lower))
+    return "from streamtable import " + ", ".join(sorted(set(names), key=lambda n: (n.lower(), n)))
 
 
 def columns_source(columns: list[tuple[str, T, bool]], indent: str = "        ") -> str:

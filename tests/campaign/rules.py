@@ -80,6 +80,97 @@ PIPELINE = Pipeline(
     return case
 
 
+# -- the other record rules: non_empty and one_of (over text and over numbers), with in_set and between gates ---------
+
+ACTIONS = ("Open", "Close", "Idle", "Away", "zoë")
+
+
+def record_rules(rng: random.Random, seed: int) -> Case:
+    p = f"c{seed}"
+    actions, levels = tuple(rng.sample(ACTIONS, k=rng.randint(2, 4))), tuple(sorted(rng.sample(range(1, 10), k=3)))
+    tname = rng.choice(TIME_NAMES)
+    columns = [("who", T("string"), False), ("action", T("string"), False), ("level", T("int"), False)]
+    inp = Input(f"{p}_in", [*columns, (tname, T("timestamp"), False)], tname)
+    seq = count(1)
+    records = []
+    for _ in range(rng.randint(2, 10)):
+        fixed = {"who": rng.choice(["ann", "bob"]), "action": rng.choice(actions), "level": rng.choice(levels)}
+        broken = rng.choice([None, None, "who", "action", "level"])
+        if broken == "who":
+            fixed["who"], reason = "", "who is empty"
+        elif broken == "action":
+            fixed["action"] = rng.choice(["nope", "OPEN", *(a for a in ACTIONS if a not in actions)])
+            reason = f"action is {fixed['action']!r}, not one of {', '.join(map(repr, actions))}"
+        elif broken == "level":
+            fixed["level"] = rng.choice([0, 10, *(v for v in range(1, 10) if v not in levels)])
+            reason = f"level is {fixed['level']}, not one of {', '.join(map(str, levels))}"
+        rec = record(rng, inp, seq, fixed, set())
+        if broken:
+            rec[REASON] = reason
+        records.append(rec)
+    kept = [r for r in records if REASON not in r]
+    per_action = {a: [r["level"] for r in kept if r["action"] == a] for a in {r["action"] for r in kept}}
+    rows = [{"action": a, "n": len(levels_of), "top": max(levels_of)} for a, levels_of in per_action.items()]
+    out = Output(
+        f"{p}_per_action",
+        [("action", T("string"), False), ("n", T("long"), False), ("top", T("int"), True)],
+        ["action"],
+        rows,
+    )
+    source = HEADER.format(
+        doc=f"{p}: records per action of {actions}, levels {levels} (non_empty, one_of), time column {tname!r}.",
+        imports=imports_line(
+            *("Aggregate", "Column", "Pipeline", "Type", "aggregate", "changelog", "expect", "non_empty", "one_of"),
+            "table",
+        ),
+    )
+    rules = f"    rules=[non_empty('who'), one_of('action', {list(actions)!r}), one_of('level', {list(levels)!r})],\n"
+    source += "\n" + changelog_source("INPUT", inp, rng).replace("\n)\n", f"\n{rules})\n", 1)
+    source += f"""
+
+def process(batch) -> None:
+    rows = batch.new({inp.name!r})
+    stats = [Aggregate("n", F.lit(1)), Aggregate("top", F.col("level"), F.max)]
+    batch.upsert({out.name!r}, aggregate(batch.current({out.name!r}, keys_of=rows), rows, ["action"], stats))
+
+
+PIPELINE = Pipeline(
+    name={p!r},
+    doc=__doc__,
+    streams=({inp.name!r},),
+    outputs=(
+        {table_source(out.name, out.columns, ["action"])},
+    ),
+    process=process,
+    suites=(
+        expect.Suite(
+            {out.name!r},
+            (
+                expect.not_null("action"),
+                expect.in_set("action", {actions!r}),
+                expect.between("n", 1, {len(records)}),
+                expect.between("top", min_value={levels[0]}, max_value={levels[-1]}),
+            ),
+        ),
+    ),
+)
+"""
+    # CSV has no empty text apart from null: an empty `who` is written in the other formats
+    formats = ("jsonl", "parquet", "pipe")
+    case = Case(
+        seed,
+        "record_rules",
+        p,
+        source,
+        {inp.name: inp},
+        split_runs(rng, inp.name, records, formats),
+        [out],
+        notes=[f"actions {actions}", f"levels {levels}", f"time {tname}"],
+    )
+    case.quarantined = sorted(r[REASON] for r in records if REASON in r)
+    return case
+
+
 # (what to replace, its replacement, the declaration whose call line the error names, the reason; {p} the pipeline)
 MISTAKES = (
     ("time_column={t!r}", "time_column='nope'", "INPUT = ", "table '{p}_in': time column 'nope' is not a column"),
@@ -117,4 +208,4 @@ def refused(rng: random.Random, seed: int) -> Case:
     return case
 
 
-FAMILIES = {"quarantine": quarantine, "refused": refused}
+FAMILIES = {"quarantine": quarantine, "refused": refused, "record_rules": record_rules}

@@ -22,6 +22,8 @@ from campaign.values import arrow_type, arrow_value, csv_cell, json_text, shown
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAMTABLE = ROOT / ".venv" / "bin" / "streamtable"
+FAR = datetime(2026, 3, 2, tzinfo=UTC)  # the wall clock of a case that draws none: past every record's time
+WALL_CLOCK = "STREAMTABLE_WALL_CLOCK"  # the CLI's injectable wall clock (docs/pipelines.md)
 
 
 def write_file(case: Case, ingest: Ingest, folder: Path, index: int, rng) -> Path | None:
@@ -75,23 +77,27 @@ def prepare(case: Case, folder: Path) -> list[list[tuple[Ingest, Path]]]:
 
 
 def write_versions(case: Case, folder: Path, run: int) -> None:
-    """The other job's commits before run `run` of a table-input case (delta-rs, Change Data Feed on)."""
+    """The other jobs' commits before run `run` of a table-input case (delta-rs, Change Data Feed on): `case.versions`
+    is one input's runs of commits (its table at `job`), or per input (its table at `job_INPUT`)."""
+    versions = getattr(case, "versions", [])
+    per_input = versions if isinstance(versions, dict) else {"": versions}
+    for name, runs in per_input.items():
+        if run < len(runs):
+            inp = case.inputs[name] if name else next(iter(case.inputs.values()))
+            _commit(inp, str(folder / ("job_" + name if name else "job")), runs[run])
+
+
+def _commit(inp, path: str, commits: list) -> None:
+    import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    versions = getattr(case, "versions", [])
-    if run >= len(versions):
-        return
-    import pyarrow as pa
-
-    [inp] = case.inputs.values()
     schema = pa.schema([pa.field(n, _exact_arrow(t), nullable=nl) for n, t, nl in inp.columns])
-    path = str(folder / "job")
-    for kind, payload in versions[run]:
+    for kind, payload in commits:
         if kind == "delete":
             DeltaTable(path).delete(" OR ".join(f"id = '{i}'" for i in payload))
             continue
         data = pa.Table.from_pylist([{n: arrow_value(t, r[n]) for n, t, _ in inp.columns} for r in payload], schema)
-        if not (folder / "job" / "_delta_log").exists():
+        if not Path(path, "_delta_log").exists():
             write_deltalake(path, data, configuration={"delta.enableChangeDataFeed": "true"})
         else:
             (
@@ -158,7 +164,8 @@ def run_driver(case: Case, folder: Path) -> list[str]:
         return refused(case, folder, registry.load([folder / "pipelines"]).errors)
     os.environ[registry.ENV] = str(folder / "pipelines")
     registry.current.cache_clear()
-    driver = PipelineDriver(case.pipeline, folder / "lake", wall_clock=datetime(2026, 3, 2, tzinfo=UTC))
+    clocks = getattr(case, "clocks", None)  # each run's wall clock (clocks.py), else one past every record's time
+    driver = PipelineDriver(case.pipeline, folder / "lake", wall_clock=clocks[0] if clocks else FAR)
     for r, files in enumerate(runs):
         write_versions(case, folder, r)
         for ingest, path in files:
@@ -177,6 +184,8 @@ def run_driver(case: Case, folder: Path) -> list[str]:
                 return [
                     f"ingest {path}: {result}, expected {bad} quarantined {[q['reason'] for q in driver.quarantine()]}"
                 ]
+        if clocks:  # to this run's wall clock: the pipeline's ticks, if it declares them, are emitted at it
+            driver.advance_wall_clock(clocks[r] - driver.wall_clock)
         driver.run()
     actual = {}
     for o in case.outputs:
@@ -195,14 +204,22 @@ def refused(case: Case, folder: Path, errors: list[str]) -> list[str]:
     return [f"load: expected one line {path}:{line}: ...{reason}..., got {errors}"]
 
 
+def iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def cli_commands(case: Case, folder: Path) -> list[list[str]]:
     """The CLI commands that replay the case: per run, `ingest INPUT DIR` of its files, then `run`."""
     common = ["--pipelines", str(folder / "pipelines"), "--lake", str(folder / "cli-lake")]
     commands = []
+    clocks = getattr(case, "clocks", None)
     for r, run in enumerate(case.runs):
         for inp in dict.fromkeys(i.input for i in run):
             commands.append([str(STREAMTABLE), "ingest", inp, str(folder / "landing" / inp / f"run{r}"), *common])
-        commands.append([str(STREAMTABLE), "run", case.pipeline, *common])
+        at = [] if clocks is None else [f"{WALL_CLOCK}={iso(clocks[r])}"]
+        if at and "ticks=Ticks(" in case.source:
+            commands.append([str(STREAMTABLE), "emit-ticks", "--at", iso(clocks[r]), *common])
+        commands.append([*(["env", *at] if at else []), str(STREAMTABLE), "run", case.pipeline, *common])
     for o in case.outputs:
         commands.append([str(STREAMTABLE), "show", o.name, *common])
     commands.append([str(STREAMTABLE), "show", "late_events", *common])
@@ -212,27 +229,32 @@ def cli_commands(case: Case, folder: Path) -> list[list[str]]:
 
 def run_cli(case: Case, folder: Path) -> list[str]:
     """The case through the CLI (one process per command), its outputs read with `show`."""
+    from streamtable.core import registry
+
     prepare(case, folder)
+    env = {k: v for k, v in os.environ.items() if k != registry.ENV}  # the case's folder alone, not a driver's
     if getattr(case, "refusal", None):  # every command refuses the file; `pipelines` lists the others and exits 5
         done = subprocess.run(
             [str(STREAMTABLE), "pipelines", "--pipelines", str(folder / "pipelines")],
             capture_output=True,
             text=True,
             timeout=600,
+            env=env,
         )
         errors = [line.removeprefix("streamtable: ") for line in done.stderr.splitlines()]
         return refused(case, folder, errors) + ([] if done.returncode == 5 else [f"exited {done.returncode}, not 5"])
     shown_tables: dict[str, list[dict]] = {}
     run = 0
     for command in cli_commands(case, folder):
-        if command[1] == "run":
+        verb = command[command.index(str(STREAMTABLE)) + 1 :]
+        if verb[0] == "run":
             write_versions(case, folder, run)
             run += 1
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
         if done.returncode != 0:
-            return [f"{shlex.join(command[1:3])} exited {done.returncode}: {done.stderr.strip()[-2000:]}"]
-        if command[1] == "show":
-            shown_tables[command[2]] = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+            return [f"{shlex.join(verb[:2])} exited {done.returncode}: {done.stderr.strip()[-2000:]}"]
+        if verb[0] == "show":
+            shown_tables[verb[1]] = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     late = len(shown_tables.pop("late_events", []))
     return compare(case, shown_tables, late, [q["reason"] for q in shown_tables.pop("quarantine", [])])
 

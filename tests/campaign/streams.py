@@ -16,7 +16,7 @@ from campaign.common import HEADER, changelog_source, columns_source, imports_li
 from campaign.values import BASE, KEYABLE, NUMERIC, SCALARS, TIME_NAMES, T, draw_type
 
 
-def _runs_in_time(rng: random.Random, make, n_runs: int) -> list[list[dict]]:
+def runs_in_time(rng: random.Random, make, n_runs: int) -> list[list[dict]]:
     """Records of 1 to 3 runs, mostly later run by run, some earlier (late or not), made by `make(time)`."""
     runs = []
     for r in range(n_runs):
@@ -28,7 +28,7 @@ def _runs_in_time(rng: random.Random, make, n_runs: int) -> list[list[dict]]:
     return runs
 
 
-def _stream_times(runs: list[list[datetime]]) -> list[datetime | None]:
+def stream_times(runs: list[list[datetime]]) -> list[datetime | None]:
     """Stream time at each run's start: the newest time of the earlier runs (None before any record)."""
     starts: list[datetime | None] = []
     newest: datetime | None = None
@@ -48,12 +48,12 @@ def sessions(rng: random.Random, seed: int) -> Case:
     gap, grace = rng.choice([5, 10, 20]), rng.choice([0, 5, 10])  # minutes
     inp = Input(f"{p}_in", [("g", group_t, False), ("amount", value_t, False), (tname, T("timestamp"), False)], tname)
     seq = count(1)
-    runs = _runs_in_time(rng, lambda at: record(rng, inp, seq, {tname: at}, {"g"}), rng.randint(1, 3))
+    runs = runs_in_time(rng, lambda at: record(rng, inp, seq, {tname: at}, {"g"}), rng.randint(1, 3))
     runs = [rs for rs in runs if rs] or [[record(rng, inp, seq, {tname: BASE}, {"g"})]]
     g_, gr_ = timedelta(minutes=gap), timedelta(minutes=grace)
     found: dict[object, list[tuple[datetime, datetime, list]]] = defaultdict(list)  # g -> (start, end, amounts)
     late = 0
-    for recs, start in zip(runs, _stream_times([[r[tname] for r in rs] for rs in runs]), strict=True):
+    for recs, start in zip(runs, stream_times([[r[tname] for r in rs] for rs in runs]), strict=True):
         closed = {g: [s for s in ss if start is not None and s[1] + g_ + gr_ <= start] for g, ss in found.items()}
         for r in recs:
             g, t = r["g"], r[tname]
@@ -158,9 +158,9 @@ def stream_join(rng: random.Random, seed: int) -> Case:
     )
     seq = count(1)
     n_runs = rng.randint(1, 3)
-    lefts = _runs_in_time(rng, lambda at: record(rng, left, seq, {tl: at}, {"k"}), n_runs)
-    rights = _runs_in_time(rng, lambda at: record(rng, right, seq, {tr: at}, {"k"}), n_runs)
-    starts = _stream_times([[r[tl] for r in ls] + [r[tr] for r in rs] for ls, rs in zip(lefts, rights, strict=True)])
+    lefts = runs_in_time(rng, lambda at: record(rng, left, seq, {tl: at}, {"k"}), n_runs)
+    rights = runs_in_time(rng, lambda at: record(rng, right, seq, {tr: at}, {"k"}), n_runs)
+    starts = stream_times([[r[tl] for r in ls] + [r[tr] for r in rs] for ls, rs in zip(lefts, rights, strict=True)])
     W, G = timedelta(minutes=within), timedelta(minutes=grace)
 
     def accepted(runs: list[list[dict]], t: str) -> list[dict]:  # the records that were not late
@@ -258,8 +258,8 @@ def asof(rng: random.Random, seed: int) -> Case:
     )
     seq = count(1)
     n_runs = rng.randint(1, 3)
-    runs_c = _runs_in_time(rng, lambda at: record(rng, clicks, seq, {tname: at}, {"k"}), n_runs)
-    runs_r = _runs_in_time(rng, lambda at: record(rng, regions, seq, {tname: at}, {"k"}), n_runs)
+    runs_c = runs_in_time(rng, lambda at: record(rng, clicks, seq, {tname: at}, {"k"}), n_runs)
+    runs_r = runs_in_time(rng, lambda at: record(rng, regions, seq, {tname: at}, {"k"}), n_runs)
     rows = []
     for n, cs in enumerate(runs_c):
         seen = [(r[tname], m, i, r) for m in range(n + 1) for i, r in enumerate(runs_r[m])]  # ingested by run n

@@ -7,11 +7,36 @@ from collections import defaultdict
 
 from campaign.cases import Case, Input, Output
 from campaign.common import HEADER, columns_source, imports_line, table_source, times, total_of
-from campaign.values import KEYABLE, NUMERIC, TIME_NAMES, T, draw_type, draw_value
+from campaign.values import BASE, KEYABLE, NUMERIC, SCALARS, TIME_NAMES, T, draw_type, draw_value
 
 # -- a table input drives the pipeline: aggregate_table over batch.changes, streams=() ------------------------------
 
 JOB_PATH = "@@JOB@@"  # the other job's table: the runner puts the case folder's path here
+
+
+def draw_versions(rng: random.Random, row, ids) -> tuple[list[list[tuple[str, list]]], dict[str, dict]]:
+    """Another job's commits to a keyed table, run by run (`("upsert", rows)` or `("delete", ids)`: a MERGE or a
+    DELETE each), 1 to 3 runs of 1 or 2 commits; and the table's rows by id once they are all committed."""
+    state: dict[str, dict] = {}
+    versions_per_run: list[list[tuple[str, list]]] = []
+    first = [row(next(ids)) for _ in range(rng.randint(1, 6))]
+    versions_per_run.append([("upsert", first)])
+    state.update({r["id"]: r for r in first})
+    for _ in range(rng.randint(0, 2)):
+        run_versions = []
+        for _ in range(rng.randint(1, 2)):
+            if state and rng.random() < 0.35:
+                gone = rng.sample(sorted(state), k=rng.randint(1, min(2, len(state))))
+                run_versions.append(("delete", gone))
+                for g in gone:
+                    del state[g]
+            else:
+                changed = [row(i) for i in rng.sample(sorted(state), k=min(len(state), rng.randint(0, 2)))]
+                changed += [row(next(ids)) for _ in range(rng.randint(0 if changed else 1, 2))]
+                run_versions.append(("upsert", changed))
+                state.update({r["id"]: r for r in changed})
+        versions_per_run.append(run_versions)
+    return versions_per_run, state
 
 
 def table_totals(rng: random.Random, seed: int) -> Case:
@@ -30,8 +55,6 @@ def table_totals(rng: random.Random, seed: int) -> Case:
         tname,
         keys=["id"],
     )
-    state: dict[str, dict] = {}
-    versions_per_run: list[list[tuple[str, list]]] = []  # per run: ("upsert", rows) or ("delete", ids)
     ids = iter(f"o{i}" for i in range(1000))
 
     def row(i: str) -> dict:
@@ -41,23 +64,7 @@ def table_totals(rng: random.Random, seed: int) -> Case:
             tname: times(rng, 1, 3_600_000)[0],
         }
 
-    first = [row(next(ids)) for _ in range(rng.randint(1, 6))]
-    versions_per_run.append([("upsert", first)])
-    state.update({r["id"]: r for r in first})
-    for _ in range(rng.randint(0, 2)):
-        run_versions = []
-        for _ in range(rng.randint(1, 2)):
-            if state and rng.random() < 0.35:
-                gone = rng.sample(sorted(state), k=rng.randint(1, min(2, len(state))))
-                run_versions.append(("delete", gone))
-                for g in gone:
-                    del state[g]
-            else:
-                changed = [row(i) for i in rng.sample(sorted(state), k=min(len(state), rng.randint(0, 2)))]
-                changed += [row(next(ids)) for _ in range(rng.randint(0 if changed else 1, 2))]
-                run_versions.append(("upsert", changed))
-                state.update({r["id"]: r for r in changed})
-        versions_per_run.append(run_versions)
+    versions_per_run, state = draw_versions(rng, row, ids)
     groups: dict[object, list] = defaultdict(list)
     for r in state.values():
         groups[r["grp"]].append(r["amount"])
@@ -122,4 +129,97 @@ PIPELINE = Pipeline(
     return case
 
 
-FAMILIES = {"table_totals": table_totals}
+# -- two table inputs joined by key: table_join (inner, left, outer) or table_left_join over changed_rows -------------
+
+VALUES = SCALARS + ("array", "map", "struct")  # a joined value of any type, nested ones too
+
+
+def _keep(row: dict, how: str, keep: bool) -> bool:
+    """The model of `keep=F.col("a") >= 0`: a null `a` (no left row) is not kept, as SQL's WHERE drops a null."""
+    return not keep or (row["a"] is not None and row["a"] >= 0)
+
+
+def table_joins(rng: random.Random, seed: int) -> Case:
+    p = f"c{seed}"
+    a_t, b_t = draw_type(rng, ("int", "long", "decimal", "double")), draw_type(rng, VALUES)
+    how = rng.choice(["inner", "left", "outer", "table_left_join"])
+    keep, with_result = rng.random() < 0.4, rng.random() < 0.5
+    flag = rng.choice(["RETRACT", '"_gone"'])  # the retraction column: the package's name or the pipeline's
+    sides = {}
+    for side, value_t in (("a", a_t), ("b", b_t)):
+        tname = rng.choice(TIME_NAMES)
+        inp = Input(
+            f"{p}_{side}", [("id", T("string"), False), (side, value_t, True), (tname, T("timestamp"), False)], tname
+        )
+        ids = iter(f"o{i}" for i in range(rng.randint(0, 2), 1000))  # the sides' ids overlap, not all of them
+
+        def row(i: str, inp=inp, value_t=value_t, tname=tname) -> dict:
+            return {"id": i, inp.columns[1][0]: draw_value(rng, value_t, nullable=True), tname: BASE}
+
+        sides[side] = (inp, *draw_versions(rng, row, ids))
+    (a_in, a_versions, a_rows), (b_in, b_versions, b_rows) = sides["a"], sides["b"]
+    runs = max(len(a_versions), len(b_versions))
+    wanted = {"inner": a_rows.keys() & b_rows.keys(), "outer": a_rows.keys() | b_rows.keys()}.get(how, a_rows.keys())
+    rows = [
+        {"id": i, "a": a_rows[i]["a"] if i in a_rows else None, "b": b_rows[i]["b"] if i in b_rows else None}
+        for i in wanted
+    ]
+    rows = [r for r in rows if _keep(r, how, keep)]
+    out = Output(f"{p}_joined", [("id", T("string"), False), ("a", a_t, True), ("b", b_t, True)], ["id"], rows)
+    call = "table_left_join" if how == "table_left_join" else "table_join"
+    options_flag = f", flag={flag}" if flag != "RETRACT" else ""
+    options = ("" if call == "table_left_join" else f", how={how!r}") + (', keep=F.col("a") >= 0' if keep else "")
+    options += f", result=batch.current({out.name!r})" if with_result else ""
+    options += f", flag={flag}" if flag != "RETRACT" else ""
+    source = HEADER.format(
+        doc=f"{p}: {a_in.name} and {b_in.name}, keyed by id, joined ({how}), kept current as either changes.",
+        imports=imports_line("Column", "Pipeline", "RETRACT", "Type", call, "changed_rows", "delta_table", "table"),
+    )
+    for var, inp in (("A", a_in), ("B", b_in)):
+        time = f",\n    time_column={inp.time_column!r}" if inp.time_column != "event_time" else ""
+        source += f"""
+{var} = delta_table(
+    {inp.name!r},
+    path={JOB_PATH + "_" + inp.name!r},
+    columns=[
+{columns_source(inp.columns)}    ],
+    keys=["id"]{time},
+)
+"""
+    source += f"""
+
+def process(batch) -> None:
+    a = changed_rows(batch.changes({a_in.name!r}){options_flag}).select("id", "a", {flag})
+    b = changed_rows(batch.changes({b_in.name!r}), flag={flag}).select("id", "b", {flag})
+    touched = a.select("id").unionByName(b.select("id"))
+    a_rows = batch.rows({a_in.name!r}, keys_of=touched).select("id", "a")
+    rows = {call}(a_rows, a, batch.rows({b_in.name!r}, keys_of=touched).select("id", "b"), b, ["id"]{options})
+    batch.upsert({out.name!r}, rows, delete={flag})
+
+
+PIPELINE = Pipeline(
+    name={p!r},
+    doc=__doc__,
+    streams=(),
+    tables=({a_in.name!r}, {b_in.name!r}),
+    outputs=(
+        {table_source(out.name, out.columns, ["id"])},
+    ),
+    process=process,
+)
+"""
+    case = Case(
+        seed,
+        "table_joins",
+        p,
+        source,
+        {a_in.name: a_in, b_in.name: b_in},
+        [[] for _ in range(runs)],
+        [out],
+        notes=[f"a {a_t}", f"b {b_t}", f"{how} keep={keep} result={with_result} flag={flag}"],
+    )
+    case.versions = {a_in.name: a_versions, b_in.name: b_versions}  # type: ignore[attr-defined]
+    return case
+
+
+FAMILIES = {"table_totals": table_totals, "table_joins": table_joins}

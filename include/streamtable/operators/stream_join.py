@@ -17,6 +17,7 @@ from typing import Literal, NamedTuple
 
 import pandas as pd
 from pyspark.sql import Column, DataFrame, functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from streamtable.core.errors import OperatorArgumentError
 from streamtable.core.tables import JOIN_STORE_COLUMNS
@@ -139,9 +140,9 @@ def outer_join_within(
         .unionByName(open_.select(*cols).withColumn("_new", F.lit(False)))
         .withColumn("t", F.unix_micros("event_time"))
     )
-    schema = ", ".join(f"`{k}` STRING" for k in keys) + (
-        ", side STRING, event_time TIMESTAMP, payload STRING, raw STRING, _commit_version BIGINT, _line BIGINT,"
-        " _new BOOLEAN, t BIGINT, partner_t BIGINT, partner_payload STRING"
+    # the keys keep their own types (an INT or TIMESTAMP key is not text); the partner's payload is a payload
+    schema = StructType(
+        [*candidates.schema.fields, StructField("partner_t", LongType()), StructField("partner_payload", StringType())]
     )
     columns = [*candidates.columns, "partner_t", "partner_payload"]
     swept = (

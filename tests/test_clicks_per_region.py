@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import html
+import json
+import re
+import shlex
+from pathlib import Path
+
 import pytest
 from deltalake import DeltaTable
 
@@ -196,8 +202,11 @@ def test_bad_records_go_to_quarantine_with_a_reason(lake, bad, reason):
     assert q["table"] == "user_clicks" and q["raw"] == bad and reason in q["reason"]
 
 
-def test_a_failing_suite_fails_the_run_and_publishes_nothing(spark, lake):
+def test_a_failing_suite_fails_the_run_and_publishes_nothing(spark, lake, capsys):
+    """...and the failure lines and the Data Docs page name the explain command of the offending rows (issue 39)."""
+    from streamtable.cli.main import main
     from streamtable.core.errors import QualityGateError
+    from streamtable.runtime.commands.lifecycle import validate
     from streamtable.storage.reader import rows
 
     regions, clicks = scenario()
@@ -211,8 +220,25 @@ def test_a_failing_suite_fails_the_run_and_publishes_nothing(spark, lake):
     corrupted = rows(lake, P)
     version = DeltaTable(lake.table_path(P)).version()
     ingest(lake, "user_clicks", clicks[1])
-    with pytest.raises(QualityGateError, match="region"):
+    asia = f"streamtable explain {P} asia --records --lake {lake.root}"
+    with pytest.raises(QualityGateError, match="region") as refused:
         run(lake, P)
+    assert f"; explain it: {asia}" in str(refused.value), "the sum's line names the batch's row (alice's 40 clicks)"
     assert DeltaTable(lake.table_path(P)).version() == version and rows(lake, P) == corrupted
     with pytest.raises(QualityGateError):  # the batch was not consumed: it is tried again, and refused again
         run(lake, P)
+
+    # The full suite names the duplicate rows; its Data Docs page shows the command, which explains the row
+    [report] = validate(lake, P)
+    assert f"{P}: region is not unique (2 duplicate rows); explain it: {asia}" in report.failures
+    page = html.unescape(re.sub(r"<[^>]+>", " ", Path(report.page).read_text()))
+    assert "region is not unique (2 duplicate rows). Explain the rows: " + asia in " ".join(page.split())
+    main(shlex.split(asia)[1:])
+    now, first = [json.loads(line) for line in capsys.readouterr().out.splitlines()]  # the corrupting write first
+    assert (now["row"], now["version"], now["mode"], now["writer"]) == (
+        {"region": "asia", "clicks": 1},
+        2,
+        None,
+        "WRITE",
+    )
+    assert (first["row"], first["version"], first["batch_id"]) == ({"region": "asia", "clicks": 13}, 1, 0)

@@ -171,3 +171,38 @@ def test_a_window_declaration_has_the_reference_windows_and_a_bad_declaration_is
     bad = Records("text_lines", "word_counts", lambda r: [])  # output and stream the wrong way round
     with pytest.raises(DeclarationError, match="records of 'text_lines'"):
         type(PIPELINE)(**{**PIPELINE.__dict__, "records": (bad,), "declared_at": None})
+
+
+def test_the_command_a_failed_rule_prints_names_each_row_as_explain_reads_its_key_back():
+    """Spark-free: `quality.explain_rows` writes each key value so that explain's key parsing gives it back exactly
+    (a time to the microsecond, a decimal's digits, text with quotes), names a row by its leading key columns up to
+    a null one, and a sum's failure by the rows it was checked on."""
+    import shlex
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from streamtable.core.schema import Type
+    from streamtable.quality import explain_rows
+    from streamtable.storage.reader import _parse_key
+
+    values = [
+        (Type.STRING, "o'neil $x <b>"),
+        (Type.LONG, -42),
+        (Type.BOOLEAN, False),
+        (Type.decimal(10, 3), Decimal("12.300")),
+        (Type.TIMESTAMP, datetime(2026, 1, 1, 0, 0, 5, 123456, tzinfo=UTC)),
+        (Type.DATE, datetime(2026, 1, 31).date()),
+    ]
+    for kind, value in values:
+        assert _parse_key(kind, explain_rows.key_text(value)) == value, kind
+    lake = "/tmp/a lake/_quality"
+    result = {"partial_unexpected_index_list": [{"store": "berlin", "item": float("nan")}, {"store": None}]}
+    assert explain_rows.key_columns("inventory") == ("store", "item")
+    [berlin] = explain_rows.commands(lake, "inventory", result)  # the null store's row cannot be named
+    assert shlex.split(berlin) == "streamtable explain inventory berlin --records --lake".split() + ["/tmp/a lake"]
+    checked = [{"store": "paris", "item": "pears"}, {"store": "paris", "item": "pears"}]
+    assert explain_rows.commands(lake, "inventory", {"observed_value": 3}, checked) == [
+        "streamtable explain inventory paris pears --records --lake '/tmp/a lake'"
+    ]
+    assert explain_rows.commands(lake, "inventory", {"partial_unexpected_list": [3]}, checked) == []
+    assert explain_rows.commands("/tmp/no_lake", "inventory", result) == []

@@ -28,8 +28,11 @@ def _examples(result: dict) -> str:
 
 def _hashable(value: Any) -> Any:
     """An example value as GX on Spark reports it (pandas gives numpy scalars and Timestamps), lists as tuples."""
-    if isinstance(value, list):
-        return tuple(value)
+    return tuple(value) if isinstance(value, list) else plain_value(value)
+
+
+def plain_value(value: Any) -> Any:
+    """A value GX on pandas reports (a numpy scalar, a Timestamp) as Python's."""
     for plain in ("to_pydatetime", "item"):  # pandas Timestamp, numpy scalar
         if hasattr(value, plain):
             return getattr(value, plain)()
@@ -92,3 +95,11 @@ def failure(
     if rule.kind == "any_not_null":
         return f"{table}: {cols} are all null ({rows})"
     return f"{table}: {rule.kind}({cols}) failed"
+
+
+def with_explain(line: str, commands: list[str]) -> str:
+    """A failure line with the explain command of the first row it names, and how many more rows its page names."""
+    if not commands:
+        return line
+    more = f" (+{_count(len(commands) - 1)} on the Data Docs page)" if len(commands) > 1 else ""
+    return f"{line}; explain it: {commands[0]}{more}"

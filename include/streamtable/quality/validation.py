@@ -10,6 +10,7 @@ lake is per host (a validation on another host starts its own); the gate's verdi
 
 from __future__ import annotations
 
+import html
 import logging
 import os
 from collections.abc import Iterator
@@ -19,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from streamtable.core.expectations import Expectation, Suite
-from streamtable.quality import exact
+from streamtable.core.expectations import Suite
+from streamtable.quality import exact, explain_rows
 from streamtable.quality.docs_site import docs_index, docs_path, page_path, publish
 from streamtable.quality.gx_import import gx
-from streamtable.quality.messages import failure
+from streamtable.quality.messages import failure, with_explain
 from streamtable.quality.pandas_frames import arrow_to_pandas, is_pandas, to_pandas
 from streamtable.quality.project import SITE, context, locked, memory_context, prune_results
 from streamtable.quality.rules import RULE, gx_parameters, gx_suite, parameter, parameters
@@ -36,12 +37,13 @@ DATASOURCE = "streamtable"
 ENGINES = {"spark": DATASOURCE, "pandas": f"{DATASOURCE}_pandas"}  # engine -> its GX datasource
 PANDAS_MAX_ROWS = 200_000  # validate(engine=None) collects frames up to this size to pandas
 BATCH_DEFINITION = "whole_dataframe"
-RESULT_FORMAT = "SUMMARY"  # counts plus a few example values; BOOLEAN_ONLY would drop the counts
+# SUMMARY: counts plus a few example values (BOOLEAN_ONLY would drop the counts), and the unexpected rows' keys
+# (`explain_rows.result_format`)
 # Validation results (and their Data Docs pages) kept per suite: every batch is validated, and a serving
 # pipeline's history would otherwise grow without end and slow down each Data Docs index build.
 KEEP_RESULTS = int(os.environ.get("STREAMTABLE_QUALITY_KEEP", "100"))
 log = logging.getLogger("streamtable.quality")
-_CHECKPOINTS: dict[tuple, Any] = {}  # (project, suite, rules, docs, engine) -> its checkpoint, made once per process
+_CHECKPOINTS: dict[tuple, Any] = {}  # (project, suite, rules, engine, keys) -> its checkpoint, made once per process
 _verdicts_only = 0  # > 0 inside `verdicts_only` (the test driver's runs)
 
 
@@ -122,7 +124,8 @@ def validate_rows(
     data = spark.createDataFrame(rows) if frame is None else frame
     params = {parameter(i, suite.expectations[i]): expected for i, (expected, _) in sums.items()}
     offsets = {i: offset for i, (_, offset) in sums.items()}
-    return _check(data, pipeline, suite, quality_dir, params, False, rows.num_rows, offsets)
+    checked = rows.slice(0, explain_rows.SHOWN).to_pylist()  # a sum that breaks names them (`explain_rows`)
+    return _check(data, pipeline, suite, quality_dir, params, False, rows.num_rows, offsets, checked)
 
 
 def _check(
@@ -134,10 +137,13 @@ def _check(
     build_docs: bool,
     rows: int,
     offsets: dict[int, exact.Number] | None = None,
+    checked: list[dict] | None = None,
 ) -> Report:
-    """Run the suite on a Spark or pandas frame through its (cached) GX checkpoint and report the failed rules."""
+    """Run the suite on a Spark or pandas frame through its (cached) GX checkpoint and report the failed rules, each
+    with the explain commands of the rows it names (of the `checked` rows for a sum) on its line and its page."""
     name = f"{pipeline}.{suite.table}"
     engine = "pandas" if is_pandas(data) else "spark"
+    keys = explain_rows.key_columns(suite.table)
     with locked(quality_dir):
         if _verdicts_only:
             ctx, build_docs = memory_context(), False
@@ -145,26 +151,27 @@ def _check(
             ctx = context(quality_dir)
             prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
         gx_params = gx_parameters(suite.expectations, params, offsets or {})
-        result = _run_checkpoint(ctx, name, suite.expectations, build_docs, engine, data, gx_params)
+        result = _run_checkpoint(ctx, (name, suite.expectations, engine, keys), data, gx_params)
+        ((result_id, validation),) = result.run_results.items()
+        failed = sorted((r for r in validation.results if not r.success), key=lambda r: r.expectation_config.meta[RULE])
+        lines, explained = {}, {}
+        for r in failed:
+            index = r.expectation_config.meta[RULE]
+            rule, expected = suite.expectations[index], params.get(parameter(index, suite.expectations[index]))
+            lines[index] = failure(
+                suite.table, rule, r.result, r.exception_info, expected, (offsets or {}).get(index, 0)
+            )
+            explained[index] = explain_rows.commands(quality_dir, suite.table, r.result, checked or ())
+        if not _verdicts_only and any(explained.values()):  # on the stored result, which its page renders
+            _annotate(validation, explained, lines)
+            ctx.validation_results_store.set(result_id, validation)
         docs = page = None
         if build_docs:
+            ctx.build_data_docs(site_names=[SITE], resource_identifiers=[result_id, _suite_id(name)])
             publish(quality_dir)
             docs = docs_index(quality_dir) if is_object_store(quality_dir) else docs_path(ctx)
-            page = page_path(ctx, next(iter(result.run_results)), quality_dir)
-    (validation,) = result.run_results.values()
-    failed = sorted((r for r in validation.results if not r.success), key=lambda r: r.expectation_config.meta[RULE])
-    failures = tuple(
-        failure(
-            suite.table,
-            suite.expectations[index],
-            r.result,
-            r.exception_info,
-            params.get(parameter(index, suite.expectations[index])),
-            (offsets or {}).get(index, 0),
-        )
-        for r in failed
-        for index in [r.expectation_config.meta[RULE]]
-    )
+            page = page_path(ctx, result_id, quality_dir)
+    failures = tuple(with_explain(line, explained[index]) for index, line in lines.items())
     log.info(
         "suite %s %s on %d rows%s",
         name,
@@ -175,17 +182,33 @@ def _check(
     return Report(suite=name, success=bool(result.success), failures=failures, docs_path=docs, rows=rows, page=page)
 
 
-def _run_checkpoint(
-    ctx: Any, name: str, rules: tuple[Expectation, ...], build_docs: bool, engine: str, data: Any, params: dict
-) -> Any:
-    """Run the checkpoint validating `rules` as suite `name` on the engine, made once per process.
+def _annotate(validation: Any, explained: dict[int, list[str]], lines: dict[int, str]) -> None:
+    """Show each failed rule's failure line and explain commands on its Data Docs page: as its expectation's
+    description, which GX renders instead of its own sentence (an expectation's notes show on the suite's page only,
+    and its meta properties no longer render in GX 1.x)."""
+    for r in validation.results:
+        index = r.expectation_config.meta[RULE]
+        if explained.get(index):
+            text = f"{lines[index]}. Explain the rows: " + "; ".join(explained[index])
+            r.expectation_config.description = html.escape(text)  # GX writes it into the page as it is
+
+
+def _suite_id(name: str) -> Any:
+    from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+
+    return ExpectationSuiteIdentifier(name=name)
+
+
+def _run_checkpoint(ctx: Any, checked: tuple, data: Any, params: dict) -> Any:
+    """Run the checkpoint validating rules as a suite on an engine naming unexpected rows by keys (`checked`: (name,
+    rules, engine, keys)), made once per process; it stores the result, `_check` builds its page.
 
     A checkpoint whose suite or definitions were saved again since it was made (by another engine's checkpoint
     of the same suite, or by another process) is made again.
     """
     from great_expectations.exceptions.resource_freshness import ResourceFreshnessAggregateError
 
-    key = (id(ctx), name, rules, build_docs, engine)
+    key = (id(ctx), *checked)
     try:
         return _checkpoint(key, ctx).run(batch_parameters={"dataframe": data}, expectation_parameters=params)
     except ResourceFreshnessAggregateError:
@@ -194,13 +217,13 @@ def _run_checkpoint(
 
 
 def _checkpoint(key: tuple, ctx: Any) -> Any:
-    _, name, rules, build_docs, engine = key
+    _, name, rules, engine, keys = key
     if key not in _CHECKPOINTS:
-        _CHECKPOINTS[key] = _new_checkpoint(ctx, name, gx_suite(name, rules), build_docs, engine)
+        _CHECKPOINTS[key] = _new_checkpoint(ctx, name, gx_suite(name, rules), engine, keys)
     return _CHECKPOINTS[key]
 
 
-def _new_checkpoint(ctx: Any, name: str, suite: Any, build_docs: bool, engine: str) -> Any:
+def _new_checkpoint(ctx: Any, name: str, suite: Any, engine: str, keys: tuple[str, ...]) -> Any:
     """Get-or-create the engine's datasource, asset, batch definition; add-or-update suite, validation, checkpoint."""
     library = gx()
     source = ENGINES[engine]
@@ -224,9 +247,7 @@ def _new_checkpoint(ctx: Any, name: str, suite: Any, build_docs: bool, engine: s
     validation = ctx.validation_definitions.add_or_update(
         library.ValidationDefinition(name=name, data=batch, suite=suite)
     )
-    actions = (
-        [library.checkpoint.UpdateDataDocsAction(name="update_data_docs", site_names=[SITE])] if build_docs else []
-    )
+    result_format = explain_rows.result_format(keys)
     return ctx.checkpoints.add_or_update(
-        library.Checkpoint(name=name, validation_definitions=[validation], actions=actions, result_format=RESULT_FORMAT)
+        library.Checkpoint(name=name, validation_definitions=[validation], actions=[], result_format=result_format)
     )

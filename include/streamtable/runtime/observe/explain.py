@@ -22,7 +22,6 @@ consumed; a window's row also lists under `late` the records that came after it 
 from __future__ import annotations
 
 import re
-import shlex
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -35,6 +34,7 @@ from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE
 from streamtable.core.timefmt import format_time
 from streamtable.core.values import to_json
+from streamtable.quality import explain_rows
 from streamtable.runtime.batch import provenance
 from streamtable.runtime.committed import Consumed
 from streamtable.runtime.observe.status import pipeline_status
@@ -105,7 +105,7 @@ def command(lake: str, table: str) -> str:
 
     command("/lake", "word_counts")  # "streamtable explain word_counts KEY... --records --lake /lake"
     """
-    return f"streamtable explain {table} KEY... --records --lake {shlex.quote(lake)}"
+    return explain_rows.command(lake, table)
 
 
 def _owner(table: str) -> Pipeline | None:

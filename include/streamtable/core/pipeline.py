@@ -62,7 +62,8 @@ class Pipeline:
     wall_clock: close results by wall clock too, so every run gets a batch even when the inputs are idle.
     schedule: when its micro-batch DAG runs in Airflow: a cron expression (the default, every 5 minutes), `"on_data"`
         (when any input gets a new Delta version, whoever wrote it) or `"on_data or CRON"` (both).
-    ticks: reminder ticks its micro-batch DAG appends before each run (`Ticks`), if any.
+    ticks: reminder ticks its micro-batch DAG appends before each run (`Ticks`), if any; they need a clock, so with
+        `schedule="on_data"` alone the pipeline is refused at load (`"on_data or CRON"` runs them on the cron).
     records: which input records make a row of an output (`records.Records`), for `streamtable explain --records`.
 
         PIPELINE = Pipeline(

@@ -133,7 +133,7 @@ class RunContext:
         delta_rs.ensure_table(batches, BATCHES_SCHEMA, change_feed=False)
         if merge_on_read.wanted():  # keyed tables committed by Spark's MERGE with deletion vectors
             for path, table in outputs + stores:
-                if table.keys and table.name != LATE_EVENTS.name:
+                if table.keys:  # (late_events has none)
                     merge_on_read.enable(self.spark, path)
 
     def batches(self) -> list[dict]:

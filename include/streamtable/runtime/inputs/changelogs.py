@@ -1,4 +1,5 @@
-"""An input's whole changelog read by Spark, and the changelogs a `serve` keeps across its batches.
+"""An input's whole changelog read by Spark, the changelogs a `serve` keeps across its batches, and what the runtime
+itself writes to input changelogs: empty ones for inputs never ingested into, a wall-clock pipeline's heartbeats.
 
 A batch that joins a table input (`batch.table`, as `asof_join` does) reads the input's whole changelog. A `serve`
 would read it whole every batch; it keeps it instead, as a Kafka Streams task keeps a KTable in its store between

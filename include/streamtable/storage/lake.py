@@ -116,7 +116,7 @@ class Lake:
             if name != f"g{keep}":
                 self.store.delete_prefix(join(self.pipeline_dir(pipeline), name))
 
-    def swap(self, pipeline: str) -> dict | None:
+    def pending_swap(self, pipeline: str) -> dict | None:
         """The swap a reprocess or a reset started and has not finished (`generation`, and `reset` for a reset's
         empty outputs), or None."""
         return self.store.read_json(join(self.pipeline_dir(pipeline), SWAP))

@@ -200,7 +200,7 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
     """
     from streamtable.runtime.spark import get_spark
 
-    swap = lake.swap(pipeline.name)
+    swap = lake.pending_swap(pipeline.name)
     if swap is None:
         return
     live = RunContext(get_spark(lake=lake.root), lake, pipeline, swap["generation"])

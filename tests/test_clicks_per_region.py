@@ -83,6 +83,13 @@ def test_region_change_between_two_clicks_deletion_and_unknown_user(spark, lake)
         assert explained(lake, name) == provenance([(0, 0, clicks, [regions])], name), name
     assert explained(lake, "UNKNOWN")[0][4] == (0, 3)  # bob's deleted region: matched, and counted as UNKNOWN
 
+    # the table input moves on (alice moves to africa) and no batch reads it: the row says it is behind that input
+    ingest(lake, "user_regions", [region("alice", "africa", "2026-03-01T10:06:00Z")])
+    now = explain(lake, P, "europe")[0]
+    assert now["behind"] is True and now["row"] == {"region": "europe", "clicks": 40}
+    lag = {i["table"]: (i["consumed_version"], i["latest_version"], i["versions_behind"]) for i in now["inputs"]}
+    assert lag == {"user_clicks": (0, 0, 0), "user_regions": (0, 1, 1)}
+
 
 def test_equal_timestamps_later_ingest_wins(spark, lake):
     t = "2026-03-01T10:00:00Z"

@@ -127,6 +127,15 @@ def test_a_key_without_a_row_and_an_unknown_provenance(spark, lake):
     assert [(x["key"]["item"], x["row"]["quantity"]) for x in both] == [("apples", 3), ("pears", -1)]
     assert [r["adds"] for r in both[0]["records"]] == [3]  # the 4 is not consumed yet
     json.dumps(both)
+    # the outputs whose pipelines declare no records (sessions, a wall-clock close, joins of two streams) say so
+    from streamtable.core.registry import get_pipeline
+
+    for name in ("play_sessions", "call_analytics", "presence_notifications"):
+        for output in get_pipeline(name).outputs:
+            kind = next(c.type.kind for c in output.columns if c.name == output.sort_columns[0])
+            key = {"timestamp": "2026-01-01T00:00:00Z", "long": "0", "int": "0", "date": "2026-01-01"}.get(kind, "x")
+            [unknown] = explain(lake, output.name, key, records=True)
+            assert unknown["records"] == "unknown" and "does not declare" in unknown["records_why"], output.name
 
 
 def test_explain_starts_no_spark(lake):

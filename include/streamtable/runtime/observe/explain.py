@@ -93,10 +93,8 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
             lines[0] |= input_records(lake, owner, table, row, lines[0])
         explained.extend(lines)
     if not explained:  # no row and no history: say so, with the inputs' lag (is it not there yet?)
-        explained.append(
-            {"table": table, "key": to_json(wanted), "current": True, "row": None, "change": None, "version": None}
-            | (lag or {})
-        )
+        none = {"table": table, "key": to_json(wanted), "current": True, "row": None, "change": None, "version": None}
+        explained.append(none | (lag or {}) | (input_records(lake, owner, table, None, none) if records else {}))
     return explained
 
 

@@ -1,5 +1,6 @@
-"""Continuous mode end to end: Airflow 3 (scheduler, dag-processor, api-server; LocalExecutor; PostgreSQL)
-runs `stream_word_count` on a Spark standalone cluster and supervises it through a crash and a stall.
+"""Continuous mode end to end: Airflow 3 (scheduler, dag-processor, api-server, triggerer; LocalExecutor; PostgreSQL)
+runs `stream_word_count` on a Spark standalone cluster and supervises it through a crash and a stall; and a user's
+pipeline scheduled `on_data` runs a micro-batch when its data lands.
 
 One DAG run, three tries of its `serve` task:
 
@@ -13,6 +14,13 @@ One DAG run, three tries of its `serve` task:
 4. then an operator reprocesses word_count from version 0 through the `reprocess` DAG's form in the UI (the
    pipeline picked in its dropdown): the same counts, the report in the task's log; and a request for a version
    beyond the input's latest fails its check, whose one-line reason the task's log shows.
+
+Beside it, a user's pipeline (the folder of STREAMTABLE_PIPELINES), `notes_per_author`, is declared
+`schedule="on_data"` and unpaused at the start, so its input's Asset watcher (a `DeltaVersionTrigger`) runs in the
+triggerer from then on. While the stream's driver is frozen (step 2's wait for the stall, otherwise idle), a file of
+`notes` is ingested with the CLI: the table's Delta version moves, the watcher fires, and the one micro-batch DAG run
+its Asset event triggers succeeds, counting every note once (checked at the end). The seconds from the ingest's Delta
+commit to the run's queueing and to its success are printed and written to build/bench/on_data_latency.json.
 
 After each try `word_counts` must equal the counts computed here from every line ingested (nothing
 lost, nothing counted twice). Everything runs in temporary directories on free ports (its own
@@ -58,6 +66,30 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".venv" / "bin"
 DAG_ID = "stream_word_count"
 TASK_ID = "serve"
+ON_DATA_DAG = "notes_per_author"  # a user's pipeline, scheduled on its input's data
+ON_DATA_PIPELINE = '''"""notes_per_author: how many notes each author wrote, a micro-batch when notes land."""
+from streamtable import Column, Pipeline, Type, add_to_totals, changelog, table
+
+S, L, TS = Type.STRING, Type.LONG, Type.TIMESTAMP
+NOTES = changelog("notes", [Column("author", S), Column("text", S), Column("event_time", TS)])
+
+
+def process(batch) -> None:
+    from pyspark.sql import functions as F
+
+    notes = batch.new("notes").select("author", F.lit(1).cast("long").alias("notes"))
+    batch.upsert("notes_per_author", add_to_totals(batch.current("notes_per_author"), notes, ["author"], "notes"))
+
+
+PIPELINE = Pipeline(
+    name="notes_per_author",
+    doc=__doc__,
+    streams=("notes",),
+    outputs=(table("notes_per_author", [Column("author", S), Column("notes", L)], keys=["author"]),),
+    process=process,
+    schedule="on_data",
+)
+'''
 TEST_DB = "airflow_it"
 # Above a cold start's first batch, or a retry would look stalled too: 80 to 140 s measured from the start
 # of a try to its first batch's end on the 2-core machine with other tests running (load 4 to 8).
@@ -149,8 +181,10 @@ class Stack:
         self.home = base / "airflow_home"
         self.logs = base / "logs"
         self.cluster_dir = base / "spark-cluster"
-        for d in (self.lake, self.home, self.logs):
+        self.pipelines = base / "pipelines"  # the user's pipeline folder (STREAMTABLE_PIPELINES)
+        for d in (self.lake, self.home, self.logs, self.pipelines):
             d.mkdir(parents=True, exist_ok=True)
+        (self.pipelines / f"{ON_DATA_DAG}.py").write_text(ON_DATA_PIPELINE)
         self.spark_port, self.spark_ui, self.worker_ui, self.api_port = (free_port() for _ in range(4))
         self.cluster_env = {
             **os.environ,
@@ -158,6 +192,7 @@ class Stack:
             "SPARK_MASTER_PORT": str(self.spark_port),
             "SPARK_MASTER_WEBUI_PORT": str(self.spark_ui),
             "SPARK_WORKER_WEBUI_PORT": str(self.worker_ui),
+            "SPARK_WORKER_CORES": "4",  # two applications at once (each takes 2: spark.cores.max below)
         }
         self.api = f"http://127.0.0.1:{self.api_port}"
         self.daemons: dict[str, subprocess.Popen] = {}
@@ -189,12 +224,13 @@ class Stack:
                     {"conn_type": "spark", "host": "spark://127.0.0.1", "port": self.spark_port}
                 ),
                 "STREAMTABLE_LAKE": str(self.lake),
+                "STREAMTABLE_PIPELINES": str(self.pipelines),
                 "STREAMTABLE_SPARK_LOG_LEVEL": "warn",
                 "PYSPARK_PYTHON": python,
                 "PYSPARK_DRIVER_PYTHON": python,
                 "SPARK_LOCAL_IP": "127.0.0.1",
                 # the tests' JVM options (tests/conftest.py): C1 and the serial collector, drivers and executors
-                "SPARK_SUBMIT_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", ""),
+                "SPARK_SUBMIT_OPTS": f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} -Dspark.cores.max=2",
                 "GX_ANALYTICS_ENABLED": "false",
                 "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             }
@@ -475,6 +511,86 @@ def counts(stack: Stack) -> dict[str, int]:
         return {"<unreadable>": str(e)[:200]}
 
 
+class OnData:
+    """The user's pipeline scheduled on_data: unpaused at the start; each round ingests a file of notes and awaits the
+    one run it triggers (bench/on_data_latency.py runs more rounds)."""
+
+    AUTHORS = {"ada": 3, "grace": 2, "linus": 1}  # notes per author in each file
+
+    def __init__(self, stack: Stack):
+        self.stack, self.runs = stack, f"/dags/{ON_DATA_DAG}/dagRuns"
+        self.reparse: subprocess.Popen | None = None
+        self.rounds, self.committed_at = 0, 0.0
+
+    def unpause(self) -> None:
+        """Unpause the DAG and parse the DAG files again, in the background: Airflow starts an Asset's watchers when
+        a parse finds an unpaused DAG scheduled on it (the dag-processor's next pass is 600 s away here)."""
+        self.stack.rest("PATCH", f"/dags/{ON_DATA_DAG}", json={"is_paused": False})
+        log = open(self.stack.logs / "reserialize.log", "ab")
+        self.reparse = subprocess.Popen(
+            [str(BIN / "airflow"), "dags", "reserialize"], env=self.stack.env, cwd=ROOT, stdout=log, stderr=log
+        )
+        log.close()
+
+    def watching(self) -> int:
+        """The id of the input's watcher's trigger, once the triggerer has started it (else 0)."""
+        assets = self.stack.rest("GET", "/assets", params={"name_pattern": "streamtable.notes"})["assets"]
+        watchers = [w for a in assets if a["name"] == "streamtable.notes" for w in a["watchers"]]
+        if not watchers:
+            return 0
+        trigger, log = watchers[0]["trigger_id"], (self.stack.logs / "triggerer.log").read_text(errors="replace")
+        return trigger if f"trigger ID {trigger} starting" in log else 0
+
+    def ingest(self) -> None:
+        """One file of notes, ingested with the CLI (the first round waits for the watcher); remembers its commit."""
+        from deltalake import DeltaTable
+
+        if self.rounds == 0:
+            assert self.reparse is not None and self.reparse.wait(120) == 0, "airflow dags reserialize failed"
+            wait_for("the notes' watcher to run in the triggerer", self.watching, 120, seen=self.seen)
+            assert self.stack.rest("GET", self.runs)["dag_runs"] == [], "no run before any data came"
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        path = self.stack.base / f"notes-{self.rounds}.jsonl"
+        path.write_text(
+            "".join(
+                json.dumps({"author": author, "text": f"note {i}", "event_time": now}) + "\n"
+                for author, count in self.AUTHORS.items()
+                for i in range(count)
+            )
+        )
+        self.stack.run(str(BIN / "streamtable"), "ingest", "notes", str(path), "--lake", str(self.stack.lake))
+        table = DeltaTable(str(Lake(self.stack.lake).table_path("notes")))
+        self.committed_at = table.history(1)[0]["timestamp"] / 1000
+        self.rounds += 1
+
+    def succeeded(self) -> dict[str, Any]:
+        """Wait for the run the last ingest triggered: one run per ingest, asset-triggered, successful, every note
+        counted once. Returns its timings, in seconds from the ingest's commit: `queued` (the scheduler made the run
+        from the watcher's event) and `succeeded` (the run's end)."""
+
+        def finished() -> list[dict]:
+            self.stack.check_daemons()
+            done = [r for r in self.stack.rest("GET", self.runs)["dag_runs"] if r["state"] in ("success", "failed")]
+            return done if len(done) >= self.rounds else []
+
+        run = max(
+            wait_for("the asset-triggered run to finish", finished, 600, seen=self.seen), key=lambda r: r["queued_at"]
+        )
+        assert (run["state"], run["run_type"]) == ("success", "asset_triggered"), run
+        assert len(self.stack.rest("GET", self.runs)["dag_runs"]) == self.rounds, "one ingest, one run"
+        shown = self.stack.run(str(BIN / "streamtable"), "show", ON_DATA_DAG, "--lake", str(self.stack.lake)).stdout
+        totals = {r["author"]: r["notes"] for r in map(json.loads, shown.splitlines())}
+        assert totals == {author: count * self.rounds for author, count in self.AUTHORS.items()}, totals
+
+        def after_commit(field: str) -> float:
+            return round(datetime.fromisoformat(run[field].replace("Z", "+00:00")).timestamp() - self.committed_at, 1)
+
+        return {"queued": after_commit("queued_at"), "succeeded": after_commit("end_date"), "run_id": run["dag_run_id"]}
+
+    def seen(self) -> str:
+        return f"runs {self.stack.rest('GET', self.runs)['dag_runs']}; triggerer: {self.stack.logs / 'triggerer.log'}"
+
+
 # ------------------------------------------------------------------------------------------------ the test
 
 
@@ -495,12 +611,15 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack, bro
         step("airflow db migrate (PostgreSQL)")
         stack.run(str(BIN / "airflow"), "db", "migrate")
 
-        step("api-server, scheduler, dag-processor")
+        step("api-server, scheduler, dag-processor, triggerer")
         stack.start("api-server", "api-server", "--host", "127.0.0.1", "--port", str(stack.api_port))
         stack.start("scheduler", "scheduler")
         stack.start("dag-processor", "dag-processor")
+        stack.start("triggerer", "triggerer")  # runs the Asset watchers of pipelines scheduled on_data
         wait_for("the api-server", stack.api_up, 240)
         wait_for(f"the DAG {DAG_ID} to be parsed", stack.dag_parsed, 300)
+        on_data = OnData(stack)
+        on_data.unpause()
 
         lines = Lines(stack)
         lines.ingest(40)  # waiting before the stream starts
@@ -590,6 +709,7 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack, bro
         second.suspend()
         frozen_at = time.monotonic()
         lines.ingest(20)
+        on_data.ingest()  # the pipeline scheduled on_data runs its micro-batch while the stream is frozen
         wait_for(
             "try 3 to run after the stall",
             in_try(3),
@@ -652,6 +772,13 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack, bro
         assert "from_version 1000000 is beyond the latest version of text_lines" in reason, reason[-2000:]
         screenshot(browser, "reprocess-3-refused-reason-in-the-log")
         assert counts(stack) == lines.expected()
+
+        step("the on_data micro-batch its input's Asset event triggered succeeded, counting every note once")
+        timings = on_data.succeeded()
+        print(f"on_data, seconds from the ingest's commit: {timings}", flush=True)
+        out = ROOT / "build" / "bench" / "on_data_latency.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(timings) + "\n")
 
         step("stop Airflow and the cluster: nothing of the test may be left running")
         stack.stop_airflow()

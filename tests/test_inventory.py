@@ -7,6 +7,7 @@ import pytest
 from helpers import ingest
 from reference import inventory as expected
 from streamtable.runtime.commands.lifecycle import run
+from streamtable.runtime.observe.explain import explain
 from streamtable.storage.reader import query, rows
 
 P = "inventory"
@@ -18,6 +19,23 @@ def event(store, item, quantity, t="2026-01-01T10:00:00Z"):
 
 def stock(lake):
     return {(r["store"], r["item"]): r["quantity"] for r in rows(lake, P)}
+
+
+def explained(lake, key):
+    """`explain --records` of a (store, item) row: each event's (version, line, batch, quantity it adds)."""
+    found = explain(lake, P, *key, records=True)[0]["records"]
+    return [(r["version"], r["line"], r["batch_id"], r["adds"]) for r in found]
+
+
+def provenance(batches, key, batch_of):
+    """The reference's own `explained`: the events of the key's group (ingest n is version n, its events lines
+    0...), each in the batch `batch_of` gives its version."""
+    return [
+        (v, i, batch_of(v), e["quantity"])
+        for v, b in enumerate(batches)
+        for i, e in enumerate(b)
+        if (e["store"], e["item"]) == key
+    ]
 
 
 @pytest.mark.slow
@@ -58,3 +76,8 @@ def test_negative_stock_zero_kept_and_one_run_equals_three_runs(spark, tmp_path)
     ]
     assert query(one, P, "berlin", "apples") == [{"store": "berlin", "item": "apples", "quantity": -1}]
     assert query(one, P, "rome") == []
+
+    # explain --records: each row's events as the reference groups them, in the run that consumed each (issue 39)
+    for key in want:
+        assert explained(one, key) == provenance(batches, key, lambda v: 0), key
+        assert explained(three, key) == provenance(batches, key, lambda v: v), key

@@ -59,7 +59,8 @@ class Case:
 
 
 def families() -> dict:
-    """Every family by name, in the order they came (a seed draws among them by position, so a new one goes last)."""
+    """Every family by name. A seed drawn among all of them picks by position (a new family changes what it draws);
+    the CI's seeds name their family, whose draws never depend on the others."""
     from campaign import aggregates, clocks, rules, streams, tables, windows
 
     every = (aggregates, windows, tables, streams, rules, clocks)

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from itertools import count
 
 from campaign.cases import FORMATS, Case, Ingest, Input, Output
-from campaign.common import HEADER, changelog_source, columns_source, imports_line, record, table_source
+from campaign.common import HEADER, changelog_source, imports_line, record, stream_source, table_source
 from campaign.streams import runs_in_time, stream_times
 from campaign.values import BASE, KEYABLE, TIME_NAMES, T, draw_type
 
@@ -192,12 +192,7 @@ PIPELINE = Pipeline(
     doc=__doc__,
     streams=({left.name!r}, {right.name!r}),
     outputs=(
-        stream(
-            {out.name!r},
-            [
-{columns_source(columns, " " * 16)}            ],
-            time_column="ts",
-        ),
+        {stream_source(out.name, columns, "ts")},
     ),
     state=(OPEN, HISTORY),
     process=process,
@@ -281,12 +276,7 @@ PIPELINE = Pipeline(
     doc=__doc__,
     streams=({seen.name!r}, {tick_in.name!r}),
     outputs=(
-        stream(
-            {out.name!r},
-            [
-{columns_source(columns, " " * 16)}            ],
-            time_column={tick_time!r},
-        ),
+        {stream_source(out.name, columns, tick_time)},
     ),
     process=process,
     schedule={schedule!r},

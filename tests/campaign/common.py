@@ -38,6 +38,12 @@ def table_source(name: str, columns: list[tuple[str, T, bool]], keys: list[str])
     return f"table(\n{pad}{name!r},\n{pad}[\n{body}{pad}],\n{pad}keys={keys!r},\n        )"
 
 
+def stream_source(name: str, columns: list[tuple[str, T, bool]], time_column: str) -> str:
+    pad = " " * 12
+    body = columns_source(columns, pad + "    ")
+    return f"stream(\n{pad}{name!r},\n{pad}[\n{body}{pad}],\n{pad}time_column={time_column!r},\n        )"
+
+
 def times(rng: random.Random, n: int, spread_ms: int) -> list:
     return [BASE + timedelta(milliseconds=rng.randint(0, spread_ms)) for _ in range(n)]
 

@@ -12,7 +12,15 @@ from datetime import datetime, timedelta
 from itertools import count
 
 from campaign.cases import FORMATS, Case, Ingest, Input, Output
-from campaign.common import HEADER, changelog_source, columns_source, imports_line, record, table_source, total_of
+from campaign.common import (
+    HEADER,
+    changelog_source,
+    imports_line,
+    record,
+    stream_source,
+    table_source,
+    total_of,
+)
 from campaign.values import BASE, KEYABLE, NUMERIC, SCALARS, TIME_NAMES, T, draw_type
 
 
@@ -217,12 +225,7 @@ PIPELINE = Pipeline(
     doc=__doc__,
     streams=({left.name!r}, {right.name!r}),
     outputs=(
-        stream(
-            {out.name!r},
-            [
-{columns_source(columns, " " * 16)}            ],
-            time_column={tl!r},
-        ),
+        {stream_source(out.name, columns, tl)},
     ),
     state=(WAITING,),
     process=process,
@@ -288,12 +291,7 @@ PIPELINE = Pipeline(
     streams=({clicks.name!r},),
     tables=({regions.name!r},),
     outputs=(
-        stream(
-            {out.name!r},
-            [
-{columns_source(columns, " " * 16)}            ],
-            time_column={tname!r},
-        ),
+        {stream_source(out.name, columns, tname)},
     ),
     process=process,
 )

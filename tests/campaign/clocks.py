@@ -14,7 +14,7 @@ from itertools import count
 
 from campaign.cases import FORMATS, Case, Ingest, Input, Output
 from campaign.common import HEADER, changelog_source, imports_line, record, stream_source, table_source
-from campaign.streams import runs_in_time, stream_times
+from campaign.streams import runs_in_time, stream_times, two_inputs
 from campaign.values import BASE, KEYABLE, TIME_NAMES, T, draw_type
 
 CRONS = ("*/5 * * * *", "* * * * *", "0 * * * *", "*/10 * * * *")
@@ -200,11 +200,7 @@ PIPELINE = Pipeline(
     suites=(expect.Suite({out.name!r}, (expect.not_null("ts"),{both})),),
 )
 """
-    runs = [
-        [Ingest(left.name, rng.choice(FORMATS), ls)] * bool(ls)
-        + [Ingest(right.name, rng.choice(FORMATS), rs)] * bool(rs)
-        for ls, rs in zip(lefts, rights, strict=True)
-    ]
+    runs = two_inputs(rng, left.name, right.name, lefts, rights)
     case = Case(
         seed,
         "outer_join",

@@ -36,6 +36,15 @@ def runs_in_time(rng: random.Random, make, n_runs: int) -> list[list[dict]]:
     return runs
 
 
+def two_inputs(rng: random.Random, left: str, right: str, lefts: list, rights: list) -> list[list[Ingest]]:
+    """Each run's ingests of two inputs, the left's records then the right's, each in a format of its own (an input
+    with no records in a run has no ingest)."""
+    return [
+        [Ingest(left, rng.choice(FORMATS), ls)] * bool(ls) + [Ingest(right, rng.choice(FORMATS), rs)] * bool(rs)
+        for ls, rs in zip(lefts, rights, strict=True)
+    ]
+
+
 def stream_times(runs: list[list[datetime]]) -> list[datetime | None]:
     """Stream time at each run's start: the newest time of the earlier runs (None before any record)."""
     starts: list[datetime | None] = []
@@ -231,11 +240,7 @@ PIPELINE = Pipeline(
     process=process,
 )
 """
-    runs = [
-        [Ingest(left.name, rng.choice(FORMATS), ls)] * bool(ls)
-        + [Ingest(right.name, rng.choice(FORMATS), rs)] * bool(rs)
-        for ls, rs in zip(lefts, rights, strict=True)
-    ]
+    runs = two_inputs(rng, left.name, right.name, lefts, rights)
     return Case(
         seed,
         "stream_join",

@@ -37,34 +37,33 @@ if TYPE_CHECKING:
 def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
     """One bounded run of a pipeline: everything its inputs hold now, as one micro-batch; or, while a live `serve`
     holds the pipeline, by its batches (`runtime.commands.handoff`: the run then waits for them and starts no Spark)."""
-    from streamtable.runtime.spark import get_spark
-
     pipeline = get_pipeline(name)
     if clock is system_clock:  # a run at an injected time (a test driver's `now`) is run by itself
         served = served_run(lake, pipeline)
         if served is not None:
             return served
     with lake.lock(name, "run"):
-        finish_swap(lake, pipeline)
-        generation = lake.generation(name)
-        declaration.check(lake, pipeline, generation)
-        return drain(RunContext(get_spark(lake=lake.root), lake, pipeline, generation), clock)
+        ctx = live_context(lake, pipeline)
+        return drain(ctx, clock)
 
 
 def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float, on_progress=None) -> RunReport:
     """`serve`: one run per micro-batch until SIGTERM, holding the pipeline's lock."""
-    from streamtable.runtime.spark import get_spark
-
     pipeline = get_pipeline(name)
     with lake.lock(name, "serve"):
-        finish_swap(lake, pipeline)
-        declaration.check(lake, pipeline, lake.generation(name))
-        return serve(
-            RunContext(get_spark(lake=lake.root), lake, pipeline, lake.generation(name), kept=KeptChangelogs()),
-            interval,
-            stop_timeout_s,
-            on_progress=on_progress,
-        )
+        ctx = live_context(lake, pipeline, KeptChangelogs())
+        return serve(ctx, interval, stop_timeout_s, on_progress=on_progress)
+
+
+def live_context(lake: Lake, pipeline: Pipeline, kept: KeptChangelogs | None = None) -> RunContext:
+    """The live generation of a pipeline whose lease this process holds, ready to run: a swap left half done is
+    finished first, and the declaration checked against the one the generation started with."""
+    from streamtable.runtime.spark import get_spark
+
+    finish_swap(lake, pipeline)
+    generation = lake.generation(pipeline.name)
+    declaration.check(lake, pipeline, generation)
+    return RunContext(get_spark(lake=lake.root), lake, pipeline, generation, kept=kept)
 
 
 def validate(lake: Lake, name: str) -> list:

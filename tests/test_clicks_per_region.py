@@ -213,6 +213,8 @@ def test_a_failing_suite_fails_the_run_and_publishes_nothing(spark, lake, capsys
     """...and the failure lines and the Data Docs page name the explain command of the offending rows (issue 39)."""
     from streamtable.cli.main import main
     from streamtable.core.errors import QualityGateError
+    from streamtable.core.exits import QUALITY_GATE
+    from streamtable.quality.docs_site import site_dir
     from streamtable.runtime.commands.lifecycle import validate
     from streamtable.storage.reader import rows
 
@@ -232,8 +234,11 @@ def test_a_failing_suite_fails_the_run_and_publishes_nothing(spark, lake, capsys
         run(lake, P)
     assert f"; explain it: {asia}" in str(refused.value), "the sum's line names the batch's row (alice's 40 clicks)"
     assert DeltaTable(lake.table_path(P)).version() == version and rows(lake, P) == corrupted
-    with pytest.raises(QualityGateError):  # the batch was not consumed: it is tried again, and refused again
-        run(lake, P)
+    # the batch was not consumed: it is tried again, and refused again; the command builds the refused batch's page
+    assert main(["run", P, "--lake", lake.root]) == QUALITY_GATE
+    gate = [p.read_text() for p in Path(site_dir(lake.quality_dir), "validations").rglob("*.html")]
+    assert any("sum of clicks is 111, but metric clicks is 57. Explain the rows: " + asia in p for p in gate)
+    capsys.readouterr()
 
     # The full suite names the duplicate rows; its Data Docs page shows the command, which explains the row
     [report] = validate(lake, P)

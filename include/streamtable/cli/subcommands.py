@@ -69,7 +69,11 @@ def cmd_run(args: argparse.Namespace) -> None:
     from streamtable.runtime.commands.lifecycle import run, validate
 
     lake = _lake(args)
-    ran = run(lake, args.pipeline)
+    try:
+        ran = run(lake, args.pipeline)
+    except QualityGateError:  # the refused batch's Data Docs page now: it names the explain command of its rows
+        build_docs(lake.quality_dir)
+        raise
     report = ran.as_dict()
     if args.validate:  # in the same job: a scheduled micro-batch is one spark-submit, its DAG's gate reads this verdict
         report["validation"] = verdict(args.pipeline, validate(lake, args.pipeline))

@@ -1,6 +1,6 @@
 """The Airflow UI as an operator uses it, in a real browser: Debian's Chromium (headless, through Selenium and
 chromedriver) against a real `airflow api-server` with streamtable's Data Docs plugin, on an AIRFLOW_HOME whose
-micro-batch DAG run of `word_count` was refused by its quality gate.
+`validate_word_count` run was refused by the full suites (its `validate` task failed).
 
 The browser reaches nothing but 127.0.0.1 (`--host-resolver-rules`), as in a production network without the
 internet: the Data Docs pages must load every style, script and font from Airflow. Each step's screenshot is kept
@@ -124,7 +124,7 @@ def _operator_path(result: dict, api_server: str, browser) -> None:
     wait_until(lambda: by_text(browser, "Details"), what="the task's Details tab").click()
     link = wait_until(lambda: by_text(browser, "Data Docs"), what="the Data Docs link of validate")
     assert "Failed" in browser.find_element(By.TAG_NAME, "body").text
-    screenshot(browser, "3-quality-gate-task")
+    screenshot(browser, "3-validate-task")
     link.click()  # a link to Airflow's own origin opens in the same tab
 
     # 4. The failed validation's page, styled and scripted from Airflow alone.

@@ -261,6 +261,7 @@ class Campaign:
         self.report = Report(args.seed, args.kills)
         self.env = {**os.environ, "SPARK_SUBMIT_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")}
         self.merge_on_read = args.merge_on_read
+        self.aim = args.aim
         if args.merge_on_read:  # the output is committed by Spark's MERGE with deletion vectors
             self.env["STREAMTABLE_MERGE_ON_READ"] = "1"
         self.cluster: Cluster | None = None
@@ -328,8 +329,9 @@ class Campaign:
     # killing
 
     def kill_at_phase(self, command: Command, phases: tuple[str, ...], phase_of: Callable[[], str]) -> bool:
-        """Kill `command` once it reached a phase drawn from `phases` (a random delay for `starting`), plus jitter."""
-        target = self.rng.choice(phases)
+        """Kill `command` once it reached a phase drawn from `phases` (a random delay for `starting`), plus jitter;
+        only from those of `--aim` where it names some of them."""
+        target = self.rng.choice([p for p in phases if p in self.aim] or phases)
         self.report.kills_attempted[command.name] += 1
         if target == "starting":
             time.sleep(self.rng.uniform(0.5, 12.0))
@@ -753,6 +755,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cluster", action="store_true", help="Spark commands on a standalone cluster; kill executors")
     parser.add_argument("--report", help="also write the JSON report to this file")
     parser.add_argument(
+        "--aim",
+        type=lambda s: tuple(s.split(",")),
+        default=(),
+        help=f"the phases to aim kills at, comma-separated, where a command has them (default: all; phases: "
+        f"{','.join(PHASES['reprocess'])}; `validated`: during the batch's commits)",
+    )
+    parser.add_argument(
         "--merge-on-read",
         action="store_true",
         help="the output merge-on-read (STREAMTABLE_MERGE_ON_READ=1: Spark's MERGE with deletion vectors)",
@@ -760,6 +769,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if unknown := set(args.commands) - set(KILLABLE):
         parser.error(f"unknown commands: {', '.join(sorted(unknown))}")
+    if unknown := set(args.aim) - set(PHASES["reprocess"]):
+        parser.error(f"unknown phases: {', '.join(sorted(unknown))}")
     if Path(args.lake).exists():
         parser.error(f"{args.lake} exists: the campaign needs a fresh lake")
     return args

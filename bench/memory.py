@@ -1,6 +1,6 @@
 """Where a drain's peak memory is: the resident memory of each kind of process in its tree at the tree's peak.
 
-    .venv/bin/python bench/memory.py browser_captcha 1000000 [--driver-memory 2g]
+    .venv/bin/python bench/memory.py browser_captcha 1000000 [--driver-memory 2g] [--slices 10]
 
 Generates the pipeline's workload into a fresh lake (`workloads.generate`, as the suite), then runs one cold
 `streamtable run PIPELINE --log-level info` and samples its process tree every 0.1 s: the `streamtable` driver
@@ -40,11 +40,11 @@ def by_kind(root: psutil.Process) -> dict[str, int]:
     return kinds
 
 
-def measure(pipeline: str, records: int, driver_memory: str | None) -> dict:
+def measure(pipeline: str, records: int, driver_memory: str | None, slices: int = 1) -> dict:
     work = Path(tempfile.mkdtemp(prefix="streamtable-memory-"))
     try:
         lake = Lake(work / "lake")
-        workloads.generate(lake, pipeline, records)
+        workloads.generate(lake, pipeline, records, slices=slices)
         env = os.environ | ({"STREAMTABLE_DRIVER_MEMORY": driver_memory} if driver_memory else {})
         command = [run.CLI, "run", pipeline, "--lake", str(lake.root), "--log-level", "info"]
         started = time.perf_counter()
@@ -82,8 +82,9 @@ def main() -> None:
     parser.add_argument("pipeline", choices=run.PIPELINES)
     parser.add_argument("records", type=int)
     parser.add_argument("--driver-memory", help="the driver's heap ($STREAMTABLE_DRIVER_MEMORY; default: 4g)")
+    parser.add_argument("--slices", type=int, default=1, help="generate the input this many slices at a time (100M)")
     args = parser.parse_args()
-    print(json.dumps(measure(args.pipeline, args.records, args.driver_memory)))
+    print(json.dumps(measure(args.pipeline, args.records, args.driver_memory, args.slices)))
 
 
 if __name__ == "__main__":

@@ -220,11 +220,20 @@ def ingest_columns(lake: Lake, name: str, columns: Columns, commits: int = 1) ->
     return version
 
 
-def generate(lake: Lake, pipeline: str, n: int, commits: int = 10, seed: int = 7) -> int:
-    """Ingest `pipeline`'s generated inputs for about `n` stream records; return how many stream records it made."""
+def generate(lake: Lake, pipeline: str, n: int, commits: int = 10, seed: int = 7, slices: int = 1) -> int:
+    """Ingest `pipeline`'s generated inputs for about `n` stream records; return how many stream records it made.
+
+    With `slices` > 1 the stream inputs are generated and ingested a slice of n / slices records at a time (seeds
+    `seed`, `seed + 1`, ...; `commits` commits each), so memory is a slice's; the table inputs are the first slice's
+    (the same as for n where their size is capped, as `clicks_per_region`'s users are from 1M clicks up).
+    """
     streams = get_pipeline(pipeline).streams
     records = 0
-    for name, columns in GENERATORS[pipeline](np.random.default_rng(seed), n).items():
-        ingest_columns(lake, name, columns, commits if name in streams else 1)
-        records += len(columns["event_time"]) if name in streams else 0
+    for part in range(slices):
+        for name, columns in GENERATORS[pipeline](np.random.default_rng(seed + part), n // slices).items():
+            if name in streams:
+                ingest_columns(lake, name, columns, commits)
+                records += len(columns["event_time"])
+            elif part == 0:
+                ingest_columns(lake, name, columns)
     return records

@@ -27,12 +27,15 @@ QUALITY_DIR = "/_quality"  # a lake's quality_dir is `<lake>/_quality` (`storage
 
 
 def key_columns(table: str) -> tuple[str, ...]:
-    """The columns explain's KEY... names for a row of `table` (a table's keys, a stream's sort columns); none for
-    a table no pipeline declares."""
+    """The columns explain's KEY... names for a row of `table` (a table's keys, a stream's sort columns), up to the
+    first nested one (no command-line value names an array, map or struct); none for a table no pipeline declares."""
     try:
-        return table_spec(table).sort_columns
+        spec = table_spec(table)
     except UnknownTableError:
         return ()
+    kinds = {c.name: c.type.kind for c in spec.columns}
+    nested = [i for i, c in enumerate(spec.sort_columns) if kinds.get(c) in ("array", "map", "struct")]
+    return spec.sort_columns[: nested[0] if nested else None]
 
 
 def result_format(keys: Sequence[str]) -> dict[str, Any]:

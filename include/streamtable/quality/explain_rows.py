@@ -39,7 +39,8 @@ def key_columns(table: str) -> tuple[str, ...]:
 
 
 def result_format(keys: Sequence[str]) -> dict[str, Any]:
-    """GX's SUMMARY result format, naming each unexpected row by `keys` (`partial_unexpected_index_list`)."""
+    """GX's SUMMARY result format (counts and a few example values; BOOLEAN_ONLY would drop the counts), naming each
+    unexpected row by `keys` (`partial_unexpected_index_list`). On Spark that is one more job per row rule."""
     named = {"unexpected_index_column_names": list(keys)} if keys else {}
     return {"result_format": "SUMMARY", "partial_unexpected_count": SHOWN} | named
 

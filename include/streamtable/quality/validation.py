@@ -37,8 +37,6 @@ DATASOURCE = "streamtable"
 ENGINES = {"spark": DATASOURCE, "pandas": f"{DATASOURCE}_pandas"}  # engine -> its GX datasource
 PANDAS_MAX_ROWS = 200_000  # validate(engine=None) collects frames up to this size to pandas
 BATCH_DEFINITION = "whole_dataframe"
-# SUMMARY: counts plus a few example values (BOOLEAN_ONLY would drop the counts), and the unexpected rows' keys
-# (`explain_rows.result_format`)
 # Validation results (and their Data Docs pages) kept per suite: every batch is validated, and a serving
 # pipeline's history would otherwise grow without end and slow down each Data Docs index build.
 KEEP_RESULTS = int(os.environ.get("STREAMTABLE_QUALITY_KEEP", "100"))

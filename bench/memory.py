@@ -30,11 +30,13 @@ GIB = 2**30
 
 
 def by_kind(root: psutil.Process) -> dict[str, int]:
-    """Resident bytes of `root` and its descendants, summed per process name."""
+    """Resident bytes of `root` and its descendants, summed per process name: each one's proportional set size, so
+    pages two processes share count once (a JVM forking a command, PySpark's workers forked from their daemon: as RSS,
+    such a fork before its exec counted the whole JVM again)."""
     kinds: dict[str, int] = {}
     for process in [root, *root.children(recursive=True)]:
         try:
-            kinds[process.name()] = kinds.get(process.name(), 0) + process.memory_info().rss
+            kinds[process.name()] = kinds.get(process.name(), 0) + process.memory_full_info().pss
         except psutil.NoSuchProcess:
             pass
     return kinds

@@ -1,9 +1,10 @@
 """The `streamtable explain` commands of the rows a failed rule names, for its failure line and its Data Docs page.
 
-A row rule's rows are those GX reports unexpected, named by the table's key columns (GX returns them when the
-result format asks for `unexpected_index_column_names`: `result_format`); a sum that does not reconcile names the
-rows it was checked on (a batch's rows, `runtime.batch.gate`), a whole table's sum none. Each command names a row
-by its leading key columns up to the first null one (explain cannot name a null key value).
+A failed row rule's rows are those GX reports unexpected, named by the table's key columns (GX returns them when
+the result format asks for `unexpected_index_column_names`: `result_format`, asked for the failed rules only); a
+sum that does not reconcile names the rows it was checked on (a batch's rows, `runtime.batch.gate`), a whole
+table's sum none. Each command names a row by its leading key columns up to the first null one (explain cannot
+name a null key value).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def key_columns(table: str) -> tuple[str, ...]:
 
 def result_format(keys: Sequence[str]) -> dict[str, Any]:
     """GX's SUMMARY result format (counts and a few example values; BOOLEAN_ONLY would drop the counts), naming each
-    unexpected row by `keys` (`partial_unexpected_index_list`). On Spark that is one more job per row rule."""
+    unexpected row by `keys` if any (`partial_unexpected_index_list`: on Spark one more job per row rule)."""
     named = {"unexpected_index_column_names": list(keys)} if keys else {}
     return {"result_format": "SUMMARY", "partial_unexpected_count": SHOWN} | named
 

@@ -41,7 +41,7 @@ BATCH_DEFINITION = "whole_dataframe"
 # pipeline's history would otherwise grow without end and slow down each Data Docs index build.
 KEEP_RESULTS = int(os.environ.get("STREAMTABLE_QUALITY_KEEP", "100"))
 log = logging.getLogger("streamtable.quality")
-_CHECKPOINTS: dict[tuple, Any] = {}  # (project, suite, rules, engine, keys) -> its checkpoint, made once per process
+_CHECKPOINTS: dict[tuple, Any] = {}  # (project, suite, rules, engine) -> its checkpoint, made once per process
 _verdicts_only = 0  # > 0 inside `verdicts_only` (the test driver's runs)
 
 
@@ -149,9 +149,11 @@ def _check(
             ctx = context(quality_dir)
             prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
         gx_params = gx_parameters(suite.expectations, params, offsets or {})
-        result = _run_checkpoint(ctx, (name, suite.expectations, engine, keys), data, gx_params)
+        result = _run_checkpoint(ctx, (name, suite.expectations, engine), data, gx_params)
         ((result_id, validation),) = result.run_results.items()
         failed = sorted((r for r in validation.results if not r.success), key=lambda r: r.expectation_config.meta[RULE])
+        if keys:
+            _name_unexpected_rows(ctx, (name, engine, keys), data, failed, gx_params)
         lines, explained = {}, {}
         for r in failed:
             index = r.expectation_config.meta[RULE]
@@ -191,6 +193,28 @@ def _annotate(validation: Any, explained: dict[int, list[str]], lines: dict[int,
             r.expectation_config.description = html.escape(text)  # GX writes it into the page as it is
 
 
+def _name_unexpected_rows(ctx: Any, checked: tuple, data: Any, failed: list, params: dict) -> None:
+    """Add to each failed row rule's result the unexpected rows' keys (`checked`: (suite name, engine, keys)), its
+    expectation validated again on the batch alone, nothing stored: asked of every rule, they would cost a Spark job
+    per rule on every validation. Naming them never changes a verdict: a failure to name them is logged."""
+    name, engine, keys = checked
+    rules = [r for r in failed if "partial_unexpected_list" in r.result]  # row rules: a sum names no rows
+    if not rules:
+        return
+    try:
+        asset = ctx.data_sources.get(ENGINES[engine]).get_asset(name)
+        batch = asset.get_batch_definition(BATCH_DEFINITION).get_batch(batch_parameters={"dataframe": data})
+        for r in rules:
+            again = batch.validate(
+                r.expectation_config.to_domain_obj(),
+                result_format=explain_rows.result_format(keys),
+                expectation_parameters=params,
+            )
+            r.result["partial_unexpected_index_list"] = again.result.get("partial_unexpected_index_list") or []
+    except Exception:
+        log.warning("suite %s: the unexpected rows could not be named for explain", name, exc_info=True)
+
+
 def _suite_id(name: str) -> Any:
     from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
@@ -198,8 +222,8 @@ def _suite_id(name: str) -> Any:
 
 
 def _run_checkpoint(ctx: Any, checked: tuple, data: Any, params: dict) -> Any:
-    """Run the checkpoint validating rules as a suite on an engine naming unexpected rows by keys (`checked`: (name,
-    rules, engine, keys)), made once per process; it stores the result, `_check` builds its page.
+    """Run the checkpoint validating rules as a suite on an engine (`checked`: (name, rules, engine)), made once per
+    process; it stores the result, `_check` builds its page.
 
     A checkpoint whose suite or definitions were saved again since it was made (by another engine's checkpoint
     of the same suite, or by another process) is made again.
@@ -215,13 +239,13 @@ def _run_checkpoint(ctx: Any, checked: tuple, data: Any, params: dict) -> Any:
 
 
 def _checkpoint(key: tuple, ctx: Any) -> Any:
-    _, name, rules, engine, keys = key
+    _, name, rules, engine = key
     if key not in _CHECKPOINTS:
-        _CHECKPOINTS[key] = _new_checkpoint(ctx, name, gx_suite(name, rules), engine, keys)
+        _CHECKPOINTS[key] = _new_checkpoint(ctx, name, gx_suite(name, rules), engine)
     return _CHECKPOINTS[key]
 
 
-def _new_checkpoint(ctx: Any, name: str, suite: Any, engine: str, keys: tuple[str, ...]) -> Any:
+def _new_checkpoint(ctx: Any, name: str, suite: Any, engine: str) -> Any:
     """Get-or-create the engine's datasource, asset, batch definition; add-or-update suite, validation, checkpoint."""
     library = gx()
     source = ENGINES[engine]
@@ -245,7 +269,7 @@ def _new_checkpoint(ctx: Any, name: str, suite: Any, engine: str, keys: tuple[st
     validation = ctx.validation_definitions.add_or_update(
         library.ValidationDefinition(name=name, data=batch, suite=suite)
     )
-    result_format = explain_rows.result_format(keys)
+    result_format = explain_rows.result_format(())
     return ctx.checkpoints.add_or_update(
         library.Checkpoint(name=name, validation_definitions=[validation], actions=[], result_format=result_format)
     )

@@ -3,10 +3,12 @@
     .venv/bin/python scripts/fault_campaign.py --kills 20 --seed 7 --lake build/fault_lake [--cluster]
 
 On a fresh lake it feeds `clicks_per_region` (its `user_regions` and `user_clicks`) in chunks and kills the whole
-process group (driver JVM included) of `ingest`, `run`, `serve`, `reprocess` (its swap too) and `reset` at random
-moments: after a random delay, or once the command reached a phase (its `--debug` log's batch markers, the
-swap marker). Meanwhile `status`, `show` and `query` poll the lake, ingests feed a `serve`, and a `reprocess`
-or `run` waits behind the other for the pipeline's lock. After each fault the next commands finish the work;
+process group (driver JVM included) of `ingest`, `run`, `serve`, `reprocess` (its swap too), `reset` and, where
+named, `compact` at random moments: after a random delay, or once the command reached a phase (its `--debug` log's
+batch markers, the swap marker; `--aim` chooses them). `--merge-on-read` makes the output merge-on-read, so its
+batches commit by Spark's MERGE with deletion vectors and a compaction has them to purge. Meanwhile `status`,
+`show` and `query` poll the lake, ingests feed a `serve`, and a `reprocess` or `run` waits behind the other for the
+pipeline's lock. After each fault the next commands finish the work;
 at checkpoints (and at the end) a `run` completes and every table must equal the independent model
 (tests/reference.py): the inputs hold each ingested record once, and the output counts each click once.
 `--cluster` runs the Spark commands on a standalone cluster of their own and also kills an executor mid-batch.

@@ -1,8 +1,8 @@
 """The fault campaign's short form: a few SIGKILLs that land, across commands, and nothing lost or counted twice.
 
-It runs the output merge-on-read (Spark's MERGE with deletion vectors commits its batches), so a kill during a
-run's commit and one during a compaction are among its kills. The full form (20 kills and more, all the commands,
-the races) is run by hand: docs/faults.md.
+It runs the output merge-on-read (Spark's MERGE with deletion vectors commits its batches) and kills a run in its
+commit and a compaction (which costs a batch before it, so the reprocess of the earlier form is left to the full
+form). The full form (20 kills and more, all the commands, the races) is run by hand: docs/faults.md.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def test_kills_across_commands_land_and_lose_or_double_nothing(tmp_path):
     lake, report = tmp_path / "lake", tmp_path / "report.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "fault_campaign.py"), "--lake", str(lake), "--report", str(report)]
-        + ["--kills", "5", "--seed", "12", "--commands", "ingest,run,reprocess,reset,compact", "--check-every", "0"]
+        + ["--kills", "4", "--seed", "5", "--commands", "ingest,run,reset,compact", "--check-every", "0"]
         + ["--race-probability", "0"]  # one JVM per kill (a queued command costs another), and one run at the end
-        + ["--merge-on-read", "--poll-interval", "4"],  # (a compaction's batch before it paid by fewer reads)
+        + ["--merge-on-read", "--aim", "validated", "--poll-interval", "4"],  # the run killed in its commit
         capture_output=True,
         text=True,
         timeout=600,

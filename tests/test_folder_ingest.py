@@ -138,6 +138,25 @@ def test_a_file_taken_before_under_another_name_or_alone_is_a_duplicate(lake, tm
     assert len(rows(lake, "user_clicks")) == 1
 
 
+def test_a_single_csv_or_parquet_file_is_read_as_a_folder_reads_it_not_as_json_lines(lake, tmp_path):
+    """`ingest TABLE FILE.csv` gave every row to quarantine as bad JSON, exit 0: a CSV or Parquet file alone is read
+    by its suffix, exactly once, as in a landing folder; one whose columns cannot fit is refused (exit 2)."""
+    folder = landing(tmp_path)
+    base = ("--lake", str(lake.root))
+    for name in ("1-first.jsonl", "2-second.csv", "3-third.parquet"):
+        code, out, err = run_main("ingest", "user_clicks", str(folder / name), *base)
+        assert (code, json.loads(out)["appended"], json.loads(out)["quarantined"]) == (0, 2, 0), err
+    code, again, _ = run_main("ingest", "user_clicks", str(folder / "2-second.csv"), *base)
+    assert (code, json.loads(again)["duplicate"]) == (0, True)
+    as_json_lines = Lake(tmp_path / "json_lake")
+    ingest(as_json_lines, "user_clicks", CLICKS)
+    assert rows(lake, "user_clicks") == rows(as_json_lines, "user_clicks")
+    write_csv(tmp_path / "short.csv", ["user", "event_time"], [["x", "2026-03-01T10:00:00Z"]])
+    code, out, err = run_main("ingest", "user_clicks", str(tmp_path / "short.csv"), *base)
+    assert (code, out) == (2, "") and "refused short.csv: column clicks " in err, err
+    assert len(rows(lake, "user_clicks")) == len(CLICKS)
+
+
 @pytest.mark.parametrize(
     "name, write, column",
     [

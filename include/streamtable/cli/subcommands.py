@@ -20,7 +20,8 @@ def _lake(args: argparse.Namespace) -> Lake:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from streamtable.ingest.files import MAX_LINE_BYTES, ingest_file
+    from streamtable.ingest.files import MAX_LINE_BYTES
+    from streamtable.ingest.folders import ingest_named_file
 
     if args.kafka is not None:
         return cmd_ingest_kafka(args)
@@ -31,7 +32,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         return cmd_ingest_folder(args, limit)
     if args.follow and not getattr(args, "kafka", None):
         raise BadInputError("--follow needs a folder (or --kafka TOPIC), not a file")
-    result = ingest_file(_lake(args), args.table, args.file, args.id, limit)
+    result = ingest_named_file(_lake(args), args.table, args.file, args.id, limit)
     print(json.dumps(result.as_dict() | {"duplicate": result.duplicate}))
     return 0
 

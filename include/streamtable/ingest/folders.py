@@ -26,7 +26,7 @@ of the file, as in a JSON line without it (so an input that gained a nullable co
 Refused files. A file whose columns cannot fit TABLE (a declared column that is not nullable missing from a CSV
 header or a Parquet schema, or a Parquet column of a type that cannot widen losslessly) is refused before
 anything of it is written: one stderr line names it and the column; the other files go in, and the command exits
-2 (bad input).
+2 (bad input). A single `.csv` or `.parquet` FILE (`ingest TABLE FILE`) is read as here too: `ingest_named_file`.
 
 `--follow`. Passes over DIR every `poll_interval` seconds until SIGTERM (then the file in flight is finished,
 and the command exits 0). A file is taken only once its size and modification time are the same as at the
@@ -59,7 +59,7 @@ from streamtable.core.errors import BadInputError
 from streamtable.core.registry import get_input
 from streamtable.core.schema import Type, widens
 from streamtable.core.tables import Table
-from streamtable.ingest.files import MAX_LINE_BYTES, IdRegistry, IngestResult, ingest_stream
+from streamtable.ingest.files import MAX_LINE_BYTES, IdRegistry, IngestResult, ingest_file, ingest_stream
 from streamtable.ingest.record_parser import parse_json
 
 JSON_LINES = (".jsonl", ".json")
@@ -167,13 +167,31 @@ class _Watcher:
         self.report(result.as_dict() | {"duplicate": result.duplicate, "source": path.name})
 
 
-def ingest_landed_file(lake, table: Table, path: Path, kind: str, max_line_bytes: int = MAX_LINE_BYTES) -> IngestResult:
-    """Ingest one file of a landing folder (`kind`: json, csv or parquet) once: its id is the SHA-256 of its bytes.
+def ingest_named_file(lake, table_name: str, file: str, ingest_id: str | None, max_line_bytes: int) -> IngestResult:
+    """`ingest TABLE FILE`: a `.csv` or `.parquet` FILE is read as a landing folder reads it, any other as JSON lines.
+
+    Raises BadInputError, before anything is written, when a CSV or Parquet file's columns cannot fit the table.
+    """
+    kind = KINDS.get(Path(file).suffix.lower())
+    if kind not in ("csv", "parquet") or not Path(file).is_file() or ingest_id == "" or max_line_bytes < 1:
+        return ingest_file(lake, table_name, file, ingest_id, max_line_bytes)  # it also refuses what is wrong
+    try:
+        return ingest_landed_file(lake, get_input(table_name), Path(file), kind, max_line_bytes, ingest_id)
+    except RefusedFile as e:
+        raise BadInputError(f"refused {Path(file).name}: {e}; nothing of it was written") from None
+
+
+def ingest_landed_file(
+    lake, table: Table, path: Path, kind: str, max_line_bytes: int = MAX_LINE_BYTES, ingest_id: str | None = None
+) -> IngestResult:
+    """Ingest one file of a landing folder (`kind`: json, csv or parquet) once per id: `ingest_id`, else the SHA-256
+    of its bytes.
 
     Raises RefusedFile, before anything is written, when its columns cannot fit `table`.
     """
-    with path.open("rb") as handle:
-        ingest_id = hashlib.file_digest(handle, "sha256").hexdigest()
+    if ingest_id is None:
+        with path.open("rb") as handle:
+            ingest_id = hashlib.file_digest(handle, "sha256").hexdigest()
     earlier = IdRegistry(lake, table.name).get(ingest_id)
     if earlier is not None:
         return earlier

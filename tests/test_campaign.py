@@ -63,8 +63,13 @@ def test_a_generated_pipeline_run_by_the_cli_from_landing_folders_equals_its_mod
 # One of each mistake the load-time check refuses, by seed: a time column that is not a timestamp (1), an unknown
 # input (2), an expectation on no column (4), a time column that is not a column (5), an output without keys (7),
 # a rule on no column (12), a key that is not a column (15). Spark-free: milliseconds each; one through the CLI.
-# Then a schedule that is no schedule (4) and ticks on data alone, which no clock would emit (1).
-REFUSED_SEEDS = tuple((s, "refused") for s in (1, 2, 4, 5, 7, 12, 15)) + ((4, "refused_clock"), (1, "refused_clock"))
+# Then a schedule that is no schedule (4), words where a cron goes (0) and ticks on data alone, which no clock
+# would emit (1).
+REFUSED_SEEDS = tuple((s, "refused") for s in (1, 2, 4, 5, 7, 12, 15)) + (
+    (4, "refused_clock"),
+    (1, "refused_clock"),
+    (0, "refused_clock"),
+)
 
 
 @pytest.mark.parametrize(("seed", "family"), REFUSED_SEEDS, ids=[f"{s}-{f}" for s, f in REFUSED_SEEDS])

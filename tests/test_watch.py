@@ -108,5 +108,8 @@ def test_a_schedule_is_a_cron_on_data_or_both_and_ticks_need_the_clock():
     assert dataclasses.replace(PIPELINE, schedule="on_data or */5 * * * *").schedule.startswith("on_data")
     with pytest.raises(DeclarationError, match="ticks are emitted on a clock"):
         dataclasses.replace(PIPELINE, schedule="on_data")
-    with pytest.raises(DeclarationError, match="a cron expression"):
-        dataclasses.replace(PIPELINE, schedule=" ")
+    for not_a_schedule in (" ", "every minute", "on_data or hourly", "*/5 * * *", "0 0 * * * *", "@often"):
+        with pytest.raises(DeclarationError, match="a cron expression"):
+            dataclasses.replace(PIPELINE, schedule=not_a_schedule)
+    for cron in ("@daily", "0 9-17/2 * JAN-MAR MON-FRI", "15,45 * * * 1-5"):
+        assert dataclasses.replace(PIPELINE, schedule=cron).schedule == cron

@@ -296,16 +296,16 @@ PIPELINE = Pipeline(
 
 def refused_clock(rng: random.Random, seed: int) -> Case:
     """A `ticks` case whose schedule the load-time check refuses: ticks on data alone (no clock emits them), or a
-    schedule that is neither a cron, `on_data` nor `on_data or CRON`."""
+    schedule that is neither a cron, `on_data` nor `on_data or CRON` (empty, or words where a cron goes)."""
     case = ticks(rng, seed)
     p = case.pipeline
     old = next(line for line in case.source.splitlines() if line.startswith("    schedule="))
-    wrong = rng.choice(["on_data", ""])
+    wrong = rng.choice(["on_data", "", "every 5 minutes"])
     case.source = case.source.replace(old, f"    schedule={wrong!r},", 1)
     reason = (
         f"pipeline '{p}': ticks are emitted on a clock: schedule 'on_data or CRON', not 'on_data'"
-        if wrong
-        else f"pipeline '{p}': schedule '': a cron expression, 'on_data' or 'on_data or CRON'"
+        if wrong == "on_data"
+        else f"pipeline '{p}': schedule {wrong!r}: a cron expression, 'on_data' or 'on_data or CRON'"
     )
     line = next(n for n, text in enumerate(case.source.splitlines(), 1) if text.startswith("PIPELINE = "))
     case.family, case.refusal = "refused_clock", (line, reason)

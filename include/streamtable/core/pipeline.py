@@ -19,6 +19,17 @@ NAME = re.compile(r"[a-z][a-z0-9_]*")  # a pipeline's name is in DAG ids, pool n
 ON_DATA = "on_data"  # `Pipeline.schedule`: run when an input gets a new version
 
 
+CRON_PRESETS = frozenset({"@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly"})  # Airflow's
+CRON_FIELD = re.compile(r"[0-9A-Za-z*?/,#-]+")  # minute, hour, day, month, weekday: digits, names, * / , - ? L W #
+
+
+def is_cron(text: str) -> bool:
+    """Whether `text` has the form of a cron Airflow takes: one of its presets, or five fields (checked at load, so
+    a schedule such as "every minute" is refused with the pipeline's file and line, not when Airflow parses it)."""
+    fields = text.split()
+    return text.strip() in CRON_PRESETS or (len(fields) == 5 and all(CRON_FIELD.fullmatch(f) for f in fields))
+
+
 def schedule_parts(schedule: str) -> tuple[bool, str | None]:
     """A pipeline's `schedule` read: whether it runs on its inputs' data, and its cron expression, if any
     (`"on_data"`: (True, None); `"on_data or 0 * * * *"`: (True, "0 * * * *"); `"*/5 * * * *"`: (False, that))."""
@@ -60,8 +71,9 @@ class Pipeline:
     suites: quality rules per output (`expect.Suite`), checked before every batch is published.
     metrics: names of the counts `process` reports with `batch.metric` (for `expect.sum_equals`).
     wall_clock: close results by wall clock too, so every run gets a batch even when the inputs are idle.
-    schedule: when its micro-batch DAG runs in Airflow: a cron expression (the default, every 5 minutes), `"on_data"`
-        (when any input gets a new Delta version, whoever wrote it) or `"on_data or CRON"` (both).
+    schedule: when its micro-batch DAG runs in Airflow: a cron expression (five fields or a preset such as `@daily`;
+        the default, every 5 minutes), `"on_data"` (when any input gets a new Delta version, whoever wrote it) or
+        `"on_data or CRON"` (both); anything else is refused at load.
     ticks: reminder ticks its micro-batch DAG appends before each run (`Ticks`), if any; they need a clock, so with
         `schedule="on_data"` alone the pipeline is refused at load (`"on_data or CRON"` runs them on the cron).
     records: which input records make a row of an output (`records.Records`), for `streamtable explain --records`.
@@ -124,7 +136,7 @@ class Pipeline:
             if c not in columns[s.table]
         ]
         on_data, cron = schedule_parts(self.schedule)
-        if not cron and not on_data:
+        if (not cron and not on_data) or (cron and not is_cron(cron)):
             problems.append(f"schedule {self.schedule!r}: a cron expression, {ON_DATA!r} or '{ON_DATA} or CRON'")
         if on_data and not cron and self.ticks is not None:
             problems.append(f"ticks are emitted on a clock: schedule '{ON_DATA} or CRON', not {self.schedule!r}")

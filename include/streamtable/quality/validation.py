@@ -122,7 +122,7 @@ def validate_rows(
     data = spark.createDataFrame(rows) if frame is None else frame
     params = {parameter(i, suite.expectations[i]): expected for i, (expected, _) in sums.items()}
     offsets = {i: offset for i, (_, offset) in sums.items()}
-    checked = rows.slice(0, explain_rows.SHOWN).to_pylist()  # a sum that breaks names them (`explain_rows`)
+    checked = rows.slice(0, explain_rows.SHOWN)  # a sum that breaks names them (`explain_rows`)
     return _check(data, pipeline, suite, quality_dir, params, False, rows.num_rows, offsets, checked)
 
 
@@ -135,13 +135,12 @@ def _check(
     build_docs: bool,
     rows: int,
     offsets: dict[int, exact.Number] | None = None,
-    checked: list[dict] | None = None,
+    checked: pa.Table | None = None,
 ) -> Report:
     """Run the suite on a Spark or pandas frame through its (cached) GX checkpoint and report the failed rules, each
     with the explain commands of the rows it names (of the `checked` rows for a sum) on its line and its page."""
     name = f"{pipeline}.{suite.table}"
     engine = "pandas" if is_pandas(data) else "spark"
-    keys = explain_rows.key_columns(suite.table)
     with locked(quality_dir):
         if _verdicts_only:
             ctx, build_docs = memory_context(), False
@@ -152,8 +151,10 @@ def _check(
         result = _run_checkpoint(ctx, (name, suite.expectations, engine), data, gx_params)
         ((result_id, validation),) = result.run_results.items()
         failed = sorted((r for r in validation.results if not r.success), key=lambda r: r.expectation_config.meta[RULE])
+        keys = explain_rows.key_columns(suite.table) if failed else ()  # a passing batch pays nothing for names
         if keys:
             _name_unexpected_rows(ctx, (name, engine, keys), data, failed, gx_params)
+        shown = checked.to_pylist() if failed and checked is not None else []
         lines, explained = {}, {}
         for r in failed:
             index = r.expectation_config.meta[RULE]
@@ -161,7 +162,7 @@ def _check(
             lines[index] = failure(
                 suite.table, rule, r.result, r.exception_info, expected, (offsets or {}).get(index, 0)
             )
-            explained[index] = explain_rows.commands(quality_dir, suite.table, r.result, checked or ())
+            explained[index] = explain_rows.commands(quality_dir, suite.table, r.result, shown)
         if not _verdicts_only and any(explained.values()):  # on the stored result, which its page renders
             _annotate(validation, explained, lines)
             ctx.validation_results_store.set(result_id, validation)

@@ -114,7 +114,7 @@ class Lake:
         """Delete the checkpoints and state of generations that are not live (abandoned reprocesses, old runs)."""
         for name in self.generation_dirs(pipeline):
             if name != f"g{keep}":
-                self.store.delete_prefix(join(self.pipeline_dir(pipeline), name))
+                self.discard_generation(pipeline, int(name[1:]))
 
     def pending_swap(self, pipeline: str) -> dict | None:
         """The swap a reprocess or a reset started and has not finished (`generation`, and `reset` for a reset's

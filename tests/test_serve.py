@@ -272,9 +272,9 @@ def test_serve_killed_then_served_again_loses_and_duplicates_nothing(lake):
 def test_status_read_while_a_reprocess_swaps_in_a_new_generation_reports_the_new_one(lake, monkeypatch):
     """The fault campaign's `status` failed with FileNotFoundError: a swap deleted the old generation's progress
     while status read it. Status reads the new generation instead; a file missing otherwise is still an error."""
-    import streamtable.runtime.observe.status as status
+    from streamtable.runtime.committed import Consumed
 
-    real = status.Consumed.read
+    real = Consumed.read
 
     def swapped_while_read(lake_, name, generation):
         if generation == 0:
@@ -282,8 +282,8 @@ def test_status_read_while_a_reprocess_swaps_in_a_new_generation_reports_the_new
             raise FileNotFoundError("Object at location .../g0/state/progress/part-0.parquet not found")
         return real(lake_, name, generation)
 
-    monkeypatch.setattr(status.Consumed, "read", swapped_while_read)
+    monkeypatch.setattr(Consumed, "read", swapped_while_read)
     assert pipeline_status(lake, P).generation == 1
-    monkeypatch.setattr(status.Consumed, "read", lambda *_: (_ for _ in ()).throw(FileNotFoundError("gone")))
+    monkeypatch.setattr(Consumed, "read", lambda *_: (_ for _ in ()).throw(FileNotFoundError("gone")))
     with pytest.raises(FileNotFoundError):
         pipeline_status(lake, P)

@@ -3,17 +3,20 @@
 Each batch commits a row to its generation's store of committed batches (`storage.lake.BATCHES`) in the same
 exactly-once commit as its outputs: its id, stream time, metrics and the newest version it consumed of each input.
 `Consumed` folds such rows (or `stream_progress` rows, which carry the same `input_versions`) into Kafka's committed
-offsets: where the next batch starts, how far behind an input is, what a lineage event says was read.
+offsets: where the next batch starts, what a lineage event says was read; and an input's commits beyond them
+(`unconsumed_commits`): how far behind it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
+from streamtable.core.pipeline import Pipeline
 from streamtable.quality import exact
-from streamtable.storage.delta_rs import open_table
+from streamtable.storage.delta_rs import delta_table, open_table, table_version
+from streamtable.storage.external import path_of
 from streamtable.storage.lake import BATCHES, Lake
 
 BATCHES_SCHEMA = pa.schema(  # a generation's committed batches (`summary.committed_row`)
@@ -78,6 +81,18 @@ class Consumed(Mapping[str, int]):
         """Whether every input was consumed up to its target version."""
         return all(self.get(name, -1) >= version for name, version in targets.items())
 
+    def lineage(self, lake: Lake, pipeline: Pipeline, output_path: Callable[[str], str]) -> dict[str, list[dict]]:
+        """What a generation that consumed this read and wrote, for OpenLineage: each input with the newest version
+        consumed (None before a batch read one), each output (at `output_path`) with its version."""
+        inputs = [
+            {"table": name, "uri": lake.uri(path_of(lake, name)), "version": self.get(name)} for name in pipeline.inputs
+        ]
+        outputs = [
+            {"table": t.name, "uri": lake.uri(output_path(t.name)), "version": table_version(output_path(t.name))}
+            for t in pipeline.outputs
+        ]
+        return {"inputs": inputs, "outputs": outputs}
+
     def __getitem__(self, name: str) -> int:
         return self._versions[name]
 
@@ -89,3 +104,44 @@ class Consumed(Mapping[str, int]):
 
     def __repr__(self) -> str:
         return f"Consumed({self._versions!r})"
+
+
+def unconsumed_commits(lake: Lake, table: str, consumed: int | None) -> tuple[int | None, list[dict]]:
+    """The latest version of an input, and its commits after version `consumed` that added, changed or deleted rows
+    (from its log's history: no file is read)."""
+    path = path_of(lake, table)  # a Delta table of another job is read where it is
+    latest = table_version(path)
+    first_unconsumed = 0 if consumed is None else consumed + 1
+    if latest is None or latest < first_unconsumed:
+        return latest, []
+    commits = delta_table(path).history(limit=latest - first_unconsumed + 1)
+    return latest, [c for c in commits if c["version"] >= first_unconsumed and changed_rows(c)]
+
+
+ROW_CHANGES = (  # the operation metrics that count rows a commit added, updated or deleted (Delta Spark, delta-rs)
+    "numTargetRowsInserted",
+    "numTargetRowsUpdated",
+    "numTargetRowsDeleted",
+    "numUpdatedRows",
+    "numDeletedRows",
+    "num_target_rows_inserted",
+    "num_target_rows_updated",
+    "num_target_rows_deleted",
+    "num_updated_rows",
+    "num_deleted_rows",
+)
+
+
+def changed_rows(commit: dict) -> int:
+    """The rows a commit added, updated or deleted: delta-rs's `num_added_rows`, Delta Spark's `numOutputRows` (a
+    write), or the MERGE, UPDATE and DELETE metrics (`ROW_CHANGES`), for tables other jobs write. A commit that
+    removed data files without counting rows (a DELETE of whole files) counts 1: it changed something."""
+    metrics = commit.get("operationMetrics") or {}
+    if "num_added_rows" in metrics:
+        return int(metrics["num_added_rows"] or 0)
+    if "numOutputRows" in metrics:
+        return int(metrics["numOutputRows"] or 0)
+    rows = sum(int(metrics.get(k) or 0) for k in ROW_CHANGES)
+    if rows == 0 and commit.get("operation") in ("DELETE", "TRUNCATE") and int(metrics.get("numRemovedFiles") or 0):
+        return 1
+    return rows

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
@@ -17,7 +16,6 @@ from streamtable.quality import exact
 from streamtable.runtime.committed import BATCHES_SCHEMA, Consumed, committed_batches, row_metrics
 from streamtable.runtime.inputs.changelogs import KeptChangelogs, read_changelog
 from streamtable.storage import delta_rs, keyed, merge_on_read
-from streamtable.storage.external import path_of
 from streamtable.storage.lake import BATCHES, Lake
 from streamtable.storage.store import join, spark_path
 
@@ -164,7 +162,7 @@ class RunContext:
 
     def lineage(self) -> dict[str, list[dict]]:
         """What this generation read and wrote, for OpenLineage (`lineage`)."""
-        return lineage(self.lake, self.pipeline, self.consumed(), self.path)
+        return self.consumed().lineage(self.lake, self.pipeline, self.path)
 
 
 def _has_deletion_vectors(delta: delta_rs.DeltaTable) -> bool:
@@ -177,20 +175,3 @@ def _semi_join(rows: DataFrame, probe: DataFrame, keys: list[str]) -> DataFrame:
     r, p = rows.alias("r"), probe.alias("p")
     condition: SparkColumn = reduce(lambda a, b: a & b, [r[k].eqNullSafe(p[k]) for k in keys])
     return r.join(p, condition, "left_semi")
-
-
-def lineage(
-    lake: Lake, pipeline: Pipeline, consumed: Consumed, output_path: Callable[[str], str]
-) -> dict[str, list[dict]]:
-    """What a generation read and wrote, for OpenLineage: each input with the newest version its batches consumed
-    (None before one did), each output (at `output_path`) with its version."""
-    inputs = []
-    for name in pipeline.inputs:
-        path = path_of(lake, name)
-        version = consumed.get(name)  # what a batch read, stream or table: never a version no batch read
-        inputs.append({"table": name, "uri": lake.uri(path), "version": version})
-    outputs = [
-        {"table": t.name, "uri": lake.uri(output_path(t.name)), "version": delta_rs.table_version(output_path(t.name))}
-        for t in pipeline.outputs
-    ]
-    return {"inputs": inputs, "outputs": outputs}

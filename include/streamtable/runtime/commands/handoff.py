@@ -17,10 +17,9 @@ import time
 from datetime import UTC, datetime
 
 from streamtable.core.pipeline import Pipeline
-from streamtable.runtime.committed import Consumed, committed_batches
-from streamtable.runtime.context import lineage
-from streamtable.runtime.observe.status import live_progress, unconsumed_commits
+from streamtable.runtime.committed import Consumed, committed_batches, unconsumed_commits
 from streamtable.runtime.query.handler import RunReport
+from streamtable.runtime.query.progress import live_progress
 from streamtable.storage.lake import Lake
 
 POLL_S = 0.2  # how often the run reads serve's progress
@@ -72,6 +71,6 @@ def _report(lake: Lake, pipeline: Pipeline, generation: int, batches: list[dict]
         records=sum(b["input_rows"] for b in batches),
         stream_time=max((r["stream_time"] for r in committed if r["stream_time"]), default=None),
         changes=changes,
-        lineage=lineage(lake, pipeline, Consumed.of(committed), lake.table_path),
+        lineage=Consumed.of(committed).lineage(lake, pipeline, lake.table_path),
         served_by={k: holder.get(k) for k in ("command", "pid", "host", "since")},
     )

@@ -10,13 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from streamtable.core.errors import TableReadError
 from streamtable.core.registry import get_pipeline
 from streamtable.core.timefmt import format_time
-from streamtable.runtime.committed import Consumed
-from streamtable.runtime.query.progress import history
-from streamtable.storage.delta_rs import delta_table, table_version
-from streamtable.storage.external import path_of
+from streamtable.runtime.committed import changed_rows, unconsumed_commits
+from streamtable.runtime.query.progress import live_progress
 from streamtable.storage.lake import Lake
 
 
@@ -104,21 +101,9 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
     )
 
 
-def live_progress(lake: Lake, pipeline: str) -> tuple[int, list[dict], Consumed]:
-    """The live generation, its batches and its consumed versions: read again when a reprocess or a reset made
-    another generation live (and deleted this one's files) while they were read."""
-    while True:
-        generation = lake.generation(pipeline)
-        try:
-            return generation, history(lake, pipeline, generation), Consumed.read(lake, pipeline, generation)
-        except (FileNotFoundError, TableReadError):  # its log or files deleted under the read
-            if lake.generation(pipeline) == generation:
-                raise
-
-
 def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
     latest, unconsumed = unconsumed_commits(lake, table, consumed)
-    records = sum(_changed_rows(c) for c in unconsumed)
+    records = sum(changed_rows(c) for c in unconsumed)
     oldest = min((c["timestamp"] for c in unconsumed), default=None)
     return InputLag(
         table,
@@ -128,47 +113,6 @@ def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
         records,
         datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None,
     )
-
-
-def unconsumed_commits(lake: Lake, table: str, consumed: int | None) -> tuple[int | None, list[dict]]:
-    """The latest version of an input, and its commits after version `consumed` that added, changed or deleted rows
-    (from its log's history: no file is read)."""
-    path = path_of(lake, table)  # a Delta table of another job is read where it is
-    latest = table_version(path)
-    first_unconsumed = 0 if consumed is None else consumed + 1
-    if latest is None or latest < first_unconsumed:
-        return latest, []
-    commits = delta_table(path).history(limit=latest - first_unconsumed + 1)
-    return latest, [c for c in commits if c["version"] >= first_unconsumed and _changed_rows(c)]
-
-
-ROW_CHANGES = (  # the operation metrics that count rows a commit added, updated or deleted (Delta Spark, delta-rs)
-    "numTargetRowsInserted",
-    "numTargetRowsUpdated",
-    "numTargetRowsDeleted",
-    "numUpdatedRows",
-    "numDeletedRows",
-    "num_target_rows_inserted",
-    "num_target_rows_updated",
-    "num_target_rows_deleted",
-    "num_updated_rows",
-    "num_deleted_rows",
-)
-
-
-def _changed_rows(commit: dict) -> int:
-    """The rows a commit added, updated or deleted: delta-rs's `num_added_rows`, Delta Spark's `numOutputRows` (a
-    write), or the MERGE, UPDATE and DELETE metrics (`ROW_CHANGES`), for tables other jobs write. A commit that
-    removed data files without counting rows (a DELETE of whole files) counts 1: it changed something."""
-    metrics = commit.get("operationMetrics") or {}
-    if "num_added_rows" in metrics:
-        return int(metrics["num_added_rows"] or 0)
-    if "numOutputRows" in metrics:
-        return int(metrics["numOutputRows"] or 0)
-    rows = sum(int(metrics.get(k) or 0) for k in ROW_CHANGES)
-    if rows == 0 and commit.get("operation") in ("DELETE", "TRUNCATE") and int(metrics.get("numRemovedFiles") or 0):
-        return 1
-    return rows
 
 
 def _time(value: datetime | None) -> str | None:

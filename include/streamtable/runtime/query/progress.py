@@ -16,9 +16,11 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from streamtable.core.errors import TableReadError
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import STREAM_PROGRESS
 from streamtable.core.timefmt import format_time
+from streamtable.runtime.committed import Consumed
 from streamtable.storage.delta_rs import append_once, open_table
 from streamtable.storage.lake import Lake
 
@@ -108,3 +110,15 @@ def history(lake: Lake, pipeline: str, generation: int | None = None) -> list[di
     found = table.to_pyarrow_dataset().to_table(filter=where)
     rows = found.sort_by([("finished_at", "ascending"), ("batch_id", "ascending")]).to_pylist()
     return [row | {c: json.loads(row.get(c) or "{}") for c in JSON_COLUMNS} for row in rows]
+
+
+def live_progress(lake: Lake, pipeline: str) -> tuple[int, list[dict], Consumed]:
+    """The live generation, its batches and its consumed versions: read again when a reprocess or a reset made
+    another generation live (and deleted this one's files) while they were read."""
+    while True:
+        generation = lake.generation(pipeline)
+        try:
+            return generation, history(lake, pipeline, generation), Consumed.read(lake, pipeline, generation)
+        except (FileNotFoundError, TableReadError):  # its log or files deleted under the read
+            if lake.generation(pipeline) == generation:
+                raise

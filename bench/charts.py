@@ -63,17 +63,17 @@ def latency(summaries: list[dict], path: Path) -> None:
 
 
 def memory(results: list[dict], path: Path) -> None:
-    """Peak resident memory of each Spark process tree (drain and batch job), with the 4 GiB target."""
+    """Peak memory (PSS) of each Spark process tree (drain and batch job), with the 2.5 GiB target."""
     figure, ax = plt.subplots(figsize=(11, 4.5))
-    engines = sorted({e for r in results for e in r["peak_rss_bytes"]}, reverse=True)
+    engines = sorted({e for r in results for e in r["peak_pss_bytes"]}, reverse=True)
     width = 0.8 / max(1, len(engines))
     for i, engine in enumerate(engines):
         xs = [x + (i - (len(engines) - 1) / 2) * width for x in range(len(results))]
-        ax.bar(xs, [r["peak_rss_bytes"].get(engine, 0) / GIB for r in results], width, label=engine)
-    ax.axhline(4, color="red", linestyle="--", linewidth=1, label="4 GiB target (drain)")
+        ax.bar(xs, [r["peak_pss_bytes"].get(engine, 0) / GIB for r in results], width, label=engine)
+    ax.axhline(2.5, color="red", linestyle="--", linewidth=1, label="2.5 GiB target (1M drain)")
     ax.set_xticks(range(len(results)), [f"{r['pipeline']}\n{r['records']:,}" for r in results], fontsize=8)
-    ax.set_ylabel("peak RSS, GiB (process tree)")
-    ax.set_title("Peak resident memory of the cold drain and of the Spark batch job")
+    ax.set_ylabel("peak PSS, GiB (process tree)")
+    ax.set_title("Peak memory (PSS) of the cold drain and of the Spark batch job")
     ax.legend(fontsize=8)
     save(figure, path)
 

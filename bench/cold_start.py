@@ -8,8 +8,7 @@ clicks_per_region` (`make demo`'s pipeline: Airflow parses the DAGs, runs `run -
 then `quality_gate` reads its verdict), in the environment of `make -s env`. Then the warm path: a `streamtable
 serve word_count` is started on a lake of its own (not timed), and each round ingests one record and times
 `streamtable run word_count`, which the live serve takes (`runtime.commands.handoff`); the serve's process tree's
-resident
-memory is what keeping it warm costs. The medians and the ranges go to `bench/results/cold_start.json`.
+memory (PSS) is what keeping it warm costs. The medians and the ranges go to `bench/results/cold_start.json`.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pss
 import psutil
 import run
 
@@ -73,7 +73,7 @@ def dag_run(work: Path, env: dict[str, str]) -> float:
 
 
 def served_runs(runs: int, work: Path, env: dict[str, str]) -> dict:
-    """`runs` one-record `streamtable run word_count`s that a live `serve` takes; the serve tree's resident bytes."""
+    """`runs` one-record `streamtable run word_count`s that a live `serve` takes; the serve tree's bytes (PSS)."""
     lake = one_record_lake(work, ("text_lines",), env)
     command = [run.CLI, "serve", "word_count", "--lake", str(lake), "--interval", "1 second"]
     with (work / "serve.log").open("w") as log:
@@ -91,11 +91,11 @@ def served_runs(runs: int, work: Path, env: dict[str, str]) -> dict:
             if '"served_by"' not in timed.stdout:
                 raise RuntimeError(f"the run was not served by the live serve: {timed.stdout[-500:]}")
             seconds.append(timed.seconds)
-        rss = run.tree_rss(psutil.Process(serve.pid))
+        held = pss.tree_pss(psutil.Process(serve.pid))
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=120)
-    return summary(seconds) | {"serve_rss_bytes": rss}
+    return summary(seconds) | {"serve_pss_bytes": held}
 
 
 def summary(seconds: list[float]) -> dict:

@@ -5,8 +5,9 @@
 For each pipeline and size it generates the inputs into a fresh lake (`workloads.py`), drains them with one
 cold `streamtable run` (a process of its own, JVM start included, as a user runs it), computes the same
 outputs with a cold plain PySpark batch job (`spark_jobs.py`, a process of its own too) and with DuckDB in
-this process (`duckdb_jobs.py`), and checks that the three answers are equal. The peak resident memory of
-each Spark process tree (the Python driver and its JVM) is sampled with psutil every 0.1 s. Figures go to
+this process (`duckdb_jobs.py`), and checks that the three answers are equal. The peak memory of each Spark
+process tree (the Python driver, its JVM and PySpark's workers) is sampled every 0.1 s as proportional set sizes
+(`pss.py`: a page the processes share counts once). Figures go to
 `bench/results/throughput.json`; `bench/suite.py` runs this beside the other benchmarks.
 """
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb_jobs
-import psutil
+import pss
 import pyarrow as pa
 import pyarrow.parquet as pq
 import workloads
@@ -48,40 +49,23 @@ Answer = dict[str, pa.Table]
 @dataclass(frozen=True)
 class ProcessRun:
     seconds: float
-    peak_rss_bytes: int
+    peak_pss_bytes: int
     stdout: str
-
-
-def tree_rss(process: psutil.Process) -> int:
-    """Resident bytes of a process and all its descendants (those that exit while read count as nothing)."""
-    total = 0
-    for p in [process, *process.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def run_process(
     command: list[str], log: Path, interval_s: float = 0.1, env: dict[str, str] | None = None
 ) -> ProcessRun:
-    """Run `command` to its end (stderr to `log`), timing it and sampling its process tree's resident memory."""
+    """Run `command` to its end (stderr to `log`), timing it and sampling its process tree's memory (`pss.watch`)."""
     start = time.perf_counter()
     with log.open("w") as err:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-        watched, peak = psutil.Process(proc.pid), 0
-        while proc.poll() is None:
-            try:
-                peak = max(peak, tree_rss(watched))
-            except psutil.NoSuchProcess:
-                break
-            time.sleep(interval_s)
+        peak = pss.watch(proc, interval_s)
         stdout = proc.communicate()[0]
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-    return ProcessRun(seconds, peak, stdout)
+    return ProcessRun(seconds, peak.bytes, stdout)
 
 
 def canonical(data: pa.Table, spec: Table) -> pa.Table:
@@ -188,7 +172,7 @@ def measure(pipeline: str, n: int, work: Path, rebuild: bool = False) -> dict:
         "records": records,
         "seconds": {e: round(r.seconds, 2) for e, r in runs.items()},
         "records_per_s": {e: round(records / r.seconds) for e, r in runs.items()},
-        "peak_rss_bytes": {e: r.peak_rss_bytes for e, r in runs.items() if r.peak_rss_bytes},
+        "peak_pss_bytes": {e: r.peak_pss_bytes for e, r in runs.items() if r.peak_pss_bytes},
         "output_rows": {name: t.num_rows for name, t in answers[STREAMTABLE].items()},
         "drain_stage_ms": stages,
         **({"reprocess_seconds": round(rebuilt.seconds, 2)} if rebuilt is not None else {}),
@@ -200,15 +184,15 @@ def measure(pipeline: str, n: int, work: Path, rebuild: bool = False) -> dict:
 def table(results: list[dict]) -> str:
     """The results as a Markdown table, each engine's time beside the drain's."""
     lines = [
-        "| pipeline | records | engine | seconds | records/s | drain time / engine time | peak RSS |",
+        "| pipeline | records | engine | seconds | records/s | drain time / engine time | peak PSS |",
         "|---|---:|---|---:|---:|---:|---:|",
     ]
     for r in results:
         for engine, seconds in r["seconds"].items():
-            rss = r["peak_rss_bytes"].get(engine)
+            peak = r["peak_pss_bytes"].get(engine)
             lines.append(
                 f"| {r['pipeline']} | {r['records']:,} | {engine} | {seconds:.1f} | {r['records_per_s'][engine]:,} | "
-                f"{r['seconds'][STREAMTABLE] / seconds:.2f}x | {f'{rss / 2**30:.2f} GiB' if rss else ''} |"
+                f"{r['seconds'][STREAMTABLE] / seconds:.2f}x | {f'{peak / 2**30:.2f} GiB' if peak else ''} |"
             )
     return "\n".join(lines)
 

@@ -4,7 +4,7 @@
 
 Parts, in this order (a size of 0 leaves a part out):
 1. throughput (`run.py`): for each pipeline and each `--records` size, a cold `streamtable run` drain beside
-   a cold plain PySpark batch job and DuckDB on the same rows, answers compared, peak RSS of each process tree;
+   a cold plain PySpark batch job and DuckDB on the same rows, answers compared, peak PSS of each process tree;
 2. `--big-clicks`: the same for clicks_per_region at that size (the 10M-click target), then a cold reprocess
    of those outputs from version 0;
 3. `--naive-clicks`: seed 000's naive design, one database query per click (`naive.py`);
@@ -107,8 +107,8 @@ def cold_starts(results: dict) -> list[Verdict]:
             continue
         runs = found[part]["runs_s"]
         measured = f"{found[part]['median_s']} s (median of {len(runs)}: {min(runs)} to {max(runs)} s)"
-        if "serve_rss_bytes" in found[part]:
-            measured += f"; the serve's process tree holds {found[part]['serve_rss_bytes'] / GIB:.2f} GiB"
+        if "serve_pss_bytes" in found[part]:
+            measured += f"; the serve's process tree holds {found[part]['serve_pss_bytes'] / GIB:.2f} GiB"
         verdicts.append(Verdict(target, measured, found[part]["median_s"] <= limit))
     return verdicts
 
@@ -153,9 +153,9 @@ def naive_ratio(results: dict) -> Verdict:
     return Verdict(target, measured, ratio >= 100)
 
 
-def peak_rss(results: dict) -> Verdict:
-    target = "peak RSS of a 1M drain's process tree <= 2.5 GiB, every pipeline"
-    peaks = [(r["peak_rss_bytes"][run.STREAMTABLE], r) for r in results["throughput"] if r["size"] <= 1_000_000]
+def peak_memory(results: dict) -> Verdict:
+    target = "peak PSS of a 1M drain's process tree <= 2.5 GiB, every pipeline"
+    peaks = [(r["peak_pss_bytes"][run.STREAMTABLE], r) for r in results["throughput"] if r["size"] <= 1_000_000]
     if not peaks:
         return Verdict(target, "not measured", None)
     peak, at = max(peaks, key=lambda p: p[0])
@@ -174,7 +174,7 @@ def verdicts(results: dict) -> list[Verdict]:
         big_drain(results),
         big_reprocess(results),
         naive_ratio(results),
-        peak_rss(results),
+        peak_memory(results),
     ]
 
 

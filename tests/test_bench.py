@@ -35,7 +35,7 @@ def test_short_suite_answers_agree_and_it_writes_json_and_charts(tmp_path):
     [drain] = results["throughput"]
     assert drain["answers_equal"], drain["mismatches"]
     assert set(drain["seconds"]) == {"streamtable run", "Spark batch", "DuckDB"}
-    assert drain["records"] == 300 and drain["peak_rss_bytes"]["streamtable run"] > 0
+    assert drain["records"] == 300 and drain["peak_pss_bytes"]["streamtable run"] > 0
     assert drain["reprocess_seconds"] > 0 and drain["drain_stage_ms"]["read"] >= 0
     assert results["naive"].get("answers_equal", "skipped" in results["naive"]) is True
     [served] = results["latency"]

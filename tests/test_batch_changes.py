@@ -92,3 +92,55 @@ def test_changes_and_rows_of_a_keyed_changelog_equal_a_plain_fold(streamtable_dr
         if records:
             assert seen == folds
             assert {r["item"]: r["price"] for r in driver.output("price_rows") if r["batch"] == batch} == rows
+
+
+OPEN_ITEMS = """
+from pyspark.sql import functions as F
+
+from streamtable import Column, Pipeline, Type, changelog, table
+
+S = Type.STRING
+ACTIONS = changelog("item_actions", [Column("item", S), Column("action", S), Column("event_time", Type.TIMESTAMP)])
+
+
+def process(batch):
+    actions = batch.new("item_actions")
+    opened = actions.where(F.col("action") == "open").select("item", F.lit(batch.batch_id).alias("since"))
+    closed = actions.where(F.col("action") == "close").select("item", "action")  # only the keys are read
+    batch.upsert("open_items", opened.dropDuplicates(["item"]), deletes=closed)
+
+
+PIPELINE = Pipeline(
+    name="open_items",
+    doc="",
+    streams=("item_actions",),
+    outputs=(table("open_items", [Column("item", S), Column("since", Type.INT)], keys=["item"]),),
+    process=process,
+)
+"""
+
+ACTIONS = [  # each run's actions: close a key never opened, open and close in one run (the upsert wins), close
+    [("a", "open"), ("b", "open"), ("z", "close")],
+    [("a", "close"), ("c", "open"), ("c", "close"), ("b", "close"), ("b", "close")],
+    [("a", "open")],
+]
+
+
+def test_upsert_with_deletes_removes_the_keys_of_deletes_unless_upserted(streamtable_driver, tmp_path):
+    """`batch.upsert(t, rows, deletes=d)`: d's keys are deleted, a key also in `rows` is upserted (a plain dict)."""
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "open_items.py").write_text(OPEN_ITEMS)
+    registry.current.cache_clear()
+    driver = streamtable_driver("open_items", pipelines=folder)
+    expected: dict[str, int] = {}
+    for batch, actions in enumerate(ACTIONS):
+        driver.pipe(
+            "item_actions", [{"item": i, "action": a, "event_time": "2026-01-01T00:00:00Z"} for i, a in actions]
+        )
+        driver.run()
+        opened = {i for i, a in actions if a == "open"}
+        expected = {i: s for i, s in expected.items() if i not in {i for i, a in actions if a == "close"}}
+        expected |= {i: batch for i in opened}
+        assert {r["item"]: r["since"] for r in driver.output("open_items")} == expected
+    assert expected == {"a": 2, "c": 1}

@@ -126,13 +126,7 @@ def process(batch) -> None:
         table={inp.name!r},
         time={tname!r},
     )
-    batch.upsert(
-        {out.name!r},
-        changes.upserts.withColumn("_delete", F.lit(False)).unionByName(
-            changes.deletes.withColumn("_delete", F.lit(True))
-        ),
-        delete="_delete",
-    )
+    batch.upsert({out.name!r}, changes.upserts, deletes=changes.deletes)
     batch.late(changes.late)
 
 

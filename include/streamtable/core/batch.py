@@ -74,8 +74,12 @@ class Batch(Protocol):
         keys equal those of a row of `keys_of` (a keyed lookup: a batch of a few keys reads only their rows)."""
         ...
 
-    def upsert(self, table: str, rows: DataFrame, delete: str | None = None) -> None:
-        """Stage rows that replace the rows with the same keys; where column `delete` is true, remove them."""
+    def upsert(self, table: str, rows: DataFrame, delete: str | None = None, deletes: DataFrame | None = None) -> None:
+        """Stage rows that replace the rows with the same keys; remove the rows where column `delete` is true, and
+        those whose keys are the keys of a row of `deletes` (a key also in `rows` is kept: the upsert wins):
+
+            batch.upsert("open_calls", still_open, deletes=closed)  # closed: only the keys are read
+        """
         ...
 
     def append(self, table: str, rows: DataFrame) -> None:

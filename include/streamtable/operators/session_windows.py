@@ -74,8 +74,7 @@ def aggregate_sessions(
             [Aggregate("plays", F.lit(1)), Aggregate("seconds", F.col("duration"))], batch.stream_time,
             table="play_events",
         )
-        batch.upsert("play_sessions", changes.upserts.withColumn("_delete", F.lit(False)).unionByName(
-            changes.deletes.withColumn("_delete", F.lit(True))), delete="_delete")
+        batch.upsert("play_sessions", changes.upserts, deletes=changes.deletes)
         batch.late(changes.late)
     """
     has_time("aggregate_sessions", records, time)

@@ -117,13 +117,8 @@ def process(batch: Batch) -> None:
     done = matched.select(*EVENT_KEY, "event_time", F.least("event_time", "partner_time").alias("call_ts")).unionByName(
         closed.select(*EVENT_KEY, "event_time", F.col("event_time").alias("call_ts"))
     )
-    batch.upsert(HISTORY.name, done.withColumn("_delete", F.lit(False)), delete="_delete")
-    gone = opened.join(still_open.select(*EVENT_KEY), list(EVENT_KEY), "left_anti")
-    batch.upsert(
-        OPEN.name,
-        still_open.withColumn("_delete", F.lit(False)).unionByName(gone.withColumn("_delete", F.lit(True))),
-        delete="_delete",
-    )
+    batch.upsert(HISTORY.name, done)
+    batch.upsert(OPEN.name, still_open, deletes=opened)  # an open event no longer open is deleted
     batch.late(
         late.select(
             F.when(left, "call_analytics").otherwise("call_metrics").alias("table"),

@@ -60,13 +60,7 @@ def process(batch: Batch) -> None:
         batch.stream_time,
         table=EVENTS,
     )
-    batch.upsert(
-        SESSIONS,
-        changes.upserts.withColumn("_delete", F.lit(False)).unionByName(
-            changes.deletes.withColumn("_delete", F.lit(True))
-        ),
-        delete="_delete",
-    )
+    batch.upsert(SESSIONS, changes.upserts, deletes=changes.deletes)
     batch.late(changes.late)
     batch.metric("plays", events.count() - changes.late.count())
 

@@ -156,13 +156,15 @@ class StagedBatch:
             return self.ctx.snapshot(table)
         return self.ctx.rows_of_keys(table, keys_of, self._lookups)
 
-    def upsert(self, table: str, rows: DataFrame, delete: str | None = None) -> None:
-        """Stage rows that replace the rows with the same keys; where column `delete` is true, remove them."""
+    def upsert(self, table: str, rows: DataFrame, delete: str | None = None, deletes: DataFrame | None = None) -> None:
+        """Stage rows that replace the rows with the same keys; remove the rows where column `delete` is true, and
+        those whose keys are the keys of a row of `deletes` (a key also in `rows` is kept: the upsert wins)."""
         spec = self.ctx.pipeline.output(table)
         flag = F.col(delete) if delete else F.lit(False)
-        self._staging.stage(
-            table, "upsert", rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_rs.DELETE))
-        )
+        staged = rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_rs.DELETE))
+        if deletes is not None:
+            staged = staged.unionByName(_tombstones(spec, deletes.join(rows, list(spec.keys), "left_anti")))
+        self._staging.stage(table, "upsert", staged)
 
     def append(self, table: str, rows: DataFrame) -> None:
         """Stage rows appended to a stream output."""
@@ -242,3 +244,18 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
         text = INTERNAL_ALIAS.sub(r"\1", str(e).strip())  # `v`.`plan` in Spark's hints: operators' own aliases
         first = text.splitlines()[0] if text else ""
         raise PipelineCodeError(f"{file}:{line}: {type(e).__name__}: {first} (pipeline {pipeline.name})") from e
+
+
+def _tombstones(spec: Table, keys_of: DataFrame) -> DataFrame:
+    """A row that deletes its key for each distinct key of `keys_of`: the keys, nulls elsewhere, the delete flag."""
+    return (
+        keys_of.select(*spec.keys)
+        .distinct()
+        .select(
+            *[
+                F.col(c.name) if c.name in spec.keys else F.lit(None).cast(c.type.ddl).alias(c.name)
+                for c in spec.columns
+            ],
+            F.lit(True).alias(delta_rs.DELETE),
+        )
+    )

@@ -7,8 +7,8 @@ generation, `check` compares the declaration now with the one recorded (`declara
   null), and so is an output removed (its table stays as it is);
 - anything else that would make the outputs wrong (an output added, which would start from nothing; a key, a type
   or a column removed; an input's keys, time column or path changed) is refused with one line naming the changes
-  and the `reprocess` that applies them (`checkpoint.refuse`). The inputs a query reads are checked first, by
-  `query.checkpoint.check_declaration`.
+  and the `reprocess` that applies them (`checkpoint.refuse`). The inputs the generation's query reads (its
+  sources, `query.checkpoint`) are checked first: a change a new epoch cannot apply is refused the same way.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import Column
-from streamtable.runtime.query.checkpoint import check_declaration, refuse
+from streamtable.runtime.query import checkpoint
 from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake
 from streamtable.storage.store import join
@@ -81,7 +81,7 @@ def differences(old: dict, new: dict) -> tuple[list[str], list[str], dict[str, l
 def check(lake: Lake, pipeline: Pipeline, generation: int) -> None:
     """Record the declaration a generation starts with; after a change, apply it where safe, else refuse (the
     inputs its query reads as well: before any Spark starts, a command that cannot succeed says so in a second)."""
-    check_declaration(lake, pipeline, generation)
+    _check_sources(lake, pipeline, generation)
     path = join(lake.generation_dir(pipeline.name, generation), DECLARATION)
     state = {t.name for t in pipeline.state}
     now = shape(pipeline)
@@ -91,13 +91,22 @@ def check(lake: Lake, pipeline: Pipeline, generation: int) -> None:
     if recorded is not None:
         safe, unsafe, added = differences(recorded, now)
         if unsafe:
-            raise refuse(pipeline, generation, unsafe)
+            raise checkpoint.refuse(pipeline, generation, unsafe)
         for table, columns in added.items():
             path_of = lake.state_path(pipeline.name, generation, table) if table in state else lake.table_path(table)
             _add_columns(path_of, [c for c in pipeline.output(table).columns if c.name in columns])
         if safe:
             log.warning("%s: %s: applied", pipeline.name, "; ".join(safe))
     lake.store.write_json(path, now)
+
+
+def _check_sources(lake: Lake, pipeline: Pipeline, generation: int) -> None:
+    """Refuse a change of the inputs the generation's query reads that a new epoch cannot apply."""
+    current = checkpoint.recorded(lake, pipeline, generation)
+    if current is not None:
+        _, unsafe = checkpoint.change(pipeline, current.sources, checkpoint.sources(pipeline))
+        if unsafe:
+            raise checkpoint.refuse(pipeline, generation, unsafe)
 
 
 def _add_columns(path: str, columns: list[Column]) -> None:

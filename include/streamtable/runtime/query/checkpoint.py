@@ -109,16 +109,6 @@ def change(pipeline: Pipeline, old: tuple[str, ...], new: tuple[str, ...]) -> tu
     return safe, unsafe
 
 
-def check_declaration(lake: Lake, pipeline: Pipeline, generation: int) -> None:
-    """Raise `DeclarationChangedError` when the pipeline's inputs changed in a way a new epoch cannot apply (before
-    any Spark starts: a command that cannot succeed says so in a second)."""
-    current = recorded(lake, pipeline, generation)
-    if current is not None:
-        _, unsafe = change(pipeline, current.sources, sources(pipeline))
-        if unsafe:
-            raise refuse(pipeline, generation, unsafe)
-
-
 def refuse(pipeline: Pipeline, generation: int, unsafe: list[str]) -> DeclarationChangedError:
     return DeclarationChangedError(
         f"{pipeline.name}: its declaration changed since generation {generation} started ({'; '.join(unsafe)}): "

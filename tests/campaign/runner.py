@@ -198,7 +198,7 @@ def refused(case: Case, folder: Path, errors: list[str]) -> list[str]:
     """Problems unless `errors` is the one line naming the file, the line and the reason of `case.refusal`."""
     line, reason = case.refusal  # type: ignore[attr-defined]
     path = folder / "pipelines" / f"{case.pipeline}.py"
-    expected = rf"{re.escape(str(path))}:{line}: (DeclarationError: )?{re.escape(reason)}"
+    expected = rf"{re.escape(str(path))}:{line}: {re.escape(reason)}"
     if len(errors) == 1 and re.match(expected, errors[0]):
         return []
     return [f"load: expected one line {path}:{line}: ...{reason}..., got {errors}"]

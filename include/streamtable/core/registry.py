@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
 
-from streamtable.core.errors import UnknownPipelineError, UnknownTableError
+from streamtable.core.errors import StreamtableError, UnknownPipelineError, UnknownTableError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.source_check import undeclared_names
 from streamtable.core.tables import SYSTEM, Table
@@ -171,11 +171,15 @@ def _import_file(registry: Registry, path: Path) -> ModuleType | None:
         own = next((f for f in reversed(frames) if f.filename == str(path)), None)
         where = f"{path}:{own.lineno}" if own else str(path)
         registry.broken.add(str(path))
-        registry.errors.append(
-            f"{where}: {_spark_at_import(e, frames, own) or f'{type(e).__name__}: {_first_line(e)}'}"
-        )
+        registry.errors.append(f"{where}: {_spark_at_import(e, frames, own) or _reason(e)}")
         return None
     return module
+
+
+def _reason(e: Exception) -> str:
+    """The error's first line; a Python error's with its type (`NameError: ...`), streamtable's own without (a
+    declaration refused while the file ran reads as one refused when it is checked)."""
+    return _first_line(e) if isinstance(e, StreamtableError) else f"{type(e).__name__}: {_first_line(e)}"
 
 
 def _first_line(e: BaseException) -> str:

@@ -6,8 +6,9 @@ One process, one SparkSession, fresh lakes. Each round ingests one line and runs
 (`lifecycle.run`). The first batch pays the JVM's warm-up and is left out; the others' `duration_ms` and
 `stage_ms` (`stream_progress`) are summarised by their medians. For each of `--inventory-keys`, inventory
 batches of `--inventory-events` events follow, the same events into two lakes: one whose `inventory` output
-holds that many keys (filled by one batch first) and one whose output starts empty; the events update random
-keys of the big output. Each lake's first such batch is left out; `ratio` is the big output's median
+holds that many keys and one whose output holds the first batch's 1,000 (`keyed_output.py`: both lakes' first
+batch is 1,000 events, then the big output is filled by a commit of its own); the events update random keys of
+the big output. Each lake's first such batch is left out; `ratio` is the big output's median
 batch over the empty one's. Then `--driver-scenarios` times of a pipeline's test as a user writes it with
 `streamtable.testing` on the warm session: a new driver, three rounds of `pipe`, `run` and `output`
 (`driver_three_runs_s`, each scenario's seconds). Results go to `bench/results/batch_stages.json`.
@@ -24,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import keyed_output
 import numpy as np
 import workloads
 
@@ -35,7 +37,6 @@ from streamtable.storage.lake import Lake
 from streamtable.testing import PipelineDriver
 
 RESULTS = Path(__file__).resolve().parent / "results"
-STORES = 100
 
 
 def medians(batches: list[dict]) -> dict:
@@ -72,25 +73,27 @@ def driver_scenario(root: Path) -> float:
     return round(time.perf_counter() - started, 2)
 
 
-def key_events(keys: np.ndarray, rng: np.random.Generator) -> workloads.Columns:
-    """One inventory event for each key number: key k is item k // STORES of store k % STORES."""
-    return {
-        "store": workloads.names("s", keys % STORES),
-        "item": workloads.names("i", keys // STORES),
-        "quantity": rng.integers(-20, 50, len(keys)),
-        "event_time": workloads.START_US + keys,
-    }
+def seeded(lake: Lake, keys: int = 0) -> Lake:
+    """`lake` after its first inventory batch (the seed events, in this process), its output filled to `keys` keys."""
+    workloads.ingest_columns(lake, "inventory_events", keyed_output.seed_events(np.random.default_rng(5)))
+    run(lake, "inventory")
+    keyed_output.fill(lake, keys)
+    return lake
 
 
 def output_size_cost(keys: int, events: int, batches: int, root: Path) -> dict:
     """Medians of `events`-event inventory batches into an output of `keys` keys and into an empty one, under root."""
     get_spark("bench-batch-stages")
-    rng = np.random.default_rng(5)
-    lakes = {"empty": Lake(root / "empty"), "full": Lake(root / "full")}
-    workloads.ingest_columns(lakes["full"], "inventory_events", key_events(np.arange(keys), rng))
-    run(lakes["full"], "inventory")
+    return paired_batches(seeded(Lake(root / "full"), keys), seeded(Lake(root / "empty")), keys, events, batches)
+
+
+def paired_batches(full: Lake, empty: Lake, keys: int, events: int, batches: int) -> dict:
+    """`batches` rounds of the same `events` events on random keys of `full`'s `keys`, into `empty` then `full`, in
+    this process; the medians of each lake's last `batches - 1` batches and the ratio of full's to empty's."""
+    rng = np.random.default_rng(keys)
+    lakes = {"empty": empty, "full": full}
     for _ in range(batches):
-        changes = key_events(rng.integers(0, keys, events), rng)
+        changes = keyed_output.key_events(rng.integers(0, keys, events), rng)
         for lake in lakes.values():
             workloads.ingest_columns(lake, "inventory_events", changes)
             run(lake, "inventory")

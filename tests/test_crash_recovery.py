@@ -160,7 +160,9 @@ class Killed(Exception):
 @pytest.mark.slow
 def test_a_reset_killed_after_emptying_the_outputs_is_finished_by_the_next_run(spark, lake, monkeypatch):
     """Killed between emptying the outputs and switching generations, a reset left empty outputs beside the old
-    generation's progress: the next run went on from the old offsets and lost every record counted before."""
+    generation's progress: the next run went on from the old offsets and lost every record counted before. A
+    compaction in between finishes the swap first, as every command that takes the lease does."""
+    from streamtable.runtime.commands.compact import compact
     from streamtable.runtime.commands.lifecycle import reset
     from streamtable.storage.lake import Lake
 
@@ -171,6 +173,8 @@ def test_a_reset_killed_after_emptying_the_outputs_is_finished_by_the_next_run(s
         m.setattr(Lake, "set_generation", lambda *_: (_ for _ in ()).throw(Killed()))
         with pytest.raises(Killed):
             reset(lake, P)
+    before = lake.generation(P)
+    assert compact(lake, P)["generation"] == before + 1 and lake.pending_swap(P) is None
     ingest(lake, "user_clicks", MORE)
     run(lake, P)
     assert table(lake, P, "region", "clicks") == expected([REGIONS], CLICKS + MORE)

@@ -9,6 +9,7 @@ a run (Airflow's `compact` task). What a compaction does to a table: `storage.co
 from __future__ import annotations
 
 from streamtable.core.registry import get_pipeline
+from streamtable.runtime.commands.lifecycle import finish_swap
 from streamtable.storage import compaction, delta_rs, snapshot
 from streamtable.storage.lake import Lake
 
@@ -17,6 +18,7 @@ def compact(lake: Lake, name: str) -> dict:
     """Compact the live generation's outputs and stores of pipeline `name`; per table, its files before and after."""
     pipeline = get_pipeline(name)
     with lake.lock(name, "compact"):
+        finish_swap(lake, pipeline)  # a swap left half done: its generation is the live one
         generation = lake.generation(name)
         paths = {t.name: lake.table_path(t.name) for t in pipeline.outputs}
         paths |= {t.name: lake.state_path(name, generation, t.name) for t in pipeline.state}

@@ -61,6 +61,27 @@ def cli(lake: Lake, *args: str, env: dict | None = None, check: bool = True) -> 
     return proc
 
 
+FINALISED = "interpreter finalised"  # what run_entry's atexit hook writes: the interpreter was finalised
+
+
+def run_entry(lake: Lake, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run a `streamtable` command (the console script's `entry()`) in a process of its own whose atexit hook writes
+    FINALISED to stderr: `entry()` must leave without finalising the interpreter, with or without Spark."""
+    code = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: sys.stderr.write({FINALISED!r}))\n"
+        "from streamtable.cli.main import entry\n"
+        "entry(sys.argv[1:])\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv, "--lake", str(lake.root)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+    )
+
+
 def pipeline_dag_ids(pipeline: str) -> set[str]:
     """The DAGs the factory makes for one pipeline: its micro-batch, validation, stream, daily reprocess, compaction."""
     return {pipeline, *(f"{kind}_{pipeline}" for kind in ("validate", "stream", "reprocess_daily", "compact"))}
@@ -164,3 +185,15 @@ def local_frame(spark, rows: list[tuple], schema: pa.Schema):
     return spark.createDataFrame(
         pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
     )
+
+
+def pipelines_folder(tmp_path: Path, name: str, source: str) -> Path:
+    """A user's pipelines folder in `tmp_path` holding `name.py` with `source`, for `streamtable_driver(...,
+    pipelines=folder)`; the registry cache is cleared, so the next lookup loads it."""
+    from streamtable.core import registry
+
+    folder = tmp_path / "pipelines"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.py").write_text(source)
+    registry.current.cache_clear()
+    return folder

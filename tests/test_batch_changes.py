@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from streamtable.core import registry
+from helpers import pipelines_folder
 
 PIPELINE = """
 from pyspark.sql import functions as F
@@ -72,11 +72,7 @@ def reference(runs):
 
 
 def test_changes_and_rows_of_a_keyed_changelog_equal_a_plain_fold(streamtable_driver, tmp_path):
-    folder = tmp_path / "pipelines"
-    folder.mkdir()
-    (folder / "prices.py").write_text(PIPELINE)
-    registry.current.cache_clear()
-    driver = streamtable_driver("price_changes", pipelines=folder)
+    driver = streamtable_driver("price_changes", pipelines=pipelines_folder(tmp_path, "prices", PIPELINE))
     for n, (records, (folds, rows)) in enumerate(zip(RUNS, reference(RUNS), strict=True)):
         if records:
             lines = [{"item": i, "price": p, "event_time": f"2026-01-01T00:0{n}:00Z"} for i, p in records]
@@ -128,11 +124,7 @@ ACTIONS = [  # each run's actions: close a key never opened, open and close in o
 
 def test_upsert_with_deletes_removes_the_keys_of_deletes_unless_upserted(streamtable_driver, tmp_path):
     """`batch.upsert(t, rows, deletes=d)`: d's keys are deleted, a key also in `rows` is upserted (a plain dict)."""
-    folder = tmp_path / "pipelines"
-    folder.mkdir()
-    (folder / "open_items.py").write_text(OPEN_ITEMS)
-    registry.current.cache_clear()
-    driver = streamtable_driver("open_items", pipelines=folder)
+    driver = streamtable_driver("open_items", pipelines=pipelines_folder(tmp_path, "open_items", OPEN_ITEMS))
     expected: dict[str, int] = {}
     for batch, actions in enumerate(ACTIONS):
         driver.pipe(

@@ -13,6 +13,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
+from helpers import pipelines_folder
 from streamtable.runtime.context import RunContext
 from streamtable.storage import delta_rs
 from streamtable.storage.lake import BATCHES
@@ -47,10 +48,8 @@ PIPELINE = Pipeline(
 
 
 def _driver(streamtable_driver, tmp_path, name: str, amount_type: str):
-    folder = tmp_path / "pipelines"
-    folder.mkdir()
-    (folder / f"{name}.py").write_text(PIPELINE.format(name=name, amount_type=amount_type))
-    return streamtable_driver(name, pipelines=folder)
+    source = PIPELINE.format(name=name, amount_type=amount_type)
+    return streamtable_driver(name, pipelines=pipelines_folder(tmp_path, name, source))
 
 
 def _events(name: str, amounts: list) -> tuple[str, list[dict]]:

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from helpers import pipelines_folder
 from streamtable.ingest.folders import ingest_folder
 
 PIPELINE = '''
@@ -55,10 +56,7 @@ PIPELINE = Pipeline(
 
 
 def test_a_time_column_of_another_name_from_csv_and_parquet_files(streamtable_driver, tmp_path):
-    folder = tmp_path / "pipelines"
-    folder.mkdir()
-    (folder / "payments.py").write_text(PIPELINE)
-    driver = streamtable_driver("payments", pipelines=folder)
+    driver = streamtable_driver("payments", pipelines=pipelines_folder(tmp_path, "payments", PIPELINE))
     landing = tmp_path / "landing"
     landing.mkdir()
     (landing / "a.csv").write_text(

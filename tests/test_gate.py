@@ -20,6 +20,7 @@ from streamtable import expect
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.schema import Column, Type, arrow_schema
 from streamtable.core.tables import Table
+from streamtable.quality import validation as quality
 from streamtable.quality.validation import validate
 from streamtable.runtime.batch import gate
 from streamtable.runtime.context import RunContext
@@ -182,3 +183,81 @@ def test_the_rows_a_batch_replaces_come_from_its_lookup_only_when_it_holds_them(
     assert failures(keyed.Lookup(version, keys, wrong)) != ()  # the lookup is what the gate read
     assert failures(keyed.Lookup(version, keys.slice(0, 1), wrong)) == ()  # b was not looked up: the table is read
     assert failures(keyed.Lookup(version - 1, keys, wrong)) == ()  # another version's rows: the table is read
+
+
+WIDE = Table(
+    "wide",
+    (*TABLE.columns, Column("s", Type.STRING, nullable=True), Column("d", Type.DOUBLE, nullable=True)),
+    "table",
+    keys=("k",),
+)
+EVERY_KIND = expect.Suite(
+    "wide",
+    (
+        expect.not_null("k"),
+        expect.unique("k"),
+        expect.unique("g"),
+        expect.between("v", 0, 100),
+        expect.between("d", 0, 1),
+        expect.in_set("s", ("a", "b")),
+        expect.sum_equals("v", "m"),
+        expect.column_pair_le("v", "w"),
+        expect.any_not_null("s", "w"),
+    ),
+)
+
+
+def _wide_row(i: int, **changed) -> dict:
+    return {"k": f"k{i:02}", "g": f"g{i:02}", "v": i, "w": 100, "s": "a", "d": 0.5, delta_rs.DELETE: False} | changed
+
+
+def test_a_batch_bigger_than_a_chunk_is_checked_exactly_on_the_rows_that_could_break_a_rule(spark, lake, monkeypatch):
+    """A batch of more than CHUNK_ROWS rows is streamed and screened: GX sees few of its rows, and says what it says
+    of the whole batch and of the whole candidate table, failures in any chunk (a duplicate across chunks too)."""
+    pipeline = Pipeline("gated", "", ("text_lines",), (WIDE,), lambda batch: None, suites=(EVERY_KIND,), metrics=("m",))
+    ctx = RunContext(spark, lake, pipeline, 0)
+    schema = arrow_schema(WIDE.columns)
+    current = [{c: r[c] for c in schema.names} for r in (_wide_row(90), _wide_row(91, g="kept"))]
+    write_deltalake(ctx.path(WIDE.name), pa.Table.from_pylist(current, schema))
+    seen: list[int] = []  # the rows GX checked, each validation
+    checked_by_gx = quality.validate_rows
+    monkeypatch.setattr(
+        quality, "validate_rows", lambda rows, *a: seen.append(rows.num_rows) or checked_by_gx(rows, *a)
+    )
+
+    def check(n: int, rows: list[dict], error: int = 0) -> tuple[str, ...]:
+        directory = Path(lake.root) / f"staged{n}"
+        directory.mkdir()
+        staged = pa.Table.from_pylist(rows, schema.append(STAGED.field(delta_rs.DELETE)))
+        pq.write_table(staged, directory / "part-0.parquet")
+        change = {"table": WIDE.name, "mode": "upsert", "path": str(directory), "rows": len(rows)}
+        kept = {r["k"]: r for r in current} | {r["k"]: {c: r[c] for c in schema.names} for r in rows}
+        after = {"m": sum(r["v"] for r in kept.values()) + error}
+        reports = []
+        for chunk in (4, 1000):  # streamed 4 rows at a time and screened; then whole, as a batch of few rows
+            monkeypatch.setattr(gate, "CHUNK_ROWS", chunk)
+            reports.append(gate.check_change(ctx, EVERY_KIND, change, {"m": 181}, after))
+        screened, whole = reports
+        assert screened is not None and whole is not None
+        assert (screened.failures, screened.rows) == (whole.failures, whole.rows)
+        candidate = pa.Table.from_pylist(list(kept.values()), schema)  # the full suite on it, in pandas: no Spark job
+        expected = checked_by_gx(candidate, spark, "gated", EVERY_KIND, lake.quality_dir, {6: (after["m"], 0)})
+        assert screened.failures == expected.failures
+        return screened.failures
+
+    passing = [_wide_row(i) for i in range(30)]
+    assert check(0, passing) == ()
+    assert seen[-2:] == [0, 30]  # not one row could break a rule: GX checked none (all 30 when checked whole)
+    breaking = [
+        *passing[:3],
+        _wide_row(3, g="g29"),  # the same g as the last row, seven chunks later
+        *passing[4:24],
+        _wide_row(24, g="kept"),  # the g of a row the table keeps
+        _wide_row(25, s=None, w=None),
+        _wide_row(26, s="c"),
+        _wide_row(27, d=1.5),
+        _wide_row(28, v=150, w=120),
+        _wide_row(29, w=28),
+    ]
+    assert len(check(1, breaking, error=1)) == 7  # every rule but not_null(k) and unique(k)
+    assert seen[-2:] == [8, 31]  # the rows that break a rule, those that share their g, and the kept row

@@ -12,6 +12,7 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from streamtable import expect
@@ -320,3 +321,16 @@ print(stand_ins, round(entropy, 4), type(sys.modules["scipy.stats"]).__name__, c
         "module",
         "altair",
     ], proc.stdout
+
+
+def test_validate_rows_checks_every_row_on_spark_however_arrow_chunked_them(spark, tmp_path):
+    """PySpark 4.1 drops the rows after an Arrow table's second empty record batch; the rows are all checked."""
+    empty = pa.table({"v": pa.array([], pa.float64())})
+    rows = pa.concat_tables([pa.table({"v": [0.5, float("nan")]}), empty, pa.table({"v": [0.25]}), empty])
+    rows = pa.concat_tables([rows, pa.table({"v": [7.0]})])  # a NaN: GX on Spark checks them
+    assert [b.num_rows for b in rows.to_batches()] == [2, 0, 1, 0, 1]
+    suite = expect.Suite("t", (expect.between("v", 0, 1),))
+
+    report = quality.validate_rows(rows, spark, "p", suite, str(tmp_path / "_quality"), {})
+
+    assert report.failures == ("t: v is not between 0 and 1 (2 rows, e.g. nan, 7.0)",) and report.rows == 4

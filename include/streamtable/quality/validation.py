@@ -112,18 +112,24 @@ def validate_rows(
     suite: Suite,
     quality_dir: str,
     sums: dict[int, tuple[exact.Number, exact.Number]],
+    first: pa.Table | None = None,
+    count: int | None = None,
 ) -> Report:
     """Validate some rows of a table (see `runtime.batch.gate`) with `suite`, without Data Docs; in pandas when exact.
 
     `sums` gives each sum_equals rule (by its index in the suite) the sum the rows must have and what the table's
-    sum adds to theirs: a failure is reported with the table's sum and the metric's total.
+    sum adds to theirs: a failure is reported with the table's sum and the metric's total. The rows may be those of
+    a batch that could break a rule (`quality.screen`): then `first` are the batch's first rows, which a sum that
+    breaks names, and `count` the rows the report counts (else the rows themselves).
     """
     frame = arrow_to_pandas(rows, suite.expectations, spark.conf.get("spark.sql.session.timeZone") or "UTC")
-    data = spark.createDataFrame(rows) if frame is None else frame
+    # one chunk: PySpark 4.1 drops the rows after an empty record batch of an Arrow table (its second one)
+    data = spark.createDataFrame(rows.combine_chunks()) if frame is None else frame
     params = {parameter(i, suite.expectations[i]): expected for i, (expected, _) in sums.items()}
     offsets = {i: offset for i, (_, offset) in sums.items()}
-    checked = rows.slice(0, explain_rows.SHOWN)  # a sum that breaks names them (`explain_rows`)
-    return _check(data, pipeline, suite, quality_dir, params, False, rows.num_rows, offsets, checked)
+    checked = (rows if first is None else first).slice(0, explain_rows.SHOWN)  # a sum that breaks names them
+    total = rows.num_rows if count is None else count
+    return _check(data, pipeline, suite, quality_dir, params, False, total, offsets, checked)
 
 
 def _check(

@@ -252,12 +252,13 @@ def _append_once(
     return True
 
 
-def staged_rows(path: str, schema: pa.Schema) -> pa.RecordBatchReader:
-    """The Parquet files Spark staged at `path`, batch by batch, as `schema` (Spark writes every column nullable)."""
+def staged_rows(path: str, schema: pa.Schema, batch_size: int = 131_072) -> pa.RecordBatchReader:
+    """The Parquet files Spark staged at `path`, batch by batch (of at most `batch_size` rows), as `schema` (Spark
+    writes every column nullable)."""
     dataset = parquet_dataset(path)  # on a local disk or the lake's object store
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for batch in dataset.to_batches(columns=schema.names):
+        for batch in dataset.to_batches(columns=schema.names, batch_size=batch_size):
             yield batch.cast(schema)
 
     return pa.RecordBatchReader.from_batches(schema, batches())

@@ -9,6 +9,11 @@ earlier batch passed it:
 - `sum_equals` is kept by arithmetic: before the batch the table's sum equals the metric's total (the previous
   gate checked it), so after it the sum is that total, minus the rows the batch replaces or deletes, plus the
   rows it writes; the rows are looked up by key with delta-rs (no Spark job).
+A batch of more than CHUNK_ROWS written rows is not held whole in the driver: its rows are streamed from the staged
+Parquet files CHUNK_ROWS at a time, and GX checks only those that could break a rule (`quality.screen`: the rows
+that may break a row rule, and those whose `unique` values occur twice among the batch's and the kept rows, found
+from those columns alone); the sums of the rows left out are added up exactly into what the checked rows' sums
+must reconcile with. So its verdict, its failure lines and the rows they name are those of the whole batch.
 A table the batch leaves alone is checked only if a metric it reconciles moved. A suite with a `mostly` rule
 is a share of the whole table: it is checked on the whole candidate table (`Staging.candidate`). The full
 suites also run on the published tables (`streamtable validate`: the daily `validate_PIPELINE` DAG) and on a
@@ -17,20 +22,37 @@ reprocess's shadow tables before the swap.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamtable.core.expectations import Suite
 from streamtable.core.schema import arrow_schema
-from streamtable.quality import exact
+from streamtable.quality import exact, screen
+from streamtable.quality.explain_rows import SHOWN
 from streamtable.storage.delta_rs import DELETE, staged_rows, table_version
-from streamtable.storage.keyed import Lookup, distinct_rows, matches, read_table, rows_matching, rows_of_keys
+from streamtable.storage.keyed import Lookup, distinct_rows, matches, rows_of_keys
 
 if TYPE_CHECKING:
     from streamtable.quality.validation import Report
     from streamtable.runtime.context import RunContext
+
+CHUNK_ROWS = 65_536  # a batch that writes more rows is streamed and screened this many rows at a time
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What GX checks of a batch: `rows` (those that could break a rule), how many rows the batch checks in all
+    (`count`), each sum column's sum over the rows left out (`left_out`) and the first rows (`first`)."""
+
+    rows: pa.Table
+    count: int
+    left_out: dict[str, exact.Number]
+    first: pa.Table
 
 
 def is_incremental(suite: Suite) -> bool:
@@ -61,30 +83,84 @@ def check_change(
     table = ctx.pipeline.output(suite.table)
     upsert = change is not None and change["mode"] == "upsert"
     schema = arrow_schema(table.columns)
-    written = (
-        staged_rows(change["path"], schema.append(pa.field(DELETE, pa.bool_())) if upsert else schema).read_all()
-        if change is not None
-        else schema.empty_table()
-    )
-    new = written.filter(pc.invert(written[DELETE])).drop_columns([DELETE]) if upsert else written
     keys = table.keys if upsert else ()
-    uniques = _uniques(suite, keys)
+    unique_columns = [r.columns for r in suite.expectations if r.kind == "unique"]
+    written = _written(change, schema, (*keys, *(c for columns in unique_columns for c in columns)), upsert)
+    new = written.filter(pc.invert(written[DELETE])) if upsert else written
     path = ctx.path(suite.table)
-    current = read_table(path, schema) if uniques and new.num_rows else None  # whole: values alike anywhere
-    replaced = (
-        _replaced(path, schema, keys, written, lookup if current is None else current)
-        if upsert
-        else schema.empty_table()
-    )
-    kept_alike = [_kept_alike(current, new, r.columns, written, keys) for r in uniques] if current is not None else []
+    replaced = _replaced(path, schema, keys, written, lookup) if upsert else schema.empty_table()
+    kept_alike = [_kept_alike(path, schema, new, r.columns, written, keys) for r in _uniques(suite, keys)]
     extra = distinct_rows(pa.concat_tables([schema.empty_table(), *kept_alike]))
-    checked = pa.concat_tables([new.select(schema.names), extra])
+    zone = ctx.spark.conf.get("spark.sql.session.timeZone") or "UTC"
+    checked = _screened(_new_rows(change, schema, upsert), suite, (new, extra), unique_columns, zone)
     expected: dict[int, tuple[exact.Number, exact.Number]] = {}
     for index, metric in metrics.items():
         column = suite.expectations[index].columns[0]
-        offset = exact.add(before.get(metric, 0), -_sum(replaced, column), -_sum(extra, column))
+        left_out = checked.left_out.get(column, 0)
+        offset = exact.add(before.get(metric, 0), -_sum(replaced, column), -_sum(extra, column), left_out)
         expected[index] = (exact.add(totals[index], -offset), offset)
-    return validate_rows(checked, ctx.spark, ctx.pipeline.name, suite, ctx.lake.quality_dir, expected)
+    quality_dir = ctx.lake.quality_dir
+    return validate_rows(
+        checked.rows, ctx.spark, ctx.pipeline.name, suite, quality_dir, expected, checked.first, checked.count
+    )
+
+
+def _written(change: dict | None, schema: pa.Schema, columns: tuple[str, ...], upsert: bool) -> pa.Table:
+    """The `columns` of every row the change writes (and an upsert's delete flag): the keys and unique columns."""
+    names = [*dict.fromkeys(columns)] + ([DELETE] if upsert else [])
+    wanted = pa.schema([schema.field(n) if n != DELETE else pa.field(DELETE, pa.bool_()) for n in names])
+    return staged_rows(change["path"], wanted).read_all() if change is not None else wanted.empty_table()
+
+
+def _new_rows(change: dict | None, schema: pa.Schema, upsert: bool) -> Iterator[pa.Table]:
+    """The rows the change writes (an upsert's deletes left out), at most CHUNK_ROWS at a time."""
+    if change is None:
+        return
+    staged = schema.append(pa.field(DELETE, pa.bool_())) if upsert else schema
+    for batch in staged_rows(change["path"], staged, CHUNK_ROWS):
+        rows = pa.Table.from_batches([batch])
+        yield rows.filter(pc.invert(rows[DELETE])).drop_columns([DELETE]) if upsert else rows
+
+
+def _screened(
+    chunks: Iterator[pa.Table],
+    suite: Suite,
+    alike: tuple[pa.Table, pa.Table],
+    unique_columns: list[tuple[str, ...]],
+    zone: str,
+) -> Checked:
+    """The new rows (`chunks`) with the kept rows that share their unique values (`alike`: (the new rows' key and
+    unique columns, the kept rows)) as GX checks them: whole up to CHUNK_ROWS rows, else only the rows that could
+    break a rule (`quality.screen`) and those whose unique values occur twice among the new and kept rows."""
+    new, extra = alike
+    whole = new.num_rows <= CHUNK_ROWS
+    both = [] if whole else [pa.concat_tables([new.select(list(c)), extra.select(list(c))]) for c in unique_columns]
+    twice = {c: screen.duplicated(values) for c, values in zip(unique_columns, both, strict=False)}
+    sums = {r.columns[0] for r in suite.expectations if r.kind == "sum_equals"}
+    left_out: dict[str, exact.Number] = dict.fromkeys(sums, 0)
+    kept, first, count = [extra.schema.empty_table()], [], 0
+    for chunk in chunks:
+        rows = chunk.select(extra.schema.names)
+        mask = np.ones(rows.num_rows, dtype=bool) if whole else _could_break(rows, suite, twice, zone)
+        kept.append(rows.filter(pa.array(mask)))
+        rest = rows.filter(pa.array(~mask))
+        left_out = {c: exact.add(left_out[c], _sum(rest, c)) for c in sums}
+        first.append(rows.slice(0, max(0, SHOWN - count)))
+        count += rows.num_rows
+    shown = pa.concat_tables([*first, extra]).slice(0, SHOWN) if first else extra.slice(0, SHOWN)
+    return Checked(pa.concat_tables([*kept, extra]), count + extra.num_rows, left_out, shown)
+
+
+def _could_break(rows: pa.Table, suite: Suite, twice: dict[tuple[str, ...], pa.Table | None], zone: str) -> np.ndarray:
+    """Which `rows` could break a rule: a row rule (`quality.screen`), or a unique rule by values in `twice` (None:
+    values Arrow cannot compare, every row)."""
+    mask = screen.could_break(rows, suite.expectations, zone)
+    for columns, values in twice.items():
+        if values is None:
+            mask[:] = True
+        elif values.num_rows:
+            mask |= matches(screen.normalized(rows.select(list(columns))), values, columns).to_numpy(False)
+    return mask
 
 
 def _uniques(suite: Suite, keys: tuple[str, ...]) -> list:
@@ -92,13 +168,9 @@ def _uniques(suite: Suite, keys: tuple[str, ...]) -> list:
     return [r for r in suite.expectations if r.kind == "unique" and not (keys and set(r.columns) == set(keys))]
 
 
-def _replaced(
-    path: str, schema: pa.Schema, keys: tuple[str, ...], written: pa.Table, known: pa.Table | Lookup | None
-) -> pa.Table:
-    """The table's rows that the written rows replace or delete (by `keys`): from the whole table or the batch's
-    lookup if `known` (a lookup only of the table's version now, holding every written key), else looked up."""
-    if isinstance(known, pa.Table):
-        return rows_matching(known, written, keys)
+def _replaced(path: str, schema: pa.Schema, keys: tuple[str, ...], written: pa.Table, known: Lookup | None) -> pa.Table:
+    """The table's rows that the written rows replace or delete (by `keys`): from the batch's lookup if `known` (a
+    lookup only of the table's version now, holding every written key), else looked up (streamed from its files)."""
     if known is not None and known.version == table_version(path):
         found = known.rows_of(written, keys)
         if found is not None:
@@ -107,10 +179,11 @@ def _replaced(
 
 
 def _kept_alike(
-    current: pa.Table, new: pa.Table, columns: tuple[str, ...], written: pa.Table, keys: tuple[str, ...]
+    path: str, schema: pa.Schema, new: pa.Table, columns: tuple[str, ...], written: pa.Table, keys: tuple[str, ...]
 ) -> pa.Table:
-    """The current rows whose `columns` equal a new row's, without the rows the batch replaces (by `keys`)."""
-    alike = rows_matching(current, new, columns) if new.num_rows else current.slice(0, 0)
+    """The table's rows whose `columns` equal a new row's (streamed from its files: the table is never held whole),
+    without the rows the batch replaces (by `keys`)."""
+    alike = rows_of_keys(path, schema, columns, new)
     if not keys or not alike.num_rows:
         return alike
     return alike.filter(pc.invert(matches(alike, written, keys)))

@@ -1,14 +1,17 @@
 """Merge-on-read outputs (Spark's MERGE with deletion vectors) read the same by every reader, before and after
 compaction, and a batch or a compaction killed at any step loses and repeats nothing.
 
-Readers: delta-rs (`show` and `query`: DataFusion applies the deletion vectors), Delta Spark, and the output's Change
-Data Feed as delta-rs reads it. DuckDB's delta reader is an extension DuckDB downloads at its first use, which this
-machine cannot (no network): it is not among them. The kills are raised in this process at the crash points a
-SIGKILL test uses (`STREAMTABLE_KILL_AT`): a batch's and a compaction's commits are single Delta commits, so a kill
-lands before or after one, as here.
+Readers: delta-rs (`show` and `query`: DataFusion applies the deletion vectors), Delta Spark, the output's Change
+Data Feed as delta-rs reads it, and DuckDB's `delta_scan` (its delta extension, Delta Kernel underneath). DuckDB
+downloads that extension at its first use, which this machine cannot (no network): the dev extra installs it as a
+wheel (`duckdb-extension-delta`, pinned with the DuckDB release it is built for) and the test loads it from there. The
+kills are raised in this process at the crash points a SIGKILL test uses (`STREAMTABLE_KILL_AT`): a batch's and a
+compaction's commits are single Delta commits, so a kill lands before or after one, as here.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -53,8 +56,27 @@ def kill_at(monkeypatch, module, point: str) -> None:
     monkeypatch.setattr(module, "crash_point", crash_point)
 
 
+def duckdb_delta_scan(path: str) -> list[dict]:
+    """The table's rows as DuckDB's `delta_scan` reads them, its extension loaded from the wheel's file (a connection
+    of its own per read: nothing of an earlier snapshot kept)."""
+    import duckdb
+    import duckdb_extension_delta
+
+    extensions = Path(duckdb_extension_delta.__file__).parent / "extensions"
+    extension = extensions / f"v{duckdb.__version__}" / "delta.duckdb_extension"
+    assert extension.is_file(), f"no delta extension for DuckDB {duckdb.__version__} in {extensions}: pin them together"
+    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    try:
+        con.execute(f"LOAD '{extension}'")
+        scan = con.execute(f"SELECT * FROM delta_scan('{path}')")
+        names = [column[0] for column in scan.description]
+        return [dict(zip(names, row, strict=True)) for row in scan.fetchall()]
+    finally:
+        con.close()
+
+
 def read_everywhere(spark, lake) -> list[dict[str, int]]:
-    """The output as `show` and `query` (delta-rs), Delta Spark and its change feed's latest images read it."""
+    """The output as `show` and `query` (delta-rs), Delta Spark, its change feed's latest images and DuckDB read it."""
     path = lake.table_path(P)
     shown = {r["region"]: r["clicks"] for r in rows(lake, P)}
     queried = {region: query(lake, P, region)[0]["clicks"] for region in shown}
@@ -67,7 +89,8 @@ def read_everywhere(spark, lake) -> list[dict[str, int]]:
                 latest.get(change["region"], (-1, 0)), (change["_commit_version"], change["clicks"])
             )
     fed = {region: clicks for region, (_, clicks) in latest.items()}
-    return [shown, queried, spark_rows, fed]
+    ducked = {r["region"]: r["clicks"] for r in duckdb_delta_scan(path)}
+    return [shown, queried, spark_rows, fed, ducked]
 
 
 @pytest.mark.slow
@@ -87,7 +110,7 @@ def test_merge_on_read_batches_compaction_and_kills_read_exactly(spark, lake, mo
         run(lake, P)
         done += clicks
         want = expected([REGIONS], done)
-        assert read_everywhere(spark, lake) == [want] * 4
+        assert read_everywhere(spark, lake) == [want] * 5
     path = lake.table_path(P)
     history = delta_rs.delta_table(path).history()
     marked = sum(int(h.get("operationMetrics", {}).get("numTargetDeletionVectorsAdded", 0)) for h in history)
@@ -96,14 +119,14 @@ def test_merge_on_read_batches_compaction_and_kills_read_exactly(spark, lake, mo
         kill_at(m, compaction, "compaction:purged")
         with pytest.raises(Killed):
             compaction.compact(spark, path)
-    assert read_everywhere(spark, lake) == [want] * 4
+    assert read_everywhere(spark, lake) == [want] * 5
     compacted = compact(lake, P)["tables"][P]  # `streamtable compact`, in this process
     assert compacted["files_after"] <= compacted["files_before"]
-    assert read_everywhere(spark, lake) == [want] * 4
+    assert read_everywhere(spark, lake) == [want] * 5
     ingest(lake, "user_clicks", [{"user": "bob", "clicks": 3, "event_time": "2026-03-01T10:05:00Z"}])
     run(lake, P)
     done.append({"user": "bob", "clicks": 3, "event_time": "2026-03-01T10:05:00Z"})
-    assert read_everywhere(spark, lake) == [expected([REGIONS], done)] * 4
+    assert read_everywhere(spark, lake) == [expected([REGIONS], done)] * 5
 
 
 def test_merge_on_read_deletes_null_keys_and_replays_once(spark, tmp_path):
@@ -129,5 +152,7 @@ def test_merge_on_read_deletes_null_keys_and_replays_once(spark, tmp_path):
     assert want == sorted([{"k": None, "v": 40}, {"k": "a", "v": 10}, {"k": "b", "v": 7}, {"k": "d", "v": 6}], key=str)
     assert sorted(snapshot.current_rows(delta_rs.delta_table(mor)).to_pylist(), key=str) == want
     assert sorted((r.asDict() for r in spark.read.format("delta").load(mor).collect()), key=str) == want
+    assert sorted(duckdb_delta_scan(mor), key=str) == want
     compaction.compact(spark, mor)
     assert sorted(snapshot.current_rows(delta_rs.delta_table(mor)).to_pylist(), key=str) == want
+    assert sorted(duckdb_delta_scan(mor), key=str) == want

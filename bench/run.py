@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import duckdb_jobs
@@ -43,6 +47,7 @@ CLI = str(ROOT / ".venv" / "bin" / "streamtable")
 RESULTS = ROOT / "bench" / "results"
 PIPELINES = tuple(workloads.GENERATORS)
 STREAMTABLE, SPARK, DUCKDB = "streamtable run", "Spark batch", "DuckDB"
+SPARK_FIRST = "Spark batch, first written"  # spark_jobs.FIRST_WRITTEN: clicks_per_region's range join
 Answer = dict[str, pa.Table]
 
 
@@ -53,16 +58,39 @@ class ProcessRun:
     stdout: str
 
 
+class TimedOut(RuntimeError):
+    """A process killed (with its process group) when it ran past its time limit of `seconds`."""
+
+    def __init__(self, command: list[str], seconds: float) -> None:
+        super().__init__(f"{' '.join(command)} killed after {seconds:.0f} s")
+        self.seconds = seconds
+
+
 def run_process(
-    command: list[str], log: Path, interval_s: float = 0.1, env: dict[str, str] | None = None
+    command: list[str],
+    log: Path,
+    interval_s: float = 0.1,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
 ) -> ProcessRun:
-    """Run `command` to its end (stderr to `log`), timing it and sampling its process tree's memory (`pss.watch`)."""
+    """Run `command` to its end (stderr to `log`), timing it and sampling its process tree's memory (`pss.watch`).
+
+    With `timeout_s`, the command runs in a session of its own, killed whole past that many seconds (`TimedOut`).
+    """
     start = time.perf_counter()
     with log.open("w") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=err, text=True, env=env, start_new_session=timeout_s is not None
+        )
+        limit = threading.Timer(timeout_s or 0, os.killpg, (proc.pid, signal.SIGKILL))
+        if timeout_s is not None:
+            limit.start()
         peak = pss.watch(proc, interval_s)
         stdout = proc.communicate()[0]
+        limit.cancel()
     seconds = time.perf_counter() - start
+    if timeout_s is not None and seconds >= timeout_s and proc.returncode == -signal.SIGKILL:
+        raise TimedOut(command, timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
     return ProcessRun(seconds, peak.bytes, stdout)
@@ -122,11 +150,14 @@ def reprocess(lake: Lake, pipeline: str, work: Path) -> ProcessRun:
     )
 
 
-def spark_batch(lake: Lake, pipeline: str, work: Path) -> tuple[ProcessRun, Answer]:
-    """The plain PySpark batch job of `spark_jobs.py`, cold in a process of its own; the outputs it wrote."""
-    out = work / "spark-out"
+def spark_batch(
+    lake: Lake, pipeline: str, work: Path, first_written: bool = False, timeout_s: float | None = None
+) -> tuple[ProcessRun, Answer]:
+    """The plain PySpark batch job of `spark_jobs.py` (with `first_written`, the query a user writes first), cold in a
+    process of its own; the outputs it wrote."""
+    out, name = work / "spark-out", "spark-first" if first_written else "spark"
     job = [sys.executable, str(ROOT / "bench" / "spark_jobs.py"), pipeline, "--lake", str(lake.root), "--out", str(out)]
-    run = run_process(job, work / "spark.log")
+    run = run_process(job + ["--first-written"] * first_written, work / f"{name}.log", timeout_s=timeout_s)
     return run, {t.name: pq.read_table(out / t.name) for t in get_pipeline(pipeline).outputs}
 
 
@@ -137,28 +168,37 @@ def duckdb(lake: Lake, pipeline: str, work: Path) -> tuple[ProcessRun, Answer]:
     return ProcessRun(time.perf_counter() - start, 0, ""), answer
 
 
-ENGINES: dict[str, Callable[[Lake, str, Path], tuple[ProcessRun, Answer]]] = {
-    STREAMTABLE: drain,
-    SPARK: spark_batch,
-    DUCKDB: duckdb,
-}
+Engines = dict[str, Callable[[Lake, str, Path], tuple[ProcessRun, Answer]]]
+ENGINES: Engines = {STREAMTABLE: drain, SPARK: spark_batch, DUCKDB: duckdb}
 
 
-def measure(pipeline: str, n: int, work: Path, rebuild: bool = False) -> dict:
-    """Generate about `n` records for `pipeline`, compute its outputs with every engine, and compare the answers.
+def with_first_written(timeout_s: float | None) -> Engines:
+    """`ENGINES` and the first-written plain Spark query (`spark_jobs.FIRST_WRITTEN`), killed past `timeout_s`."""
+    return ENGINES | {SPARK_FIRST: partial(spark_batch, first_written=True, timeout_s=timeout_s)}
 
-    With `rebuild`, a cold reprocess from version 0 then rebuilds the drained outputs, timed too.
+
+def measure(pipeline: str, n: int, work: Path, rebuild: bool = False, engines: Engines = ENGINES) -> dict:
+    """Generate about `n` records for `pipeline`, compute its outputs with each of `engines`, compare the answers.
+
+    With `rebuild`, a cold reprocess from version 0 then rebuilds the drained outputs, timed too. An engine that
+    times out (`TimedOut`) is left out of the answers and its limit reported in `timed_out_s`.
     """
     work.mkdir(parents=True)
     lake = Lake(work / "lake")
     started = time.perf_counter()
     records = workloads.generate(lake, pipeline, n)
     print(f"{pipeline}: {records:,} records generated in {time.perf_counter() - started:.0f} s", flush=True)
-    runs, answers = {}, {}
-    for engine, compute in ENGINES.items():
-        runs[engine], answers[engine] = compute(lake, pipeline, work)
+    runs, answers, timed_out = {}, {}, {}
+    for engine, compute in engines.items():
+        try:
+            runs[engine], answers[engine] = compute(lake, pipeline, work)
+        except TimedOut as e:
+            timed_out[engine] = e.seconds
+            print(f"{pipeline} {records:,}: {engine} {e}", flush=True)
+            continue
         print(f"{pipeline} {records:,}: {engine} {runs[engine].seconds:.1f} s", flush=True)
-    mismatches = {e: d for e in (SPARK, DUCKDB) if (d := differences(pipeline, answers[STREAMTABLE], answers[e]))}
+    others = [e for e in answers if e != STREAMTABLE]
+    mismatches = {e: d for e in others if (d := differences(pipeline, answers[STREAMTABLE], answers[e]))}
     stages = drain_stages(lake, pipeline)
     rebuilt = reprocess(lake, pipeline, work) if rebuild else None
     if rebuilt is not None:
@@ -176,6 +216,7 @@ def measure(pipeline: str, n: int, work: Path, rebuild: bool = False) -> dict:
         "output_rows": {name: t.num_rows for name, t in answers[STREAMTABLE].items()},
         "drain_stage_ms": stages,
         **({"reprocess_seconds": round(rebuilt.seconds, 2)} if rebuilt is not None else {}),
+        **({"timed_out_s": timed_out} if timed_out else {}),
         "answers_equal": not mismatches,
         "mismatches": mismatches,
     }

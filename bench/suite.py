@@ -7,6 +7,9 @@ Parts, in this order (a size of 0 leaves a part out):
    a cold plain PySpark batch job and DuckDB on the same rows, answers compared, peak PSS of each process tree;
 2. `--big-clicks`: the same for clicks_per_region at that size (the 10M-click target), then a cold reprocess
    of those outputs from version 0;
+   `--first-written-clicks` (none by default): for each size given (repeat one for rounds), the same engines on
+   clicks_per_region and, cold beside them, the query a PySpark user writes first (`spark_jobs.FIRST_WRITTEN`: a
+   range join), killed past `--first-written-timeout` seconds;
 3. `--naive-clicks`: seed 000's naive design, one database query per click (`naive.py`);
 4. latency (`latency.py`) of `serve` for each of `--latency-pipelines` at `--rates`, `--seconds` each;
 5. `--stage-batches`: `batch_stages.py` in a process of its own: the fixed cost of a warm one-record
@@ -140,6 +143,20 @@ def big_reprocess(results: dict) -> Verdict:
     return Verdict(target, measured, ratio <= 1.5 if drain["size"] >= BIG_CLICKS else None)
 
 
+def first_written(results: dict) -> Verdict:
+    target = "cold streamtable run drains clicks in <= the first-written plain Spark query's time (a range join)"
+    drains = results.get("first_written", [])
+    if not drains:
+        return Verdict(target, "not measured", None)
+    drain = max(drains, key=lambda r: r["records"])
+    seconds, timed_out = drain["seconds"], drain.get("timed_out_s", {})
+    if run.SPARK_FIRST in timed_out:
+        measured = f"{seconds[run.STREAMTABLE]:.1f} s vs > {timed_out[run.SPARK_FIRST]:.0f} s"
+        return Verdict(target + f", {drain['records']:,} clicks", measured, True)
+    measured = f"{seconds[run.STREAMTABLE]:.1f} s vs {seconds[run.SPARK_FIRST]:.1f} s at {drain['records']:,} clicks"
+    return Verdict(target, measured, seconds[run.STREAMTABLE] <= seconds[run.SPARK_FIRST])
+
+
 def naive_ratio(results: dict) -> Verdict:
     target = "streamtable's drain >= 100x the naive design's clicks/s"
     drain, design = largest_clicks_drain(results), results.get("naive", {})
@@ -173,6 +190,7 @@ def verdicts(results: dict) -> list[Verdict]:
         *cold_starts(results),
         big_drain(results),
         big_reprocess(results),
+        first_written(results),
         naive_ratio(results),
         peak_memory(results),
     ]
@@ -213,6 +231,12 @@ def parts(args: argparse.Namespace, work: Path) -> list[tuple[str, Callable[[dic
     def big(results: dict) -> None:
         drain(results, "clicks_per_region", args.big_clicks, work / "big-clicks", rebuild=True)
 
+    def first(results: dict) -> None:
+        engines = run.with_first_written(args.first_written_timeout)
+        for i, n in enumerate(args.first_written_clicks):
+            folder = work / f"first-written-{i}"
+            results["first_written"].append(run.measure("clicks_per_region", n, folder, engines=engines))
+
     def design(results: dict) -> None:
         results["naive"] = naive.measure(args.naive_clicks, work)
 
@@ -229,6 +253,7 @@ def parts(args: argparse.Namespace, work: Path) -> list[tuple[str, Callable[[dic
     chosen = [
         ("throughput", throughput, bool(args.records and args.pipelines)),
         ("big drain", big, args.big_clicks > 0),
+        ("first-written query", first, bool(args.first_written_clicks)),
         ("naive design", design, args.naive_clicks > 0),
         ("latency", served, bool(args.rates and args.latency_pipelines)),
         ("batch stages", stages, args.stage_batches > 0),
@@ -253,7 +278,8 @@ def draw(results: dict, folder: Path) -> list[str]:
 def succeeded(results: dict) -> bool:
     """No process failed and every engine's answer equals the drain's."""
     naive_equal = results.get("naive", {}).get("answers_equal", True)
-    return not results["errors"] and naive_equal and all(r["answers_equal"] for r in results["throughput"])
+    drains = results["throughput"] + results["first_written"]
+    return not results["errors"] and naive_equal and all(r["answers_equal"] for r in drains)
 
 
 def arguments() -> argparse.Namespace:
@@ -261,6 +287,10 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--records", type=int, nargs="*", default=[1_000_000], help="drain sizes, each pipeline")
     parser.add_argument("--pipelines", nargs="*", choices=run.PIPELINES, default=list(run.PIPELINES))
     parser.add_argument("--big-clicks", type=int, default=BIG_CLICKS, help="clicks_per_region's big drain (0: none)")
+    parser.add_argument(
+        "--first-written-clicks", type=int, nargs="*", default=[], help="clicks_per_region drains beside a range join"
+    )
+    parser.add_argument("--first-written-timeout", type=float, default=900, help="seconds the range join may take")
     parser.add_argument("--naive-clicks", type=int, default=100_000, help="clicks of the naive design (0: none)")
     parser.add_argument("--latency-pipelines", nargs="*", choices=sorted(latency.FEEDS), default=sorted(latency.FEEDS))
     parser.add_argument("--rates", type=int, nargs="*", default=[1000, 10_000, 30_000, 100_000], help="events/s")
@@ -285,6 +315,7 @@ def main() -> None:
         "load_average": {"start": os.getloadavg()},
         "part_seconds": {},
         "throughput": [],
+        "first_written": [],
         "latency": [],
         "errors": [],
     }
@@ -303,8 +334,9 @@ def main() -> None:
     results["targets"] = [asdict(v) for v in verdicts(results)]
     results["charts"] = draw(results, args.charts)
     args.out.write_text(json.dumps(results, indent=2))
-    if results["throughput"]:
-        print(run.table(results["throughput"]))
+    for drains in (results["throughput"], results["first_written"]):
+        if drains:
+            print(run.table(drains))
     print(report(verdicts(results)))
     if not succeeded(results):
         raise SystemExit(f"a process failed or answers differ: see errors and mismatches in {args.out}")

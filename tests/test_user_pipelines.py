@@ -286,6 +286,31 @@ def test_an_error_in_process_names_the_line_of_the_users_file(spark, use_folder,
     assert rows(lake, "revenue") == []
 
 
+def test_the_explain_command_printed_for_a_users_table_names_its_folder_and_works_without_the_variable(
+    use_folder, tmp_path
+):
+    """The explain command a failed rule and a run's log print (`quality.explain_rows.command`) has `--pipelines DIR`
+    for a table declared in a user's folder, so that it works as printed where STREAMTABLE_PIPELINES is not set; a
+    built-in's table has none."""
+    import shlex
+
+    from helpers import CLI
+    from streamtable.quality import explain_rows
+
+    lake = str(tmp_path / "lake")
+    printed = explain_rows.command(lake, "revenue", ["ann"])
+    assert f" --pipelines {shlex.quote(str(use_folder.resolve()))} " in printed, printed
+    assert f" --pipelines {shlex.quote(str(use_folder.resolve()))} " in explain_rows.command(lake, "orders")
+    assert "--pipelines" not in explain_rows.command(lake, "word_counts", ["a"])
+    env = {k: v for k, v in os.environ.items() if k != registry.ENV}
+    argv = [CLI, *shlex.split(printed)[1:]]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and json.loads(done.stdout)["table"] == "revenue", done.stderr
+    at = argv.index("--pipelines")
+    without = subprocess.run(argv[:at] + argv[at + 2 :], env=env, capture_output=True, text=True, timeout=120)
+    assert without.returncode != 0 and "revenue" in without.stderr, "the option is what makes it work"
+
+
 @pytest.mark.slow
 def test_a_nullable_column_can_be_added_to_an_input_with_data_and_a_type_change_is_refused(spark, use_folder, tmp_path):
     lake = Lake(tmp_path / "lake")

@@ -58,6 +58,10 @@ class Registry:
         """The input table called `name`, or UnknownTableError listing the inputs."""
         return _named(self.inputs, name, "input table", "inputs", UnknownTableError)
 
+    def writer(self, table: str) -> Pipeline | None:
+        """The pipeline that writes `table` (None for an input or a system table)."""
+        return next((p for p in self.pipelines.values() if table in {t.name for t in p.outputs}), None)
+
     def is_example(self, kind: str, name: str) -> bool:
         """Whether the pipeline or input table (`kind`: "pipeline", "input table") is a built-in one: an example, whose
         Airflow DAGs are made only where asked (`streamtable.airflow.catalog.examples_wanted`)."""

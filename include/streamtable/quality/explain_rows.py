@@ -14,9 +14,11 @@ import math
 import shlex
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from streamtable.core.errors import UnknownTableError
+from streamtable.core.registry import current
 from streamtable.core.values import to_json
 from streamtable.quality.messages import plain_value
 from streamtable.storage.reader import table_spec
@@ -47,9 +49,23 @@ def result_format(keys: Sequence[str]) -> dict[str, Any]:
 
 
 def command(lake: str, table: str, key: Sequence[str] | None = None) -> str:
-    """The explain command of the rows of `key` (text values of the leading key columns; None: `KEY...`)."""
-    words = ["streamtable", "explain", table, *(["KEY..."] if key is None else key), "--records", "--lake", lake]
+    """The explain command of the rows of `key` (text values of the leading key columns; None: `KEY...`), with the
+    `--pipelines DIR` that declares `table` when a user's folder does (without it, explain would not know the table)."""
+    keys = ["KEY..."] if key is None else list(key)
+    words = ["streamtable", "explain", table, *keys, "--records", *pipelines_option(table), "--lake", lake]
     return " ".join(w if w == "KEY..." else shlex.quote(w) for w in words)
+
+
+def pipelines_option(table: str) -> list[str]:
+    """`--pipelines DIR` of the folder whose file declares `table` (its writer's file for an output), as an absolute
+    path; nothing for a built-in pipeline's or input's table, nor a system table."""
+    declared = current()
+    writer = declared.writer(table)
+    kind, name = ("pipeline", writer.name) if writer else ("input table", table)
+    file = declared.files.get((kind, name))
+    if file is None or declared.is_example(kind, name):
+        return []
+    return ["--pipelines", str(Path(file).resolve().parent)]
 
 
 def lake_of(quality_dir: str) -> str | None:

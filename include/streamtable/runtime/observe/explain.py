@@ -73,7 +73,7 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
         changes = row_history.changes(delta, wanted, schema)
         whole = row_history.whole_feed(delta, path)
         now = row_history.rows_left(changes, keys, schema) if whole else row_history.current_rows(delta, wanted, schema)
-    owner = _owner(table)
+    owner = registry().writer(table)
     writers = Writers(lake, path, owner)
     lag = _lag(lake, owner) if owner else None
     explained: list[dict] = []
@@ -104,11 +104,6 @@ def command(lake: str, table: str) -> str:
     command("/lake", "word_counts")  # "streamtable explain word_counts KEY... --records --lake /lake"
     """
     return explain_rows.command(lake, table)
-
-
-def _owner(table: str) -> Pipeline | None:
-    """The pipeline that writes `table` (None for an input or a system table)."""
-    return next((p for p in registry().pipelines.values() if table in {t.name for t in p.outputs}), None)
 
 
 def _key_of(row: dict, keys: tuple[str, ...]) -> tuple:

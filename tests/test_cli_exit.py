@@ -2,40 +2,20 @@
 
 Before, `streamtable run` ended with SIGABRT ("terminate called without an active exception", from native
 threads at interpreter shutdown) in about one run of ten, after committing its batch. An atexit hook that
-writes to stderr shows whether the interpreter was finalised: `entry()` must skip it, with or without Spark.
-And every short command of every built-in pipeline, run back to back as processes of their own, exits 0.
+writes to stderr shows whether the interpreter was finalised (helpers.run_entry): `entry()` must skip it, with or
+without Spark. Every command of every built-in pipeline, `run` among them, is run back to back that way, each a process
+of its own that must exit 0, finalise nothing, leave nothing in its working directory and log nothing without
+`--log-level`, in tests/test_s3_pipelines.py (whose check on an s3 lake takes that local lake as its reference).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from helpers import CLI, ROOT, cli, ingest
-from streamtable.core.registry import pipelines
-from streamtable.storage.lake import Lake
-
-FINALISED = "interpreter finalised"
-
-
-def run_entry(lake: Lake, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    code = (
-        "import atexit, sys\n"
-        f"atexit.register(lambda: sys.stderr.write({FINALISED!r}))\n"
-        "from streamtable.cli.main import entry\n"
-        "entry(sys.argv[1:])\n"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code, *argv, "--lake", str(lake.root)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-    )
+from helpers import CLI, FINALISED, cli, ingest, run_entry
 
 
 def test_a_command_without_spark_exits_with_its_code_and_is_not_finalised(lake):
@@ -44,18 +24,6 @@ def test_a_command_without_spark_exits_with_its_code_and_is_not_finalised(lake):
     bad = run_entry(lake, "show", "no_such_table")
     assert bad.returncode == 2 and FINALISED not in bad.stderr
     assert bad.stderr.count("\n") == 1, bad.stderr
-
-
-@pytest.mark.slow
-def test_a_spark_run_stops_spark_and_exits_0_without_being_finalised_nor_litter(lake, tmp_path):
-    """...and leaves nothing in the working directory (no `spark-warehouse/`, no `metastore_db/`)."""
-    work = tmp_path / "work"
-    work.mkdir()
-    done = run_entry(lake, "run", "word_count", cwd=work)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert FINALISED not in done.stderr
-    assert '"pipeline": "word_count"' in done.stdout
-    assert list(work.iterdir()) == []
 
 
 FAILING_PIPELINE = '''"""boom: a pipeline whose process fails in Spark (a column that is not there)."""
@@ -98,34 +66,6 @@ def test_show_into_a_closed_pipe_ends_quietly(lake):
     assert proc.returncode == 0 and proc.stdout.count("\n") == 1 and proc.stderr == "", proc.stderr
 
 
-@pytest.mark.slow
-def test_short_commands_of_every_pipeline_back_to_back_all_exit_0(lake, tmp_path):
-    """What a user's shell or an Airflow task does all day: each command of each pipeline, one after another, every
-    one a process of its own that must exit 0 (an abort at exit after the work was done made a good run fail)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from workloads import generate
-
-    garbage = tmp_path / "garbage.jsonl"
-    garbage.write_bytes(b"{not json\n\xff\xfe\n[1, 2]\n")
-    commands: list[tuple[str, ...]] = [("pipelines",), ("status",)]
-    for name, pipeline in pipelines().items():
-        generate(lake, name, 40, commits=2)
-        inputs = pipeline.streams + pipeline.tables
-        commands += [("ingest", table, str(garbage), "--id", f"garbage-{table}") for table in inputs]
-        commands += [("run", name), ("status", name)]
-        commands += [("show", table.name) for table in pipeline.outputs]
-    done = {" ".join(argv): cli(lake, *argv, check=False) for argv in commands}
-    codes = {argv: proc.returncode for argv, proc in done.items()}
-    assert set(codes.values()) == {0}, {argv: code for argv, code in codes.items() if code != 0}
-    assert len(codes) >= 5 * len(pipelines()) == 35
-    for argv, proc in done.items():  # without --log-level a successful run logs nothing (see the next test)
-        if argv.startswith("run "):
-            assert not [line for line in proc.stderr.splitlines() if "streamtable" in line or "INFO" in line], (
-                argv,
-                proc.stderr,
-            )
-
-
 def test_version_prints_the_package_version():
     """`streamtable --version` prints `streamtable X.Y.Z`, the one version the package metadata also carries."""
     import importlib.metadata
@@ -138,8 +78,9 @@ def test_version_prints_the_package_version():
 def test_a_run_logs_its_stages_at_info_and_nothing_by_default(lake):
     """`--log-level info` (what the Airflow tasks run with, through $STREAMTABLE_LOG_LEVEL) logs each batch's stages,
     the gate's result per suite and the committed batch's progress (stage timings, output rows) on stderr, every
-    line naming the pipeline; without it a successful run logs nothing: the back-to-back test above checks that of
-    every pipeline's run (and the failing-command test that the JVM's start-up notices are gone too)."""
+    line naming the pipeline; without it a successful run logs nothing: the back-to-back commands of
+    tests/test_s3_pipelines.py check that of every pipeline's run (and the failing-command test that the JVM's start-up
+    notices are gone too)."""
     ingest(lake, "text_lines", [{"line": "b c", "event_time": "2026-01-01T00:01:00Z"}])
     logged = cli(lake, "run", "word_count", "--log-level", "info").stderr.splitlines()
     ours = [line for line in logged if " [word_count] streamtable" in line]

@@ -1,14 +1,22 @@
-"""The built-in pipelines on an `s3://` lake give what they give on a local one, and `serve` runs on one too.
+"""Every command of every built-in pipeline exits 0 as a process of its own; the pipelines keeping every kind of state
+give on an `s3://` lake what they give on a local one; `serve` runs on one too.
 
-An s3 smoke subset, not every pipeline twice: the storage layer is the same for every pipeline, so the subset is
-the pipelines that between them keep every kind of state a lake holds (S3_SUBSET). One driver runs them on both
-lakes (a JVM start is most of a small run's time): each pipeline's generated inputs (bench/workloads.py, the
-benchmarks' generators: keys, deletes, late and out-of-order records) in two commits and one run; more input and a
-second run of browser_captcha (late records for its closed windows) and clicks_per_region; then a reprocess of
-clicks_per_region from version 1 (a swap of its output). Every output table, `late_events` and `quarantine` are
+One test does the first two, as the second's local half is what the first's commands leave. First, what a user's shell
+or an Airflow task does all day: each command of each pipeline (ingest of garbage into each input, run, status, show of
+each output) on a local lake, one after another, every one a process of its own (helpers.run_entry) that must exit 0
+without finalising the interpreter (an abort at exit after the work was done made a good run fail:
+tests/test_cli_exit.py), leave nothing in its working directory (no `spark-warehouse/`, no `metastore_db/`), and, for a
+run, log nothing without `--log-level`. The inputs are the benchmarks' generators (bench/workloads.py: keys, deletes,
+late and out-of-order records) in two commits.
+
+Then the s3 smoke subset, not every pipeline twice: the storage layer is the same for every pipeline, so the subset is
+the pipelines that between them keep every kind of state a lake holds (S3_SUBSET). One driver gives the s3 lake what
+the commands gave the local one (the same inputs, the same garbage, one run), then on both lakes more input and a
+second run of browser_captcha (late records for its closed windows) and clicks_per_region, and a reprocess of
+clicks_per_region from version 1 (a swap of its output). The subset's outputs, `late_events` and `quarantine` rows are
 read back from both lakes and must be equal, and `status` on the s3 lake shows nothing left behind. Then
-`streamtable serve word_count` on an s3 lake takes a batch and stops on SIGTERM. Every pipeline runs on a local
-lake in its own tests.
+`streamtable serve word_count` on an s3 lake takes a batch and stops on SIGTERM. Every pipeline runs on a local lake in
+its own tests.
 """
 
 from __future__ import annotations
@@ -23,7 +31,9 @@ import uuid
 
 import pytest
 
-from helpers import CLI, ROOT
+from helpers import CLI, FINALISED, ROOT, run_entry
+from streamtable.core.registry import pipelines
+from streamtable.storage.lake import Lake
 
 pytestmark = pytest.mark.slow
 
@@ -31,31 +41,48 @@ pytestmark = pytest.mark.slow
 # state store, raw JSON kept, late records of closed windows; call_analytics: a state store, two outputs, a stream
 # join, wall-clock heartbeats
 S3_SUBSET = ("browser_captcha", "call_analytics", "clicks_per_region")
+RECORDS = 60  # of each pipeline's streams, in two commits
+GARBAGE = b"{not json\n\xff\xfe\n[1, 2]\n"  # three lines, each quarantined
 SUBSET_JOB = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from workloads import generate
 from streamtable.core.registry import pipelines
+from streamtable.ingest.files import MAX_LINE_BYTES
+from streamtable.ingest.folders import ingest_named_file
 from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.runtime.spark import get_spark
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows
 
 local, remote, subset = sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+records, garbage = int(sys.argv[5]), sys.argv[6]
 get_spark(lake=remote)  # the s3a jars on the class path from the start; a local lake needs none of them
+inputs = {name: pipelines()[name].streams + pipelines()[name].tables for name in subset}
 tables = sorted({t.name for n in subset for t in pipelines()[n].outputs} | {"late_events", "quarantine"})
+# what the commands of the test did on the local lake: the inputs, the garbage (`ingest`'s own function), one run
+for name in subset:
+    generate(Lake(remote), name, records, commits=2)
+    for table in inputs[name]:
+        ingest_named_file(Lake(remote), table, garbage, f"garbage-{table}", MAX_LINE_BYTES)
+    run(Lake(remote), name)
+ours = {"late_events": ("pipeline", set(subset)), "quarantine": ("table", {t for n in subset for t in inputs[n]})}
 read = {}
 for root in (local, remote):
     lake = Lake(root)
-    for name in subset:
-        generate(lake, name, 60, commits=2)
-        run(lake, name)
     # a second run goes on from the first's checkpoint on the lake; browser_captcha's windows get late records
     for name in ("browser_captcha", "clicks_per_region"):
         generate(lake, name, 30, commits=1, seed=8)
         run(lake, name)
     rebuilt = reprocess(lake, "clicks_per_region", 1).as_dict()["rows_after"]  # a swap of outputs and late_events
-    read[root] = {t: [{k: v for k, v in r.items() if k != "ingested_at"} for r in rows(lake, t)] for t in tables}
+    read[root] = {
+        t: [
+            {k: v for k, v in r.items() if k != "ingested_at"}
+            for r in rows(lake, t)
+            if t not in ours or r[ours[t][0]] in ours[t][1]  # the local lake has every pipeline's
+        ]
+        for t in tables
+    }
     read[root]["reprocess rows_after"] = rebuilt
 result = {"local": read[local], "remote": read[remote]}
 print("RESULT " + json.dumps(result, default=str, sort_keys=True))
@@ -71,22 +98,65 @@ def s3_lake() -> str:
     return f"s3://streamtable/tests/seven-{uuid.uuid4().hex[:12]}"
 
 
-def test_pipelines_keeping_every_kind_of_state_on_an_s3_lake_give_what_they_give_on_a_local_one(env, tmp_path):
+def back_to_back(lake: Lake, tmp_path) -> dict[str, subprocess.CompletedProcess]:
+    """Every command of every pipeline on `lake` (its inputs generated first), one after another, each a process of its
+    own in an empty working directory, which must stay empty; {command line: its process}."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from workloads import generate
+
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(GARBAGE)
+    work = tmp_path / "work"
+    work.mkdir()
+    commands: list[tuple[str, ...]] = [("pipelines",), ("status",)]
+    for name, pipeline in pipelines().items():
+        generate(lake, name, RECORDS, commits=2)
+        inputs = pipeline.streams + pipeline.tables
+        commands += [("ingest", table, str(garbage), "--id", f"garbage-{table}") for table in inputs]
+        commands += [("run", name), ("status", name)]
+        commands += [("show", table.name) for table in pipeline.outputs]
+    done = {" ".join(argv): run_entry(lake, *argv, cwd=work) for argv in commands}
+    assert list(work.iterdir()) == [], "a command left files in its working directory"
+    return done
+
+
+def test_every_command_of_every_pipeline_exits_0_and_the_stateful_ones_give_on_s3_what_they_gave_locally(env, tmp_path):
+    local = Lake(tmp_path / "lake")
+    done = back_to_back(local, tmp_path)
+    codes = {argv: proc.returncode for argv, proc in done.items()}
+    assert set(codes.values()) == {0}, {argv: (code, done[argv].stderr[-2000:]) for argv, code in codes.items() if code}
+    assert len(codes) >= 5 * len(pipelines()) == 35
+    assert not [argv for argv, proc in done.items() if FINALISED in proc.stderr], "an interpreter was finalised"
+    quarantined = [json.loads(proc.stdout) for argv, proc in done.items() if argv.startswith("ingest ")]
+    assert all((q["appended"], q["quarantined"]) == (0, 3) for q in quarantined), quarantined
+    for argv, proc in done.items():  # without --log-level a successful run logs nothing (see test_cli_exit.py)
+        if argv.startswith("run "):
+            assert json.loads(proc.stdout.splitlines()[-1])["pipeline"] == argv.split()[1], proc.stdout
+            assert not [line for line in proc.stderr.splitlines() if "streamtable" in line or "INFO" in line], (
+                argv,
+                proc.stderr,
+            )
+
     lake = s3_lake()
+    job = [
+        str(ROOT / "bench"),
+        str(local.root),
+        lake,
+        ",".join(S3_SUBSET),
+        str(RECORDS),
+        str(tmp_path / "garbage.jsonl"),
+    ]
     proc = subprocess.run(
-        [sys.executable, "-c", SUBSET_JOB, str(ROOT / "bench"), str(tmp_path / "lake"), lake, ",".join(S3_SUBSET)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        [sys.executable, "-c", SUBSET_JOB, *job], env=env, capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     [line] = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     result = json.loads(line[len("RESULT ") :])
-    local, remote = result["local"], result["remote"]
-    assert sum(len(rows) for rows in local.values()) > 0 and local["late_events"], "the workloads make output"
-    for table in local:
-        assert remote[table] == local[table], table
+    local_rows, remote = result["local"], result["remote"]
+    assert sum(len(rows) for rows in local_rows.values()) > 0 and local_rows["late_events"], "the workloads make output"
+    assert local_rows["quarantine"], "the garbage is in quarantine"
+    for table in local_rows:
+        assert remote[table] == local_rows[table], table
     status = subprocess.run([CLI, "status", "--lake", lake], env=env, capture_output=True, text=True, timeout=120)
     assert status.returncode == 0, status.stderr
     behind = {s["pipeline"]: s["records_behind"] for s in map(json.loads, status.stdout.splitlines())}

@@ -62,10 +62,11 @@ def table_rows(table: str | DeltaTable) -> int:
 def rows_of_keys(table: str | DeltaTable, schema: pa.Schema, keys: Sequence[str], probe: pa.Table) -> pa.Table:
     """The rows of a Delta table (a path or an open table) whose `keys` equal some row of `probe`'s, as `schema`."""
     found = [schema.empty_table()]
+    wanted = None  # the probe's distinct keys, once the table has a row (a batch into an empty table pays nothing)
     if probe.num_rows:
-        wanted = distinct_rows(probe.select(list(keys)))
         for batch in snapshot.batches(_opened(table), schema.names):
             rows = pa.Table.from_batches([batch]).cast(schema)
+            wanted = distinct_rows(probe.select(list(keys))) if wanted is None else wanted
             found.append(rows.filter(matches(rows, wanted, keys)))
     return pa.concat_tables(found)
 

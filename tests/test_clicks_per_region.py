@@ -176,7 +176,16 @@ def test_reprocess_from_version_rebuilds_from_that_offset_and_the_next_run_goes_
 
 
 @pytest.mark.slow
-def test_reprocess_dry_run_publishes_nothing(spark, lake):
+def test_a_dry_run_reprocess_and_a_refused_one_publish_nothing_and_the_refused_one_names_no_row(spark, lake):
+    """A refused reprocess's failure line has no explain command: its rebuilt rows are dropped, and explain would
+    show the live row, which passed, as if it were the one refused."""
+    from datetime import UTC, datetime
+
+    from streamtable.core.errors import QualityGateError
+    from streamtable.core.registry import get_input
+    from streamtable.core.tables import LINE
+    from streamtable.ingest.changelog import append_rows
+
     regions, clicks = scenario()
     ingest(lake, "user_regions", regions[0])
     ingest(lake, "user_clicks", clicks[0])
@@ -184,6 +193,14 @@ def test_reprocess_dry_run_publishes_nothing(spark, lake):
     before = totals(lake)
     report = reprocess(lake, P, from_version=0, dry_run=True)
     assert not report.published and totals(lake) == before
+    # a writer that bypassed `ingest`'s checks appends a negative count: the rebuild's asia goes below 0
+    bad = click("alice", -1000, "2026-03-01T10:01:30Z") | {"event_time": datetime(2026, 3, 1, 10, 1, 30, tzinfo=UTC)}
+    append_rows(lake, get_input("user_clicks"), [bad | {LINE: 0}])
+    with pytest.raises(QualityGateError, match="nothing published") as refused:
+        reprocess(lake, P, from_version=0)
+    assert f"{P}: clicks is not >= 0 (1 row" in str(refused.value), str(refused.value)
+    assert "explain" not in str(refused.value), str(refused.value)
+    assert totals(lake) == before
 
 
 @pytest.mark.parametrize(

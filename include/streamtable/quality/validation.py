@@ -79,6 +79,7 @@ def validate(
     metrics: dict[str, exact.Number] | None = None,
     build_docs: bool = True,
     engine: str | None = None,
+    name_rows: bool = True,
 ) -> Report:
     """Validate `df` with `suite` as the GX suite `<pipeline>.<table>`; store the result (and Data Docs) in quality_dir.
 
@@ -86,6 +87,8 @@ def validate(
     The frame is cached for the run unless it already is.
     `engine` picks where GX computes: "spark", "pandas" (the frame collected once, `quality.pandas_frames`), or None:
     pandas for frames of at most PANDAS_MAX_ROWS rows that pandas can check exactly, else Spark.
+    `name_rows=False` leaves out the explain commands of a failed rule's rows: for rows explain cannot reach (a
+    reprocess's shadow tables, dropped when refused), `streamtable explain TABLE KEY` would show the live row instead.
     """
     if engine is not None and engine not in ENGINES:
         raise ValueError(f"engine must be one of {sorted(ENGINES)} or None, not {engine!r}")
@@ -99,7 +102,8 @@ def validate(
         frame = None
         if engine == "pandas" or (engine is None and rows <= PANDAS_MAX_ROWS):
             frame = to_pandas(df, None if engine == "pandas" else suite.expectations)
-        return _check(df if frame is None else frame, pipeline, suite, quality_dir, params, build_docs, rows)
+        data = df if frame is None else frame
+        return _check(data, pipeline, suite, quality_dir, params, build_docs, rows, name_rows=name_rows)
     finally:
         if cache:
             df.unpersist()
@@ -114,13 +118,14 @@ def validate_rows(
     sums: dict[int, tuple[exact.Number, exact.Number]],
     first: pa.Table | None = None,
     count: int | None = None,
+    name_rows: bool = True,
 ) -> Report:
     """Validate some rows of a table (see `runtime.batch.gate`) with `suite`, without Data Docs; in pandas when exact.
 
     `sums` gives each sum_equals rule (by its index in the suite) the sum the rows must have and what the table's
     sum adds to theirs: a failure is reported with the table's sum and the metric's total. The rows may be those of
     a batch that could break a rule (`quality.screen`): then `first` are the batch's first rows, which a sum that
-    breaks names, and `count` the rows the report counts (else the rows themselves).
+    breaks names, and `count` the rows the report counts (else the rows themselves); `name_rows` as for `validate`.
     """
     frame = arrow_to_pandas(rows, suite.expectations, spark.conf.get("spark.sql.session.timeZone") or "UTC")
     # one chunk: PySpark 4.1 drops the rows after an empty record batch of an Arrow table (its second one)
@@ -129,7 +134,7 @@ def validate_rows(
     offsets = {i: offset for i, (_, offset) in sums.items()}
     checked = (rows if first is None else first).slice(0, explain_rows.SHOWN)  # a sum that breaks names them
     total = rows.num_rows if count is None else count
-    return _check(data, pipeline, suite, quality_dir, params, False, total, offsets, checked)
+    return _check(data, pipeline, suite, quality_dir, params, False, total, offsets, checked, name_rows)
 
 
 def _check(
@@ -142,9 +147,11 @@ def _check(
     rows: int,
     offsets: dict[int, exact.Number] | None = None,
     checked: pa.Table | None = None,
+    name_rows: bool = True,
 ) -> Report:
     """Run the suite on a Spark or pandas frame through its (cached) GX checkpoint and report the failed rules, each
-    with the explain commands of the rows it names (of the `checked` rows for a sum) on its line and its page."""
+    with the explain commands of the rows it names (of the `checked` rows for a sum; none without `name_rows`) on
+    its line and its page."""
     name = f"{pipeline}.{suite.table}"
     engine = "pandas" if is_pandas(data) else "spark"
     with locked(quality_dir):
@@ -157,7 +164,7 @@ def _check(
         result = _run_checkpoint(ctx, (name, suite.expectations, engine), data, gx_params)
         ((result_id, validation),) = result.run_results.items()
         failed = sorted((r for r in validation.results if not r.success), key=lambda r: r.expectation_config.meta[RULE])
-        keys = explain_rows.key_columns(suite.table) if failed else ()  # a passing batch pays nothing for names
+        keys = explain_rows.key_columns(suite.table) if failed and name_rows else ()  # a pass pays nothing for names
         if keys:
             _name_unexpected_rows(ctx, (name, engine, keys), data, failed, gx_params)
         shown = checked.to_pylist() if failed and checked is not None else []
@@ -168,7 +175,7 @@ def _check(
             lines[index] = failure(
                 suite.table, rule, r.result, r.exception_info, expected, (offsets or {}).get(index, 0)
             )
-            explained[index] = explain_rows.commands(quality_dir, suite.table, r.result, shown)
+            explained[index] = explain_rows.commands(quality_dir, suite.table, r.result, shown) if name_rows else []
         if not _verdicts_only and any(explained.values()):  # on the stored result, which its page renders
             _annotate(validation, explained, lines)
             ctx.validation_results_store.set(result_id, validation)

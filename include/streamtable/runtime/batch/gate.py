@@ -99,9 +99,9 @@ def check_change(
         left_out = checked.left_out.get(column, 0)
         offset = exact.add(before.get(metric, 0), -_sum(replaced, column), -_sum(extra, column), left_out)
         expected[index] = (exact.add(totals[index], -offset), offset)
-    quality_dir = ctx.lake.quality_dir
+    quality_dir, live = ctx.lake.quality_dir, not ctx.shadow  # a refused shadow batch is dropped: no explain command
     return validate_rows(
-        checked.rows, ctx.spark, ctx.pipeline.name, suite, quality_dir, expected, checked.first, checked.count
+        checked.rows, ctx.spark, ctx.pipeline.name, suite, quality_dir, expected, checked.first, checked.count, live
     )
 
 

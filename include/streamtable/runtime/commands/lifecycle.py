@@ -77,12 +77,14 @@ def validate(lake: Lake, name: str) -> list:
 
 
 def validate_tables(ctx: RunContext) -> list:
-    """The full suites of the pipeline on the whole tables of a generation (live or shadow), with Data Docs."""
+    """The full suites of the pipeline on the whole tables of a generation (live or shadow), with Data Docs; a failed
+    rule of a shadow table names no row (the refused rebuild is dropped: explain would show the live row)."""
     from streamtable.quality.validation import validate as run_suite
 
-    metrics = ctx.metric_totals()
+    metrics, quality_dir, live = ctx.metric_totals(), ctx.lake.quality_dir, not ctx.shadow
     return [
-        run_suite(ctx.read(s.table), ctx.pipeline.name, s, ctx.lake.quality_dir, metrics) for s in ctx.pipeline.suites
+        run_suite(ctx.read(s.table), ctx.pipeline.name, s, quality_dir, metrics, name_rows=live)
+        for s in ctx.pipeline.suites
     ]
 
 

@@ -135,10 +135,10 @@ LONGEST_FIRST = (
     "test_crash_recovery.py",
     "test_reference.py",
     "test_reprocess_dags.py",
+    "test_s3_pipelines.py",  # one long test: every command of every pipeline back to back, then the s3 check
     "test_two_hosts.py",
     "test_user_pipelines.py",
     "test_s3_lake.py",
-    "test_s3_pipelines.py",
     "test_fault_campaign.py",
     "test_table_inputs.py",
     "test_cli_exit.py",

@@ -14,9 +14,15 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+import pyarrow.compute as pc
 import pytest
 
 from helpers import ROOT
+from streamtable.core.registry import get_pipeline
+from streamtable.core.schema import arrow_schema
+from streamtable.storage import delta_rs
+from streamtable.storage.lake import Lake
 
 pytestmark = pytest.mark.slow
 
@@ -44,3 +50,26 @@ def test_short_suite_answers_agree_and_it_writes_json_and_charts(tmp_path):
     for chart in ("throughput.png", "memory.png", "latency.png"):
         assert (tmp_path / chart).read_bytes().startswith(PNG)
     assert "| target | measured |" in proc.stdout
+
+
+def test_a_filled_output_holds_each_key_once_named_as_its_events_and_sums_to_zero(tmp_path, monkeypatch):
+    """bench/keyed_output.py's fill, the big outputs of bench/output_size.py (no Spark: the output made empty as a
+    first batch makes it): keys 1000..N-1 once each, in a hashed order, in one commit that names itself, streamed a
+    chunk at a time, with quantities summing to 0 (the gate's `sum_equals` keeps holding)."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import keyed_output
+
+    monkeypatch.setattr(keyed_output, "CHUNK", 2_000)
+    lake = Lake(tmp_path / "lake")
+    path = lake.table_path("inventory")
+    delta_rs.ensure_table(path, arrow_schema(get_pipeline("inventory").output("inventory").columns))
+
+    assert keyed_output.fill(lake, 7_000) == 1
+    filled = delta_rs.delta_table(path).to_pyarrow_table()
+    events = keyed_output.key_events(np.arange(1_000, 7_000), np.random.default_rng(0))
+    assert sorted(zip(filled["store"].to_pylist(), filled["item"].to_pylist(), strict=True)) == sorted(
+        zip(events["store"], events["item"], strict=True)
+    )
+    assert filled["item"].to_pylist()[:3] != ["i10", "i10", "i10"]  # not in key order
+    assert pc.sum(filled["quantity"]).as_py() == 0
+    assert delta_rs.log_entry(path, 1).info["bench"] == "keyed_output.fill"

@@ -20,7 +20,7 @@ from streamtable import expect
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.schema import Column, Type, arrow_schema
 from streamtable.core.tables import Table
-from streamtable.quality import validation as quality
+from streamtable.quality import screen, validation as quality
 from streamtable.quality.validation import validate
 from streamtable.runtime.batch import gate
 from streamtable.runtime.context import RunContext
@@ -252,3 +252,33 @@ def test_a_batch_bigger_than_a_chunk_is_checked_exactly_on_the_rows_that_could_b
     ]
     assert len(check(1, breaking, error=1)) == 7  # every rule but not_null(k) and unique(k)
     assert seen[-2:] == [8, 31]  # the rows that break a rule, those that share their g, and the kept row
+
+
+def test_the_screen_keeps_every_row_gx_could_judge_unexpected_on_either_engine():
+    """Arrow alone: the rows kept are a superset of those a rule's GX expectation finds unexpected."""
+    big = 2**53
+    rows = pa.table(
+        {
+            "n": pa.array([0, 100, 101, None, big + 1], pa.int64()),
+            "x": pa.array([0.5, -0.0, 0.0, float("nan"), None]),
+            "s": pa.array(["a", "b", None, "c", "a"]),
+            "t": pa.array([0, 1, 2, 3, 4], pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+    def kept(*rules: expect.Expectation, zone: str = "UTC") -> list[int]:
+        return [i for i, k in enumerate(screen.could_break(rows, rules, zone)) if k]
+
+    assert kept(expect.between("n", 0, 100)) == [2, 4]  # a null is not checked; 2**53 + 1 compared exactly
+    assert kept(expect.between("n", 0.5, 100.5)) == [0, 2, 4]
+    assert kept(expect.between("x", 0, 1)) == [3]  # NaN: above every number on Spark, a null on pandas
+    assert kept(expect.not_null("x")) == [3, 4] and kept(expect.not_null("s")) == [2]
+    assert kept(expect.in_set("s", ("a", "b"))) == [3]
+    assert kept(expect.any_not_null("s", "x")) == []
+    assert kept(expect.column_pair_le("n", "n"), expect.sum_equals("x", "m")) == [3]
+    assert kept(expect.column_pair_le("t", "t"), zone="Europe/Paris") == [0, 1, 2, 3, 4]  # local times: every row
+    assert kept(expect.in_set("s", (1,))) == [0, 1, 2, 3, 4]  # not decided in Arrow: every row
+    assert kept(expect.Expectation("not_null", ("s",), mostly=0.5)) == [0, 1, 2, 3, 4]
+    twice = screen.duplicated(rows.select(["x"]), "UTC")
+    assert twice is not None and twice.to_pylist() == [{"x": 0.0}]  # -0.0 equals 0.0
+    assert screen.duplicated(rows.select(["t"]), "Europe/Paris") is None

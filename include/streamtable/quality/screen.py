@@ -169,9 +169,12 @@ def normalized(rows: pa.Table) -> pa.Table:
     return rows
 
 
-def duplicated(rows: pa.Table) -> pa.Table | None:
+def duplicated(rows: pa.Table, zone: str) -> pa.Table | None:
     """The distinct combinations of `rows`' values that occur more than once (a null equals a null; floats
-    `normalized`), or None when Arrow cannot group them (nested values)."""
+    `normalized`), or None when Arrow cannot tell them as GX does: nested values, or timestamps that pandas reads
+    as local times (two instants an hour apart can be one local time)."""
+    if zone not in UTC_ZONES and any(pa.types.is_timestamp(t) and t.tz is not None for t in rows.schema.types):
+        return None
     try:
         counted = normalized(rows).group_by(rows.column_names, use_threads=False).aggregate([([], "count_all")])
     except (pa.ArrowException, TypeError):

@@ -135,7 +135,7 @@ def _screened(
     new, extra = alike
     whole = new.num_rows <= CHUNK_ROWS
     both = [] if whole else [pa.concat_tables([new.select(list(c)), extra.select(list(c))]) for c in unique_columns]
-    twice = {c: screen.duplicated(values) for c, values in zip(unique_columns, both, strict=False)}
+    twice = {c: screen.duplicated(values, zone) for c, values in zip(unique_columns, both, strict=False)}
     sums = {r.columns[0] for r in suite.expectations if r.kind == "sum_equals"}
     left_out: dict[str, exact.Number] = dict.fromkeys(sums, 0)
     kept, first, count = [extra.schema.empty_table()], [], 0

@@ -80,3 +80,22 @@ def test_current_of_keys_of_an_empty_table_is_empty(ctx, spark, monkeypatch):
     write_deltalake(ctx.path(TOTALS.name), pa.Table.from_pylist([], arrow_schema(TOTALS.columns)), mode="overwrite")
     keys_of = spark.createDataFrame([("a", 1)], "store STRING, item BIGINT")
     assert ctx.rows_of_keys(TOTALS.name, keys_of).collect() == []
+
+
+def test_looked_up_rows_reach_spark_whole_however_arrow_chunked_them(ctx, spark, monkeypatch):
+    """PySpark 4.1's createDataFrame of an Arrow table drops the rows after its second empty chunk: the lookup's rows
+    (one filtered table per file read) must all arrive."""
+    from streamtable.storage import keyed
+
+    monkeypatch.setattr(context, "LOOKUP_MIN_ROWS", 0)
+    real = keyed.rows_of_keys
+
+    def with_empty_chunks(*args, **kwargs) -> pa.Table:
+        rows = real(*args, **kwargs)
+        empty = rows.schema.empty_table()
+        return pa.concat_tables([empty, rows.slice(0, 1), empty, rows.slice(1)])
+
+    monkeypatch.setattr(keyed, "rows_of_keys", with_empty_chunks)
+    probe = PROBES["some keys, repeated"]
+    keys_of = spark.createDataFrame(probe, "store STRING, item BIGINT")
+    assert sorted(r["quantity"] for r in ctx.rows_of_keys(TOTALS.name, keys_of).collect()) == _reference(probe)

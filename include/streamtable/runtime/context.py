@@ -106,7 +106,8 @@ class RunContext:
             if found is not None:
                 if lookups is not None:
                     lookups[table] = found
-                return self.spark.createDataFrame(found.rows, schema=spark_ddl(spec.columns))
+                rows = found.rows.combine_chunks()  # PySpark 4.1 drops the rows after a second empty chunk
+                return self.spark.createDataFrame(rows, schema=spark_ddl(spec.columns))
         return _semi_join(self.snapshot(table), probe, list(spec.keys))
 
     def _looked_up(self, spec: Table, probe: DataFrame, delta: delta_rs.DeltaTable) -> keyed.Lookup | None:

@@ -47,7 +47,7 @@ CLI = str(ROOT / ".venv" / "bin" / "streamtable")
 RESULTS = ROOT / "bench" / "results"
 PIPELINES = tuple(workloads.GENERATORS)
 STREAMTABLE, SPARK, DUCKDB = "streamtable run", "Spark batch", "DuckDB"
-SPARK_FIRST = "Spark batch, first written"  # spark_jobs.FIRST_WRITTEN: clicks_per_region's range join
+SPARK_FIRST, SPARK_INTERVAL = "Spark batch, first written", "Spark batch, interval join"  # spark_jobs.PLANS
 Answer = dict[str, pa.Table]
 
 
@@ -151,13 +151,14 @@ def reprocess(lake: Lake, pipeline: str, work: Path) -> ProcessRun:
 
 
 def spark_batch(
-    lake: Lake, pipeline: str, work: Path, first_written: bool = False, timeout_s: float | None = None
+    lake: Lake, pipeline: str, work: Path, plan: str | None = None, timeout_s: float | None = None
 ) -> tuple[ProcessRun, Answer]:
-    """The plain PySpark batch job of `spark_jobs.py` (with `first_written`, the query a user writes first), cold in a
-    process of its own; the outputs it wrote."""
-    out, name = work / "spark-out", "spark-first" if first_written else "spark"
+    """The plain PySpark batch job of `spark_jobs.py` (or another `plan` of its `PLANS`), cold in a process of its own;
+    the outputs it wrote."""
+    out = work / "spark-out"
     job = [sys.executable, str(ROOT / "bench" / "spark_jobs.py"), pipeline, "--lake", str(lake.root), "--out", str(out)]
-    run = run_process(job + ["--first-written"] * first_written, work / f"{name}.log", timeout_s=timeout_s)
+    job += ["--plan", plan] if plan else []
+    run = run_process(job, work / (f"spark-{plan}.log" if plan else "spark.log"), timeout_s=timeout_s)
     return run, {t.name: pq.read_table(out / t.name) for t in get_pipeline(pipeline).outputs}
 
 
@@ -173,8 +174,12 @@ ENGINES: Engines = {STREAMTABLE: drain, SPARK: spark_batch, DUCKDB: duckdb}
 
 
 def with_first_written(timeout_s: float | None) -> Engines:
-    """`ENGINES` and the first-written plain Spark query (`spark_jobs.FIRST_WRITTEN`), killed past `timeout_s`."""
-    return ENGINES | {SPARK_FIRST: partial(spark_batch, first_written=True, timeout_s=timeout_s)}
+    """`ENGINES`, the first-written plain Spark query (a range join) killed past `timeout_s`, and the same job by
+    streamtable's as-of operator (`spark_jobs.PLANS`)."""
+    return ENGINES | {
+        SPARK_FIRST: partial(spark_batch, plan="range-join", timeout_s=timeout_s),
+        SPARK_INTERVAL: partial(spark_batch, plan="interval-join", timeout_s=timeout_s),
+    }
 
 
 def measure(pipeline: str, n: int, work: Path, rebuild: bool = False, engines: Engines = ENGINES) -> dict:

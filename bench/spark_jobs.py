@@ -7,8 +7,9 @@ the pipeline in one batch, write each as Parquet (`DIR/<table>`). Each job gives
 bounded drain into empty outputs: with no earlier run, no record is late and no window closed. The
 call_analytics job joins analytics and metrics events within 60 s with one full outer join, which is the
 pipeline's match when no event has two candidate partners (as `workloads.call_analytics` generates).
-With `--first-written`, a pipeline of `FIRST_WRITTEN` is computed by the query a PySpark user writes first
-instead (clicks_per_region's as-of lookup as a range join), to measure it beside the better plan.
+With `--plan`, a pipeline of `PLANS` is computed by another plan, to measure it beside this one: `range-join`, the
+query a PySpark user writes first (clicks_per_region's as-of lookup as a range join), or `interval-join`,
+streamtable's as-of operator (`operators.asof_join`: the changelog's versions, then one join within their intervals).
 Prints the session's start and the job's seconds as JSON.
 """
 
@@ -25,6 +26,7 @@ from pathlib import Path
 import workloads
 from pyspark.sql import Column, DataFrame, SparkSession, Window, functions as F
 
+from streamtable.operators.asof_join import asof_join
 from streamtable.pipelines import (
     browser_captcha as captcha,
     play_sessions as sessions,
@@ -100,6 +102,12 @@ def clicks_per_region_range_join(spark: SparkSession, lake: Lake) -> Frames:
     latest = Window.partitionBy("click").orderBy(F.desc("region_time"), F.desc("_commit_version"), F.desc("_line"))
     picked = clicks.join(regions, before, "left").withColumn("n", F.row_number().over(latest)).where("n = 1")
     return summed_per_region(picked)
+
+
+def clicks_per_region_interval_join(spark: SparkSession, lake: Lake) -> Frames:
+    """clicks_per_region by streamtable's as-of operator: each click joined to the region version valid at its time."""
+    clicks = read(spark, lake, "user_clicks").select("user", "clicks", "event_time")
+    return summed_per_region(asof_join(clicks, read(spark, lake, "user_regions", changes=True), "user", ["region"]))
 
 
 def summed_per_region(enriched: DataFrame) -> Frames:
@@ -182,8 +190,11 @@ def presence_notifications(spark: SparkSession, lake: Lake) -> Frames:
 
 # One function per built-in pipeline, named after it.
 JOBS: dict[str, Callable[[SparkSession, Lake], Frames]] = {name: globals()[name] for name in workloads.GENERATORS}
-# The query a PySpark user writes first, where it is not the plan above.
-FIRST_WRITTEN: dict[str, Callable[[SparkSession, Lake], Frames]] = {"clicks_per_region": clicks_per_region_range_join}
+# Other plans of some pipelines: the query a PySpark user writes first, and streamtable's operator's.
+PLANS: dict[str, dict[str, Callable[[SparkSession, Lake], Frames]]] = {
+    "range-join": {"clicks_per_region": clicks_per_region_range_join},
+    "interval-join": {"clicks_per_region": clicks_per_region_interval_join},
+}
 
 
 def main() -> None:
@@ -191,13 +202,12 @@ def main() -> None:
     parser.add_argument("pipeline", choices=sorted(JOBS))
     parser.add_argument("--lake", required=True)
     parser.add_argument("--out", required=True, help="a directory: one Parquet directory per output table")
-    parser.add_argument(
-        "--first-written", action="store_true", help=f"the first-written query ({', '.join(FIRST_WRITTEN)})"
-    )
+    parser.add_argument("--plan", choices=sorted(PLANS), help="another plan (clicks_per_region's)")
     args = parser.parse_args()
-    if args.first_written and args.pipeline not in FIRST_WRITTEN:
-        parser.error(f"--first-written: {args.pipeline}'s first-written query is its job")
-    job = (FIRST_WRITTEN if args.first_written else JOBS)[args.pipeline]
+    jobs = PLANS[args.plan] if args.plan else JOBS
+    if args.pipeline not in jobs:
+        parser.error(f"--plan {args.plan}: not a plan of {args.pipeline}")
+    job = jobs[args.pipeline]
 
     from streamtable.runtime.spark import get_spark
 

@@ -8,8 +8,8 @@ Parts, in this order (a size of 0 leaves a part out):
 2. `--big-clicks`: the same for clicks_per_region at that size (the 10M-click target), then a cold reprocess
    of those outputs from version 0;
    `--first-written-clicks` (none by default): for each size given (repeat one for rounds), the same engines on
-   clicks_per_region and, cold beside them, the query a PySpark user writes first (`spark_jobs.FIRST_WRITTEN`: a
-   range join), killed past `--first-written-timeout` seconds;
+   clicks_per_region and, cold beside them, the query a PySpark user writes first (a range join), killed past
+   `--first-written-timeout` seconds, and the plain job by streamtable's as-of operator (`spark_jobs.PLANS`);
 3. `--naive-clicks`: seed 000's naive design, one database query per click (`naive.py`);
 4. latency (`latency.py`) of `serve` for each of `--latency-pipelines` at `--rates`, `--seconds` each;
 5. `--stage-batches`: `batch_stages.py` in a process of its own: the fixed cost of a warm one-record

@@ -19,7 +19,10 @@ LOG4J_CONF = PACKAGE_DIR / "log4j2.properties"  # package data, inside the wheel
 # The Spark application every spark-submit task runs (package data: spark-submit needs a file path). It runs a
 # `streamtable` command on the driver; the Airflow layer only points at it, never imports it.
 JOB_SCRIPT = PACKAGE_DIR / "cli" / "streamtable_job.py"
-DRIVER_MEMORY = "4g"
+# 2g, not 4g: a 10M-click drain took 46.9 and 44.3 s with it against 49.7 and 48.2 s with 4g, its tree 2.45 / 2.58
+# GiB against 2.80 / 2.65 (`bench/memory.py clicks_per_region 10000000 --driver-memory 2g`, 2026-11-27); with 4g the
+# JVM grows into its heap and every 1M drain's tree was over 2.5 GiB; the 100M drain completes with 2g.
+DRIVER_MEMORY = "2g"
 
 # The jars of a job, as Maven artifacts (group, artifact, version): `streamtable jars fetch` downloads exactly these.
 # Delta's Python package (delta-spark in pyproject.toml) and its jars are one version, built for Spark 4.1.
@@ -61,7 +64,7 @@ def has_delta(jars: list[str]) -> bool:
 
 
 def driver_memory() -> str:
-    """The driver's heap (`$STREAMTABLE_DRIVER_MEMORY`, default 4g): one value for the CLI, Airflow and benchmarks."""
+    """The driver's heap (`$STREAMTABLE_DRIVER_MEMORY`, default 2g): one value for the CLI, Airflow and benchmarks."""
     return os.environ.get("STREAMTABLE_DRIVER_MEMORY") or DRIVER_MEMORY
 
 

@@ -24,7 +24,7 @@ from streamtable.quality import screen, validation as quality
 from streamtable.quality.validation import validate
 from streamtable.runtime.batch import gate
 from streamtable.runtime.context import RunContext
-from streamtable.storage import delta_rs, keyed
+from streamtable.storage import delta_rs, keyed, snapshot
 from streamtable.storage.lake import Lake
 
 TABLE = Table(
@@ -68,6 +68,11 @@ def _candidate(current: list[dict], rows: list[dict]) -> list[dict]:
     return [r for r in current if r["k"] not in staged] + [
         {c: r[c] for c in SCHEMA.names} for r in rows if not r[delta_rs.DELETE]
     ]
+
+
+def whole(path: str, schema: pa.Schema) -> pa.Table:
+    """A Delta table's current rows, read whole (the reference the streamed lookups are checked against)."""
+    return snapshot.current_rows(delta_rs.delta_table(path), schema.names).cast(schema)
 
 
 def _table(path: str) -> list[dict]:
@@ -139,7 +144,7 @@ def test_rows_matching_matches_nulls_and_every_key_column(lake, keys):
     write_deltalake(path, pa.Table.from_pylist(rows, schema))
     probe = pa.Table.from_pylist([{"k": "a", "g": None}, {"k": None, "g": "x"}])
     expected = [1, 2, 3] if keys == ("k",) else [1, 3]
-    found = keyed.rows_matching(keyed.read_table(path, schema), probe, keys)
+    found = keyed.rows_matching(whole(path, schema), probe, keys)
     assert sorted(r["v"] for r in found.to_pylist()) == expected
     looked_up = keyed.rows_of_keys(path, schema, keys, probe)  # the same, streamed from the table's files
     assert sorted(r["v"] for r in looked_up.to_pylist()) == expected
@@ -170,7 +175,7 @@ def test_the_rows_a_batch_replaces_come_from_its_lookup_only_when_it_holds_them(
     )
     version = DeltaTable(path).version()
     keys = pa.Table.from_pylist([{"k": "a"}, {"k": "b"}])
-    table_rows = keyed.read_table(path, SCHEMA)
+    table_rows = whole(path, SCHEMA)
     wrong = table_rows.set_column(2, "v", pa.array([50, 70], pa.int64()))  # not the table's: shows which rows were used
 
     def failures(lookup: keyed.Lookup | None) -> tuple[str, ...]:

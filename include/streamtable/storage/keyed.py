@@ -38,15 +38,6 @@ class Lookup:
         return rows_matching(self.rows, wanted, columns)
 
 
-def read_table(path: str, schema: pa.Schema) -> pa.Table:
-    """The current rows of the Delta table at `path` as `schema`, read whole with delta-rs.
-
-    Its dataset's statistics are `string_view`, which pyarrow 26 cannot compare with `string` to prune files.
-    Deletion vectors (a merge-on-read table, `storage.merge_on_read`) are applied.
-    """
-    return snapshot.current_rows(delta_table(path), schema.names).cast(schema)
-
-
 def _opened(table: str | DeltaTable) -> DeltaTable:
     """The Delta table at a path, or one the caller already opened (its version is kept)."""
     return delta_table(table) if isinstance(table, str) else table

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamtable.core.errors import DeclarationChangedError
+from helpers import pipelines_folder
+from streamtable.core.errors import DeclarationChangedError, PipelineCodeError
 from streamtable.runtime.commands.declaration import differences
 
 PIPELINE = """
@@ -87,3 +88,64 @@ def test_what_changed_is_told_apart():
     ]
     moved = {"i": {"keys": [], "time_column": "paid_at", "path": None}}
     assert differences(shape(base), shape(base, inputs=moved))[1] == ["input i's time column changed"]
+
+
+WINDOWED = """
+from datetime import timedelta
+
+from streamtable import Column, Pipeline, Type, Windows, changelog, count_in_windows, table
+
+S, TS = Type.STRING, Type.TIMESTAMP
+CLICKS = changelog("window_clicks", [Column("user", S), Column("event_time", TS)])
+WINDOWS = Windows(size=timedelta(minutes={size}), advance=timedelta(minutes={size}), grace=timedelta(minutes=10))
+
+
+def process(batch):
+    clicks = batch.new("window_clicks")
+    counts, late = count_in_windows(clicks, batch.current("window_counts"), ["user"], WINDOWS, batch.stream_time)
+    batch.upsert("window_counts", counts)
+    batch.late(late)
+
+
+PIPELINE = Pipeline(
+    name="windowed",
+    doc="",
+    streams=("window_clicks",),
+    outputs=(
+        table(
+            "window_counts",
+            [Column("user", S), Column("window_start", TS), Column("window_end", TS), Column("count", Type.LONG)],
+            keys=["user", "window_start"],
+        ),
+    ),
+    process=process,
+)
+"""
+
+
+def test_a_window_size_changed_under_a_live_output_fails_the_run_instead_of_adding_to_its_windows(
+    streamtable_driver, tmp_path
+):
+    """Hours, then half hours: the click at 10:15 falls in the half hour that starts where the committed hour
+    starts (still open at stream time 10:35); adding it to the hour's 2 would give [10:00, 10:30) a count of 3
+    where it has 2 clicks. The run fails, naming the window; a reprocess rebuilds the output in half hours."""
+    folder = pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=60))
+    driver = streamtable_driver("windowed", pipelines=folder)
+    clicks = [{"user": "a", "event_time": f"2026-03-01T10:{m}:00Z"} for m in ("05", "35")]
+    driver.pipe("window_clicks", clicks)
+    driver.run()
+    hour = driver.output("window_counts")
+    assert [(r["window_start"].minute, r["window_end"].hour, r["count"]) for r in hour] == [(0, 11, 2)]
+
+    pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=30))
+    driver.pipe("window_clicks", [{"user": "a", "event_time": "2026-03-01T10:15:00Z"}])
+    message = (
+        r"windowed.py:\d+: window \[2026-03-01T10:00:00.000Z, 2026-03-01T11:00:00.000Z\) of the output is not 0:30:00 "
+        r"long: the windows' size changed since it was computed.*reprocess"
+    )
+    with pytest.raises(PipelineCodeError, match=message):
+        driver.run()
+    assert driver.output("window_counts") == hour
+    driver.reprocess(0)
+    got = [(r["window_start"].minute, r["count"]) for r in driver.output("window_counts")]
+    assert got == [(0, 2), (30, 1)]

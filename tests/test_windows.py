@@ -76,6 +76,21 @@ def test_counts_add_to_the_current_windows(spark):
     assert got == {0: 2, 2: 2, 4: 5} and late.count() == 0
 
 
+def test_current_windows_of_another_size_fail_the_batch_and_are_never_added_to(spark):
+    """Windows of 5 s whose output was computed with windows of 10 s: the record at 4.5 s falls in the window that
+    starts at 4 s, whose current row counts 10 s of records; adding to it would give [4 s, 9 s) a wrong count."""
+    current = spark.createDataFrame(
+        [("k", at(4), at(14), 3)], "key STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT"
+    )
+    changed, _ = count_in_windows(frame(spark, [4.5]), current, ["key"], W, None)
+    with pytest.raises(
+        Exception,
+        match=r"window \[1970-01-01T00:00:04.000Z, 1970-01-01T00:00:14.000Z\) of the output "
+        r"is not 0:00:05 long: the windows' size changed",
+    ):
+        changed.collect()
+
+
 def test_a_record_before_the_epoch_is_in_no_window_and_reported(spark):
     current = spark.createDataFrame([], "key STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT")
     changed, late = count_in_windows(frame(spark, [-3]), current, ["key"], W, None, table="t")

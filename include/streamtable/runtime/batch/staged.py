@@ -228,6 +228,7 @@ class StagedBatch:
 
 
 INTERNAL_ALIAS = re.compile(r"`\w+`\.(`[^`]+`)")  # a column qualified by a DataFrame alias in Spark's messages
+RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\] (.*?)(?: SQLSTATE: P0001)?$")  # `F.raise_error`'s text in Spark's
 
 
 def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
@@ -243,7 +244,9 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
             raise
         text = INTERNAL_ALIAS.sub(r"\1", str(e).strip())  # `v`.`plan` in Spark's hints: operators' own aliases
         first = text.splitlines()[0] if text else ""
-        raise PipelineCodeError(f"{file}:{line}: {type(e).__name__}: {first} (pipeline {pipeline.name})") from e
+        raised = RAISED.search(first)  # a check's own message (an operator's `F.raise_error`): said as it is
+        what = raised.group(1) if raised else f"{type(e).__name__}: {first}"
+        raise PipelineCodeError(f"{file}:{line}: {what} (pipeline {pipeline.name})") from e
 
 
 def _tombstones(spec: Table, keys_of: DataFrame) -> DataFrame:

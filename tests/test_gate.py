@@ -8,6 +8,9 @@ that passed, as the gate assumes.
 
 from __future__ import annotations
 
+import html
+import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,6 +24,7 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.schema import Column, Type, arrow_schema
 from streamtable.core.tables import Table
 from streamtable.quality import screen, validation as quality
+from streamtable.quality.docs_site import build_docs, site_dir
 from streamtable.quality.validation import validate
 from streamtable.runtime.batch import gate
 from streamtable.runtime.context import RunContext
@@ -247,7 +251,9 @@ def test_a_batch_bigger_than_a_chunk_is_checked_exactly_on_the_rows_that_could_b
     breaking = [
         *passing[:3],
         _wide_row(3, g="g29"),  # the same g as the last row, seven chunks later
-        *passing[4:24],
+        *passing[4:10],
+        _wide_row(10, g=None, d=None, w=None),  # passes, its nulls skipped: left out, and counted missing as GX would
+        *passing[11:24],
         _wide_row(24, g="kept"),  # the g of a row the table keeps
         _wide_row(25, s=None, w=None),
         _wide_row(26, s="c"),
@@ -257,6 +263,33 @@ def test_a_batch_bigger_than_a_chunk_is_checked_exactly_on_the_rows_that_could_b
     ]
     assert len(check(1, breaking, error=1)) == 7  # every rule but not_null(k) and unique(k)
     assert seen[-2:] == [8, 31]  # the rows that break a rule, those that share their g, and the kept row
+    screened, whole, full = _stored_results(lake.quality_dir)[-3:]  # Data Docs shows the batch's counts, not GX's 8
+    assert _counts(screened) == _counts(whole) and whole["results"][0]["result"]["element_count"] == 31
+    assert _counts(screened)[SUM_RULE] == _counts(full)[SUM_RULE]  # the table's sum, not the 8 rows'
+    rows_checked = "checked 31 rows; 8 of them could break a rule and went through GX (the other 23 pass every rule)"
+    assert screened["meta"]["batch_markers"]["streamtable_rows"] == rows_checked
+    page = _page_text(lake.quality_dir, screened)
+    assert rows_checked in page and "1 unexpected values found. ≈3.226% of 31 total rows." in page
+
+
+def _stored_results(quality_dir: str) -> list[dict]:
+    """The validation results stored in a lake's GX project, oldest first, each with its file's path there."""
+    stored = Path(quality_dir, "gx", "uncommitted", "validations")
+    found = [json.loads(p.read_text()) | {"path": p.relative_to(stored)} for p in stored.rglob("*.json")]
+    return sorted(found, key=lambda r: r["meta"]["validation_time"])
+
+
+def _counts(validation: dict) -> dict[int, dict]:
+    """Each rule's counts and unexpected values in a stored result (not the positions of its rows among GX's)."""
+    results = {r["expectation_config"]["meta"]["streamtable_rule"]: r["result"] for r in validation["results"]}
+    return {rule: {k: v for k, v in r.items() if "index" not in k} for rule, r in results.items()}
+
+
+def _page_text(quality_dir: str, validation: dict) -> str:
+    """The text of a stored result's Data Docs page, built as `streamtable docs` builds it."""
+    build_docs(quality_dir)
+    page = Path(site_dir(quality_dir), "validations", validation["path"]).with_suffix(".html")
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html.unescape(page.read_text())))
 
 
 def test_the_screen_keeps_every_row_gx_could_judge_unexpected_on_either_engine():
@@ -279,7 +312,7 @@ def test_the_screen_keeps_every_row_gx_could_judge_unexpected_on_either_engine()
     assert kept(expect.between("x", 0, 1)) == [3]  # NaN: above every number on Spark, a null on pandas
     assert kept(expect.not_null("x")) == [3, 4] and kept(expect.not_null("s")) == [2]
     assert kept(expect.in_set("s", ("a", "b"))) == [3]
-    assert kept(expect.any_not_null("s", "x")) == []
+    assert kept(expect.any_not_null("s", "x")) == [3]  # a NaN, which pandas counts as a null and Spark does not
     assert kept(expect.column_pair_le("n", "n"), expect.sum_equals("x", "m")) == [3]
     assert kept(expect.column_pair_le("t", "t"), zone="Europe/Paris") == [0, 1, 2, 3, 4]  # local times: every row
     assert kept(expect.in_set("s", (1,))) == [0, 1, 2, 3, 4]  # not decided in Arrow: every row

@@ -80,3 +80,15 @@ def null_safe_sum() -> type:
             }
 
     return ExpectColumnNullSafeSumToBeBetween
+
+
+def show_table_sum(bounds: dict, result: dict, offset: exact.Number) -> None:
+    """Show a sum checked on some of a table's rows (`runtime.batch.gate`) as the table's: the expectation's bounds
+    (its `kwargs`) and its `result`'s observed sum plus `offset`, what the table's other rows add."""
+    if "total" not in bounds or "details" not in result:
+        return
+    total = exact.add(exact.number(bounds["total"]), offset)
+    bounds |= {"min_value": float(total), "max_value": float(total), "total": exact.text(total)}
+    observed = exact.add(exact.number(result["details"]["exact_sum"]), offset)
+    result["observed_value"] = observed if isinstance(observed, int) else float(observed)
+    result["details"]["exact_sum"] = exact.text(observed)

@@ -4,7 +4,8 @@ The screen is conservative: a row it leaves out passes every row rule of the sui
 finds on the rows it keeps the same unexpected rows, in the same order, as on the whole batch. What the screen
 cannot decide exactly in Arrow (a rule kind or column type not below, a `mostly` rule, a missing column, a
 timestamp compared in a session time zone other than UTC) keeps every row. NaN is kept wherever a rule reads it
-(GX on pandas takes it for a null, Spark for a value above every number: `quality.pandas_frames`). A `unique`
+(GX on pandas takes it for a null, Spark for a value above every number: `quality.pandas_frames`), so both
+engines count the rows left out alike (`quality.left_out`). A `unique`
 rule keeps the rows whose values occur twice (`duplicated`, from the values alone); a `sum_equals` rule keeps
 no row (the caller adds up the rows left out exactly).
 """
@@ -47,8 +48,8 @@ def _could_break(rows: pa.Table, rule: Expectation, zone: str) -> np.ndarray:
         return _any_nan(columns)
     if rule.kind == "not_null":
         return _mask(_missing(columns[0]))
-    if rule.kind == "any_not_null":
-        return _all_missing(columns)
+    if rule.kind == "any_not_null":  # a NaN kept too: pandas reads it as a null, Spark as a value
+        return _all_missing(columns) | _any_nan(columns)
     if rule.kind == "between":
         return _mask(_outside(columns[0], rule.min_value, rule.max_value))
     if rule.kind == "in_set":

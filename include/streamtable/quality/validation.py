@@ -23,7 +23,9 @@ import pyarrow as pa
 from streamtable.core.expectations import Suite
 from streamtable.quality import exact, explain_rows
 from streamtable.quality.docs_site import docs_index, docs_path, page_path, publish
+from streamtable.quality.exact_sum import show_table_sum
 from streamtable.quality.gx_import import gx
+from streamtable.quality.left_out import LeftOut, count_whole
 from streamtable.quality.messages import failure, with_explain
 from streamtable.quality.pandas_frames import arrow_to_pandas, is_pandas, to_pandas
 from streamtable.quality.project import SITE, context, locked, memory_context, prune_results
@@ -103,7 +105,7 @@ def validate(
         if engine == "pandas" or (engine is None and rows <= PANDAS_MAX_ROWS):
             frame = to_pandas(df, None if engine == "pandas" else suite.expectations)
         data = df if frame is None else frame
-        return _check(data, pipeline, suite, quality_dir, params, build_docs, rows, name_rows=name_rows)
+        return _check(data, pipeline, suite, quality_dir, params, build_docs, (rows, LeftOut()), name_rows=name_rows)
     finally:
         if cache:
             df.unpersist()
@@ -117,7 +119,7 @@ def validate_rows(
     quality_dir: str,
     sums: dict[int, tuple[exact.Number, exact.Number]],
     first: pa.Table | None = None,
-    count: int | None = None,
+    left_out: LeftOut | None = None,
     name_rows: bool = True,
 ) -> Report:
     """Validate some rows of a table (see `runtime.batch.gate`) with `suite`, without Data Docs; in pandas when exact.
@@ -125,7 +127,8 @@ def validate_rows(
     `sums` gives each sum_equals rule (by its index in the suite) the sum the rows must have and what the table's
     sum adds to theirs: a failure is reported with the table's sum and the metric's total. The rows may be those of
     a batch that could break a rule (`quality.screen`): then `first` are the batch's first rows, which a sum that
-    breaks names, and `count` the rows the report counts (else the rows themselves); `name_rows` as for `validate`.
+    breaks names, and `left_out` the batch's other rows, which the report, the stored result and its Data Docs page
+    count with GX's (`quality.left_out`); `name_rows` as for `validate`.
     """
     frame = arrow_to_pandas(rows, suite.expectations, spark.conf.get("spark.sql.session.timeZone") or "UTC")
     # one chunk: PySpark 4.1 drops the rows after an empty record batch of an Arrow table (its second one)
@@ -133,8 +136,8 @@ def validate_rows(
     params = {parameter(i, suite.expectations[i]): expected for i, (expected, _) in sums.items()}
     offsets = {i: offset for i, (_, offset) in sums.items()}
     checked = (rows if first is None else first).slice(0, explain_rows.SHOWN)  # a sum that breaks names them
-    total = rows.num_rows if count is None else count
-    return _check(data, pipeline, suite, quality_dir, params, False, total, offsets, checked, name_rows)
+    given = (rows.num_rows, left_out or LeftOut())
+    return _check(data, pipeline, suite, quality_dir, params, False, given, offsets, checked, name_rows)
 
 
 def _check(
@@ -144,23 +147,24 @@ def _check(
     quality_dir: str,
     params: dict[str, exact.Number],
     build_docs: bool,
-    rows: int,
+    rows: tuple[int, LeftOut],
     offsets: dict[int, exact.Number] | None = None,
     checked: pa.Table | None = None,
     name_rows: bool = True,
 ) -> Report:
-    """Run the suite on a Spark or pandas frame through its (cached) GX checkpoint and report the failed rules, each
-    with the explain commands of the rows it names (of the `checked` rows for a sum; none without `name_rows`) on
-    its line and its page."""
+    """Run the suite on a Spark or pandas frame (of `rows`: (its rows, the rows of the batch left out)) through its
+    (cached) GX checkpoint and report the failed rules, each with the explain commands of the rows it names (of the
+    `checked` rows for a sum; none without `name_rows`) on its line and its page."""
     name = f"{pipeline}.{suite.table}"
     engine = "pandas" if is_pandas(data) else "spark"
+    offsets, left_out = offsets or {}, rows[1]
     with locked(quality_dir):
         if _verdicts_only:
             ctx, build_docs = memory_context(), False
         else:
             ctx = context(quality_dir)
             prune_results(quality_dir, name, KEEP_RESULTS - 1)  # before the run: the new index lists what is kept
-        gx_params = gx_parameters(suite.expectations, params, offsets or {})
+        gx_params = gx_parameters(suite.expectations, params, offsets)
         result = _run_checkpoint(ctx, (name, suite.expectations, engine), data, gx_params)
         ((result_id, validation),) = result.run_results.items()
         failed = sorted((r for r in validation.results if not r.success), key=lambda r: r.expectation_config.meta[RULE])
@@ -172,11 +176,10 @@ def _check(
         for r in failed:
             index = r.expectation_config.meta[RULE]
             rule, expected = suite.expectations[index], params.get(parameter(index, suite.expectations[index]))
-            lines[index] = failure(
-                suite.table, rule, r.result, r.exception_info, expected, (offsets or {}).get(index, 0)
-            )
+            lines[index] = failure(suite.table, rule, r.result, r.exception_info, expected, offsets.get(index, 0))
             explained[index] = explain_rows.commands(quality_dir, suite.table, r.result, shown) if name_rows else []
-        if not _verdicts_only and any(explained.values()):  # on the stored result, which its page renders
+        if not _verdicts_only and (any(explained.values()) or left_out.rows or any(offsets.values())):
+            _as_whole(validation, rows, offsets)  # the stored result, which its page renders
             _annotate(validation, explained, lines)
             ctx.validation_results_store.set(result_id, validation)
         docs = page = None
@@ -186,14 +189,31 @@ def _check(
             docs = docs_index(quality_dir) if is_object_store(quality_dir) else docs_path(ctx)
             page = page_path(ctx, result_id, quality_dir)
     failures = tuple(with_explain(line, explained[index]) for index, line in lines.items())
+    checked_rows = left_out.statement(rows[0]) if left_out.rows else f"checked {rows[0]:,} rows"
     log.info(
-        "suite %s %s on %d rows%s",
+        "suite %s %s: %s%s",
         name,
         "passed" if result.success else "FAILED",
-        rows,
+        checked_rows,
         "".join(f"; {f}" for f in failures),
     )
-    return Report(suite=name, success=bool(result.success), failures=failures, docs_path=docs, rows=rows, page=page)
+    total = rows[0] + left_out.rows
+    return Report(suite=name, success=bool(result.success), failures=failures, docs_path=docs, rows=total, page=page)
+
+
+def _as_whole(validation: Any, rows: tuple[int, LeftOut], offsets: dict[int, exact.Number]) -> None:
+    """Make a validation of some of a batch's rows (`rows`: (how many, the rows left out)) say what it says of the
+    batch and its table: each rule's counts of the whole batch, a batch marker on its Data Docs page saying how many
+    rows GX checked, and each sum as the table's (plus `offsets`, as the failure lines show it)."""
+    given, left_out = rows
+    for r in validation.results:
+        index = r.expectation_config.meta[RULE]
+        if left_out.rows:
+            count_whole(r.result, left_out.counts.get(index, (left_out.rows, 0)))
+        if offsets.get(index):
+            show_table_sum(r.expectation_config.kwargs, r.result, offsets[index])
+    if left_out.rows:
+        validation.meta.setdefault("batch_markers", {})["streamtable_rows"] = left_out.statement(given)
 
 
 def _annotate(validation: Any, explained: dict[int, list[str]], lines: dict[int, str]) -> None:

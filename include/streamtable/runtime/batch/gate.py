@@ -34,6 +34,7 @@ from streamtable.core.expectations import Suite
 from streamtable.core.schema import arrow_schema
 from streamtable.quality import exact, screen
 from streamtable.quality.explain_rows import SHOWN
+from streamtable.quality.left_out import LeftOut
 from streamtable.storage.delta_rs import DELETE, staged_rows, table_version
 from streamtable.storage.keyed import Lookup, distinct_rows, matches, rows_of_keys
 
@@ -46,12 +47,13 @@ CHUNK_ROWS = 65_536  # a batch that writes more rows is streamed and screened th
 
 @dataclass(frozen=True)
 class Checked:
-    """What GX checks of a batch: `rows` (those that could break a rule), how many rows the batch checks in all
-    (`count`), each sum column's sum over the rows left out (`left_out`) and the first rows (`first`)."""
+    """What GX checks of a batch: `rows` (those that could break a rule), the batch's other rows (`left_out`: how
+    many, what GX would count of them), each sum column's sum over them (`sums_left_out`) and the first rows
+    (`first`)."""
 
     rows: pa.Table
-    count: int
-    left_out: dict[str, exact.Number]
+    left_out: LeftOut
+    sums_left_out: dict[str, exact.Number]
     first: pa.Table
 
 
@@ -96,12 +98,12 @@ def check_change(
     expected: dict[int, tuple[exact.Number, exact.Number]] = {}
     for index, metric in metrics.items():
         column = suite.expectations[index].columns[0]
-        left_out = checked.left_out.get(column, 0)
+        left_out = checked.sums_left_out.get(column, 0)
         offset = exact.add(before.get(metric, 0), -_sum(replaced, column), -_sum(extra, column), left_out)
         expected[index] = (exact.add(totals[index], -offset), offset)
     quality_dir, live = ctx.lake.quality_dir, not ctx.shadow  # a refused shadow batch is dropped: no explain command
     return validate_rows(
-        checked.rows, ctx.spark, ctx.pipeline.name, suite, quality_dir, expected, checked.first, checked.count, live
+        checked.rows, ctx.spark, ctx.pipeline.name, suite, quality_dir, expected, checked.first, checked.left_out, live
     )
 
 
@@ -137,18 +139,19 @@ def _screened(
     both = [] if whole else [pa.concat_tables([new.select(list(c)), extra.select(list(c))]) for c in unique_columns]
     twice = {c: screen.duplicated(values, zone) for c, values in zip(unique_columns, both, strict=False)}
     sums = {r.columns[0] for r in suite.expectations if r.kind == "sum_equals"}
-    left_out: dict[str, exact.Number] = dict.fromkeys(sums, 0)
-    kept, first, count = [extra.schema.empty_table()], [], 0
+    sums_left_out: dict[str, exact.Number] = dict.fromkeys(sums, 0)
+    kept, first, count, left_out = [extra.schema.empty_table()], [], 0, LeftOut()
     for chunk in chunks:
         rows = chunk.select(extra.schema.names)
         mask = np.ones(rows.num_rows, dtype=bool) if whole else _could_break(rows, suite, twice, zone)
         kept.append(rows.filter(pa.array(mask)))
         rest = rows.filter(pa.array(~mask))
-        left_out = {c: exact.add(left_out[c], _sum(rest, c)) for c in sums}
+        sums_left_out = {c: exact.add(sums_left_out[c], _sum(rest, c)) for c in sums}
+        left_out = left_out.plus(rest, suite.expectations)
         first.append(rows.slice(0, max(0, SHOWN - count)))
         count += rows.num_rows
     shown = pa.concat_tables([*first, extra]).slice(0, SHOWN) if first else extra.slice(0, SHOWN)
-    return Checked(pa.concat_tables([*kept, extra]), count + extra.num_rows, left_out, shown)
+    return Checked(pa.concat_tables([*kept, extra]), left_out, sums_left_out, shown)
 
 
 def _could_break(rows: pa.Table, suite: Suite, twice: dict[tuple[str, ...], pa.Table | None], zone: str) -> np.ndarray:

@@ -74,6 +74,8 @@ def test_version_prints_the_package_version():
     assert (proc.returncode, proc.stdout) == (0, f"streamtable {importlib.metadata.version('streamtable')}\n")
 
 
+# This run and the terminal's below cannot be one cold run: a command logs its stages only with `--log-level`, and
+# shows its status line only without it (cli/main.py, configure_logging); each test checks one of the two.
 @pytest.mark.slow
 def test_a_run_logs_its_stages_at_info_and_nothing_by_default(lake):
     """`--log-level info` (what the Airflow tasks run with, through $STREAMTABLE_LOG_LEVEL) logs each batch's stages,

@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import subprocess
 import sys
 from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
 from streamtable import expect
 from streamtable.quality import validation as quality
 from streamtable.quality.docs_site import build_docs, docs_index
+from streamtable.quality.messages import failure
 from streamtable.quality.project import SITE_DIR
 from streamtable.quality.validation import Report, validate
 
@@ -263,10 +267,9 @@ def test_nullable_ints_longs_bools_and_timestamps_compare_as_in_spark(spark, tmp
         "t: n is not between 0 and 100 (1 row, e.g. 150)",
         "t: b has values outside [True] (1 row, e.g. False)",
         "t: start > end (1 row)",
-        "t: start is not between 2024-01-01 12:00:00 and 2024-01-01 13:00:00 "
-        "(1 row, e.g. datetime.datetime(2024, 1, 1, 14, 0))",
-        "t: end is not <= 2024-01-01 12:00:00 (1 row, e.g. datetime.datetime(2024, 1, 1, 13, 0))",
-        "t: d is not between 2024-01-01 and 2024-01-01 (1 row, e.g. datetime.date(2024, 1, 2))",
+        "t: start is not between 2024-01-01 12:00:00 and 2024-01-01 13:00:00 (1 row, e.g. 2024-01-01 14:00:00)",
+        "t: end is not <= 2024-01-01 12:00:00 (1 row, e.g. 2024-01-01 13:00:00)",
+        "t: d is not between 2024-01-01 and 2024-01-01 (1 row, e.g. 2024-01-02)",
         "t: d is not unique (2 duplicate rows)",
         "t: l, s, end are all null (1 row)",
     )
@@ -333,4 +336,19 @@ def test_validate_rows_checks_every_row_on_spark_however_arrow_chunked_them(spar
 
     report = quality.validate_rows(rows, spark, "p", suite, str(tmp_path / "_quality"), {})
 
-    assert report.failures == ("t: v is not between 0 and 1 (2 rows, e.g. nan, 7.0)",) and report.rows == 4
+    assert report.failures == ("t: v is not between 0 and 1 (2 rows, e.g. NaN, 7.0)",) and report.rows == 4
+
+
+def test_a_failure_line_shows_each_example_value_as_it_is_not_as_python_spells_it():
+    """GX on Spark reports a DOUBLE's NaN as Python's `nan` (a real NaN: Spark takes it for a value above every number,
+    so `between` fails it), which reads as a missing value; pandas reports numpy scalars, Timestamps and its nulls."""
+
+    def examples(*values: object) -> str:
+        result = {"unexpected_count": len(values), "partial_unexpected_list": list(values)}
+        return failure("t", expect.between("v", 0, 1), result, None, None, 0).partition("e.g. ")[2].rstrip(")")
+
+    assert examples(math.nan, float("nan"), np.float64("nan"), 7.0) == "NaN, 7.0"  # one NaN, though nan != nan
+    assert examples(None, pd.NA, pd.NaT, math.inf, -math.inf) == "null, Infinity, -Infinity"
+    assert examples(Decimal("7.10"), np.int64(150), "mars", False) == "7.10, 150, 'mars', False"
+    assert examples(dt.date(2024, 1, 2), pd.Timestamp("2024-01-01 13:00")) == "2024-01-02, 2024-01-01 13:00:00"
+    assert examples([1, None]) == "[1, null]"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from datetime import date
+from decimal import Decimal
 from typing import Any
 
 from streamtable.core.expectations import Expectation
@@ -22,13 +25,27 @@ def _rows(rule: Expectation, result: dict, noun: str = "row") -> str:
 
 def _examples(result: dict) -> str:
     values = result.get("partial_unexpected_list") or []
-    shown = ", ".join(repr(v) for v in dict.fromkeys(map(_hashable, values)))[:80]
+    shown = ", ".join(dict.fromkeys(map(shown_value, values)))[:80]
     return f", e.g. {shown}" if values else ""
 
 
-def _hashable(value: Any) -> Any:
-    """An example value as GX on Spark reports it (pandas gives numpy scalars and Timestamps), lists as tuples."""
-    return tuple(value) if isinstance(value, list) else plain_value(value)
+def shown_value(value: Any) -> str:
+    """An example value as a failure line shows it, the same from GX on Spark and on pandas: a null as `null`, a
+    float's NaN and infinities as Spark and `show` spell them (`NaN`, Python's `nan` reads as a missing value), a
+    decimal by its digits, a date or time as the rule's bounds are shown, text and other values as Python writes
+    them (as the rule's value set is shown), a list's values each so."""
+    value = plain_value(value)
+    if value is None or type(value).__name__ in ("NAType", "NaTType"):  # pandas' nulls
+        return "null"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, date):  # a datetime too
+        return str(value)
+    if isinstance(value, list | tuple):
+        return f"[{', '.join(map(shown_value, value))}]"
+    return repr(value)
 
 
 def plain_value(value: Any) -> Any:

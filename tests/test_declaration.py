@@ -140,8 +140,8 @@ def test_a_window_size_changed_under_a_live_output_fails_the_run_instead_of_addi
     pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=30))
     driver.pipe("window_clicks", [{"user": "a", "event_time": "2026-03-01T10:15:00Z"}])
     message = (
-        r"windowed.py:\d+: window \[2026-03-01T10:00:00.000Z, 2026-03-01T11:00:00.000Z\) of the output is not 0:30:00 "
-        r"long: the windows' size changed since it was computed.*reprocess"
+        r"windowed.py:\d+: window \[2026-03-01T10:00:00.000Z, 2026-03-01T11:00:00.000Z\) of the output is not one of "
+        r"these windows \(0:30:00 long, one every 0:30:00\): the windows changed since it was computed.*reprocess"
     )
     with pytest.raises(PipelineCodeError, match=message):
         driver.run()

@@ -59,21 +59,6 @@ def has_time(operator: str, records: DataFrame, time: str) -> None:
         )
 
 
-def of_size(current: DataFrame, size: timedelta) -> DataFrame:
-    """`current`, failing the batch at a row whose window is not `size` long: its windows were computed with another
-    size, and adding records to one that starts where a new window starts would give it a wrong value."""
-    if "window_end" not in current.columns:
-        return current
-    other = F.col("window_end") != F.col("window_start") + interval(size)
-    reason = F.concat(
-        F.lit("window "),
-        span("window_start", "window_end", ")"),
-        F.lit(f" of the output is not {size} long: the windows' size changed since it was computed, and adding to it "),
-        F.lit("would mix two sizes; `streamtable reprocess` from version 0 rebuilds the output with the new size"),
-    )
-    return current.withColumn("window_start", F.when(other, F.raise_error(reason)).otherwise(F.col("window_start")))
-
-
 @dataclass(frozen=True)
 class Windows:
     """Windows `[k*advance, k*advance + size)` for k >= 0; tumbling when advance == size.
@@ -106,6 +91,23 @@ class Windows:
             .drop("_k")
         )
 
+    def own(self, current: DataFrame) -> DataFrame:
+        """`current`, failing the batch at a row that is not one of these windows (`size` long, starting at a
+        multiple of `advance`): it was computed with other windows, and adding records to it would mix the two."""
+        if "window_end" not in current.columns:
+            return current
+        other = (F.col("window_end") != F.col("window_start") + interval(self.size)) | (
+            F.unix_micros("window_start") % F.lit(micros(self.advance)) != 0
+        )
+        reason = F.concat(
+            F.lit("window "),
+            span("window_start", "window_end", ")"),
+            F.lit(f" of the output is not one of these windows ({self.size} long, one every {self.advance}): "),
+            F.lit("the windows changed since it was computed, and adding to it would mix the two; "),
+            F.lit("`streamtable reprocess` from version 0 rebuilds the output with the new windows"),
+        )
+        return current.withColumn("window_start", F.when(other, F.raise_error(reason)).otherwise(F.col("window_start")))
+
     def closed(self, stream_time: datetime | None) -> Column:
         """True for windows already final at `stream_time`."""
         return passed(F.col("window_end"), self.grace, stream_time)
@@ -131,9 +133,9 @@ def aggregate_in_windows(
     in no window). The late records have `Batch.late`'s columns: `table` (the `table` argument: name the input),
     `raw` (the `raw` column, else the record's columns as JSON text, without `_` bookkeeping columns: select
     what a reader of `late_events` needs before calling), `reason` and `event_time`. `time` names the records'
-    event-time column (an input's `time_column`, `event_time` by default). A current row whose window is not
-    `windows.size` long (computed before the size changed) fails the batch instead of taking records. A sum and a
-    reduce per customer and hour:
+    event-time column (an input's `time_column`, `event_time` by default). A current row that is not one of
+    `windows` (computed before they changed) fails the batch instead of taking records. A sum and a reduce per
+    customer and hour:
 
         hourly, late = aggregate_in_windows(
             orders, batch.current("hourly_amounts"), ["customer"], HOURS,
@@ -144,7 +146,7 @@ def aggregate_in_windows(
         batch.late(late)
     """
     has_time("aggregate_in_windows", records, time)
-    current = of_size(current, windows.size)
+    current = windows.own(current)
     tagged = records.withColumn("_raw", raw if raw is not None else record_json(records)).withColumn(
         "_record", F.monotonically_increasing_id()
     )

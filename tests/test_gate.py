@@ -225,6 +225,9 @@ def test_a_batch_bigger_than_a_chunk_is_checked_exactly_on_the_rows_that_could_b
         quality, "validate_rows", lambda rows, *a: seen.append(rows.num_rows) or checked_by_gx(rows, *a)
     )
 
+    reads: list[str] = []  # the staged files read, each check_change
+    monkeypatch.setattr(gate, "staged_rows", lambda path, *a: reads.append(path) or delta_rs.staged_rows(path, *a))
+
     def check(n: int, rows: list[dict], error: int = 0) -> tuple[str, ...]:
         directory = Path(lake.root) / f"staged{n}"
         directory.mkdir()
@@ -234,9 +237,11 @@ def test_a_batch_bigger_than_a_chunk_is_checked_exactly_on_the_rows_that_could_b
         kept = {r["k"]: r for r in current} | {r["k"]: {c: r[c] for c in schema.names} for r in rows}
         after = {"m": sum(r["v"] for r in kept.values()) + error}
         reports = []
-        for chunk in (4, 1000):  # streamed 4 rows at a time and screened; then whole, as a batch of few rows
+        for chunk, read in ((4, 2), (1000, 1)):  # streamed 4 rows at a time and screened; then whole, read once
             monkeypatch.setattr(gate, "CHUNK_ROWS", chunk)
+            reads.clear()
             reports.append(gate.check_change(ctx, EVERY_KIND, change, {"m": 181}, after))
+            assert reads == [str(directory)] * read
         screened, whole = reports
         assert screened is not None and whole is not None
         assert (screened.failures, screened.rows) == (whole.failures, whole.rows)

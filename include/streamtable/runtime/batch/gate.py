@@ -87,14 +87,14 @@ def check_change(
     schema = arrow_schema(table.columns)
     keys = table.keys if upsert else ()
     unique_columns = [r.columns for r in suite.expectations if r.kind == "unique"]
-    written = _written(change, schema, (*keys, *(c for columns in unique_columns for c in columns)), upsert)
+    written, new_rows = _staged(change, schema, (*keys, *(c for columns in unique_columns for c in columns)), upsert)
     new = written.filter(pc.invert(written[DELETE])) if upsert else written
     path = ctx.path(suite.table)
     replaced = _replaced(path, schema, keys, written, lookup) if upsert else schema.empty_table()
     kept_alike = [_kept_alike(path, schema, new, r.columns, written, keys) for r in _uniques(suite, keys)]
     extra = distinct_rows(pa.concat_tables([schema.empty_table(), *kept_alike]))
     zone = ctx.spark.conf.get("spark.sql.session.timeZone") or "UTC"
-    checked = _screened(_new_rows(change, schema, upsert), suite, (new, extra), unique_columns, zone)
+    checked = _screened(new_rows, suite, (new, extra), unique_columns, zone)
     expected: dict[int, tuple[exact.Number, exact.Number]] = {}
     for index, metric in metrics.items():
         column = suite.expectations[index].columns[0]
@@ -107,21 +107,29 @@ def check_change(
     )
 
 
-def _written(change: dict | None, schema: pa.Schema, columns: tuple[str, ...], upsert: bool) -> pa.Table:
-    """The `columns` of every row the change writes (and an upsert's delete flag): the keys and unique columns."""
+def _staged(
+    change: dict | None, schema: pa.Schema, columns: tuple[str, ...], upsert: bool
+) -> tuple[pa.Table, Iterator[pa.Table]]:
+    """The `columns` of every row the change writes (and an upsert's delete flag): the keys and unique columns; and
+    the rows it writes (an upsert's deletes left out), at most CHUNK_ROWS at a time. The staged files of a change of
+    at most CHUNK_ROWS rows are read once, whole; a bigger change's columns are read first, then its rows streamed."""
     names = [*dict.fromkeys(columns)] + ([DELETE] if upsert else [])
     wanted = pa.schema([schema.field(n) if n != DELETE else pa.field(DELETE, pa.bool_()) for n in names])
-    return staged_rows(change["path"], wanted).read_all() if change is not None else wanted.empty_table()
-
-
-def _new_rows(change: dict | None, schema: pa.Schema, upsert: bool) -> Iterator[pa.Table]:
-    """The rows the change writes (an upsert's deletes left out), at most CHUNK_ROWS at a time."""
     if change is None:
-        return
+        return wanted.empty_table(), iter(())
     staged = schema.append(pa.field(DELETE, pa.bool_())) if upsert else schema
-    for batch in staged_rows(change["path"], staged, CHUNK_ROWS):
-        rows = pa.Table.from_batches([batch])
-        yield rows.filter(pc.invert(rows[DELETE])).drop_columns([DELETE]) if upsert else rows
+    if change.get("rows", CHUNK_ROWS + 1) <= CHUNK_ROWS:
+        rows = staged_rows(change["path"], staged).read_all()
+        return rows.select(names), iter([_without_deletes(rows, upsert)])
+    streamed = (
+        _without_deletes(pa.Table.from_batches([b]), upsert) for b in staged_rows(change["path"], staged, CHUNK_ROWS)
+    )
+    return staged_rows(change["path"], wanted).read_all(), streamed
+
+
+def _without_deletes(rows: pa.Table, upsert: bool) -> pa.Table:
+    """The staged rows an upsert writes (its deletes left out, and their flag), or an append's rows."""
+    return rows.filter(pc.invert(rows[DELETE])).drop_columns([DELETE]) if upsert else rows
 
 
 def _screened(

@@ -135,6 +135,36 @@ def test_a_suite_with_a_share_of_rows_is_not_incremental():
     assert not gate.is_incremental(relaxed)
 
 
+def test_two_unique_rules_find_the_rows_they_share_with_the_table_in_one_scan(spark, lake, monkeypatch):
+    """The kept rows that share a new row's g or its w are found in one scan of the table's files (the other scan
+    looks up the rows the batch replaces), and the gate says what the full suite says of the candidate table."""
+    two = expect.Suite("totals", (expect.unique("g"), expect.unique("w"), expect.sum_equals("v", "m")))
+    ctx = RunContext(spark, lake, _pipeline(two), 0)
+    current = [
+        {"k": "a", "g": "x", "v": 1, "w": 1},
+        {"k": "b", "g": "y", "v": 2, "w": 2},
+        {"k": "c", "g": "z", "v": 3, "w": 3},
+        {"k": "d", "g": None, "v": 4, "w": None},
+    ]
+    write_deltalake(ctx.path(TABLE.name), pa.Table.from_pylist(current, SCHEMA))
+    rows = [
+        {"k": "e", "g": "x", "v": 5, "w": 9, delta_rs.DELETE: False},  # a's g: a is kept
+        {"k": "b", "g": "q", "v": 6, "w": 3, delta_rs.DELETE: False},  # c's w; b replaced: its y and 2 go
+        {"k": "f", "g": "y", "v": 7, "w": 2, delta_rs.DELETE: False},  # b's old g and w: not kept, so unique
+        {"k": "c", "g": None, "v": 0, "w": None, delta_rs.DELETE: True},
+    ]
+    candidate = _candidate(current, rows)
+    after = {"m": sum(r["v"] for r in candidate)}
+    scans = []
+    batches = snapshot.batches
+    monkeypatch.setattr(snapshot, "batches", lambda *a: scans.append(a) or batches(*a))
+    report = gate.check_change(ctx, two, _stage(Path(lake.root) / "staged", rows), {"m": 10}, after)
+    assert report is not None and len(scans) == 2
+    frame = pa.Table.from_pylist(candidate, SCHEMA)
+    expected = quality.validate_rows(frame, spark, "gated", two, lake.quality_dir, {2: (after["m"], 0)})
+    assert report.failures == expected.failures == ("totals: g is not unique (2 duplicate rows)",)
+
+
 @pytest.mark.parametrize("keys", [("k",), ("k", "g")])
 def test_rows_matching_matches_nulls_and_every_key_column(lake, keys):
     path = str(Path(lake.root) / "t")

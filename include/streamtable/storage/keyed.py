@@ -52,13 +52,25 @@ def table_rows(table: str | DeltaTable) -> int:
 
 def rows_of_keys(table: str | DeltaTable, schema: pa.Schema, keys: Sequence[str], probe: pa.Table) -> pa.Table:
     """The rows of a Delta table (a path or an open table) whose `keys` equal some row of `probe`'s, as `schema`."""
+    return rows_of_any_keys(table, schema, [(keys, probe)])
+
+
+def rows_of_any_keys(
+    table: str | DeltaTable, schema: pa.Schema, probes: Sequence[tuple[Sequence[str], pa.Table]]
+) -> pa.Table:
+    """The rows of a Delta table (a path or an open table) whose columns equal some row of a probe's, for any of
+    `probes` ((columns, probe) pairs), each row once, as `schema`: one scan of its files for them all."""
     found = [schema.empty_table()]
-    wanted = None  # the probe's distinct keys, once the table has a row (a batch into an empty table pays nothing)
-    if probe.num_rows:
+    probes = [(keys, probe) for keys, probe in probes if probe.num_rows]
+    wanted = None  # each probe's distinct keys, once the table has a row (a batch into an empty table pays nothing)
+    if probes:
         for batch in snapshot.batches(_opened(table), schema.names):
             rows = pa.Table.from_batches([batch]).cast(schema)
-            wanted = distinct_rows(probe.select(list(keys))) if wanted is None else wanted
-            found.append(rows.filter(matches(rows, wanted, keys)))
+            wanted = [distinct_rows(probe.select(list(keys))) for keys, probe in probes] if wanted is None else wanted
+            hit = np.zeros(rows.num_rows, dtype=bool)
+            for (keys, _), distinct in zip(probes, wanted, strict=True):
+                hit |= matches(rows, distinct, keys).to_numpy(zero_copy_only=False)
+            found.append(rows.filter(pa.array(hit)))
     return pa.concat_tables(found)
 
 

@@ -36,7 +36,7 @@ from streamtable.quality import exact, screen
 from streamtable.quality.explain_rows import SHOWN
 from streamtable.quality.left_out import LeftOut
 from streamtable.storage.delta_rs import DELETE, staged_rows, table_version
-from streamtable.storage.keyed import Lookup, distinct_rows, matches, rows_of_keys
+from streamtable.storage.keyed import Lookup, distinct_rows, matches, rows_of_any_keys, rows_of_keys
 
 if TYPE_CHECKING:
     from streamtable.quality.validation import Report
@@ -91,8 +91,7 @@ def check_change(
     new = written.filter(pc.invert(written[DELETE])) if upsert else written
     path = ctx.path(suite.table)
     replaced = _replaced(path, schema, keys, written, lookup) if upsert else schema.empty_table()
-    kept_alike = [_kept_alike(path, schema, new, r.columns, written, keys) for r in _uniques(suite, keys)]
-    extra = distinct_rows(pa.concat_tables([schema.empty_table(), *kept_alike]))
+    extra = distinct_rows(_kept_alike(path, schema, new, [r.columns for r in _uniques(suite, keys)], written, keys))
     zone = ctx.spark.conf.get("spark.sql.session.timeZone") or "UTC"
     checked = _screened(new_rows, suite, (new, extra), unique_columns, zone)
     expected: dict[int, tuple[exact.Number, exact.Number]] = {}
@@ -190,11 +189,16 @@ def _replaced(path: str, schema: pa.Schema, keys: tuple[str, ...], written: pa.T
 
 
 def _kept_alike(
-    path: str, schema: pa.Schema, new: pa.Table, columns: tuple[str, ...], written: pa.Table, keys: tuple[str, ...]
+    path: str,
+    schema: pa.Schema,
+    new: pa.Table,
+    uniques: list[tuple[str, ...]],
+    written: pa.Table,
+    keys: tuple[str, ...],
 ) -> pa.Table:
-    """The table's rows whose `columns` equal a new row's (streamed from its files: the table is never held whole),
-    without the rows the batch replaces (by `keys`)."""
-    alike = rows_of_keys(path, schema, columns, new)
+    """The table's rows whose columns of some unique rule (`uniques`: each rule's columns) equal a new row's, in one
+    scan of its files (the table is never held whole), without the rows the batch replaces (by `keys`)."""
+    alike = rows_of_any_keys(path, schema, [(columns, new) for columns in uniques])
     if not keys or not alike.num_rows:
         return alike
     return alike.filter(pc.invert(matches(alike, written, keys)))

@@ -90,5 +90,6 @@ def show_table_sum(bounds: dict, result: dict, offset: exact.Number) -> None:
     total = exact.add(exact.number(bounds["total"]), offset)
     bounds |= {"min_value": float(total), "max_value": float(total), "total": exact.text(total)}
     observed = exact.add(exact.number(result["details"]["exact_sum"]), offset)
-    result["observed_value"] = observed if isinstance(observed, int) else float(observed)
+    whole = isinstance(result.get("observed_value"), int)  # an integer column's sum (the offset may be a Decimal)
+    result["observed_value"] = int(observed) if whole else float(observed)
     result["details"]["exact_sum"] = exact.text(observed)

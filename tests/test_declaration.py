@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import pipelines_folder
-from streamtable.core.errors import DeclarationChangedError, PipelineCodeError
+from streamtable.core.errors import DeclarationChangedError
 from streamtable.runtime.commands.declaration import differences
 
 PIPELINE = """
@@ -97,7 +97,7 @@ from streamtable import Column, Pipeline, Type, Windows, changelog, count_in_win
 
 S, TS = Type.STRING, Type.TIMESTAMP
 CLICKS = changelog("window_clicks", [Column("user", S), Column("event_time", TS)])
-WINDOWS = Windows(size=timedelta(minutes={size}), advance=timedelta(minutes={size}), grace=timedelta(minutes=10))
+WINDOWS = Windows(size=timedelta(minutes={size}), advance=timedelta(minutes={advance}), grace=timedelta(minutes=10))
 
 
 def process(batch):
@@ -123,13 +123,23 @@ PIPELINE = Pipeline(
 """
 
 
-def test_a_window_size_changed_under_a_live_output_fails_the_run_instead_of_adding_to_its_windows(
-    streamtable_driver, tmp_path
+@pytest.mark.parametrize(
+    ("size", "advance", "described", "rebuilt"),
+    [
+        # half hours: the click at 10:15 falls in the half hour that starts where the committed hour starts (open at
+        # stream time 10:35): adding it to the hour's 2 would give [10:00, 10:30) a count of 3 for its 2 clicks
+        (30, 30, "0:30:00 long, one every 0:30:00", [(0, 2), (30, 1)]),
+        # hours every half hour: every committed window is one of the new ones, but [09:30, 10:30) and [10:30,
+        # 11:30) would start without the clicks at 10:05 and 10:35 (the finer advance no row shows)
+        (60, 30, "1:00:00 long, one every 0:30:00", [(-30, 2), (0, 3), (30, 1)]),
+    ],
+)
+def test_windows_changed_under_a_live_output_are_refused_instead_of_mixed_into_it(
+    streamtable_driver, tmp_path, size, advance, described, rebuilt
 ):
-    """Hours, then half hours: the click at 10:15 falls in the half hour that starts where the committed hour
-    starts (still open at stream time 10:35); adding it to the hour's 2 would give [10:00, 10:30) a count of 3
-    where it has 2 clicks. The run fails, naming the window; a reprocess rebuilds the output in half hours."""
-    folder = pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=60))
+    """Hourly windows, then other ones: the run is refused in one line naming both and the reprocess that rebuilds
+    the output (the windows are recorded with each batch that aggregates in them); the output stays as it was."""
+    folder = pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=60, advance=60))
     driver = streamtable_driver("windowed", pipelines=folder)
     clicks = [{"user": "a", "event_time": f"2026-03-01T10:{m}:00Z"} for m in ("05", "35")]
     driver.pipe("window_clicks", clicks)
@@ -137,15 +147,19 @@ def test_a_window_size_changed_under_a_live_output_fails_the_run_instead_of_addi
     hour = driver.output("window_counts")
     assert [(r["window_start"].minute, r["window_end"].hour, r["count"]) for r in hour] == [(0, 11, 2)]
 
-    pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=30))
+    pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=size, advance=advance))
     driver.pipe("window_clicks", [{"user": "a", "event_time": "2026-03-01T10:15:00Z"}])
     message = (
-        r"windowed.py:\d+: window \[2026-03-01T10:00:00.000Z, 2026-03-01T11:00:00.000Z\) of the output is not one of "
-        r"these windows \(0:30:00 long, one every 0:30:00\): the windows changed since it was computed.*reprocess"
+        r"windowed: output window_counts was aggregated in windows 1:00:00 long, one every 1:00:00, and process now "
+        rf"aggregates it in windows {described}: `streamtable reprocess windowed --from-version 0` rebuilds it"
     )
-    with pytest.raises(PipelineCodeError, match=message):
+    with pytest.raises(DeclarationChangedError, match=message):
         driver.run()
     assert driver.output("window_counts") == hour
     driver.reprocess(0)
-    got = [(r["window_start"].minute, r["count"]) for r in driver.output("window_counts")]
-    assert got == [(0, 2), (30, 1)]
+    starts = [
+        ((r["window_start"].hour - 10) * 60 + r["window_start"].minute, r["count"])
+        for r in driver.output("window_counts")
+    ]
+    assert starts == rebuilt
+    driver.run()  # the new windows are the rebuilt output's

@@ -12,6 +12,7 @@ from streamtable.core.errors import OperatorArgumentError
 from streamtable.operators.aggregate import Aggregate, aggregate
 
 ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"  # the contract's JSON time format (the session time zone is UTC)
+DEFINITION = "streamtable.windows"  # `window_start`'s metadata in the rows aggregated: the `Windows` that made them
 
 
 def micros(d: timedelta) -> int:
@@ -91,6 +92,10 @@ class Windows:
             .drop("_k")
         )
 
+    @property
+    def described(self) -> str:
+        return f"{self.size} long, one every {self.advance}"
+
     def own(self, current: DataFrame) -> DataFrame:
         """`current`, failing the batch at a row that is not one of these windows (`size` long, starting at a
         multiple of `advance`): it was computed with other windows, and adding records to it would mix the two."""
@@ -102,7 +107,7 @@ class Windows:
         reason = F.concat(
             F.lit("window "),
             span("window_start", "window_end", ")"),
-            F.lit(f" of the output is not one of these windows ({self.size} long, one every {self.advance}): "),
+            F.lit(f" of the output is not one of these windows ({self.described}): "),
             F.lit("the windows changed since it was computed, and adding to it would mix the two; "),
             F.lit("`streamtable reprocess` from version 0 rebuilds the output with the new windows"),
         )
@@ -111,6 +116,13 @@ class Windows:
     def closed(self, stream_time: datetime | None) -> Column:
         """True for windows already final at `stream_time`."""
         return passed(F.col("window_end"), self.grace, stream_time)
+
+
+def windows_of(rows: DataFrame) -> str | None:
+    """The `Windows` (as `described`) that aggregated `rows`, when they came from `aggregate_in_windows`."""
+    if "window_start" not in rows.columns:
+        return None
+    return rows.schema["window_start"].metadata.get(DEFINITION)
 
 
 def aggregate_in_windows(
@@ -153,7 +165,7 @@ def aggregate_in_windows(
     assigned = windows.assign(tagged, time).withColumn("_closed", windows.closed(stream_time))
     changed = aggregate(current, assigned.where(~F.col("_closed")), [*keys, "window_start"], aggregates).select(
         *keys,
-        "window_start",
+        F.col("window_start").alias("window_start", metadata={DEFINITION: windows.described}),
         (F.col("window_start") + interval(windows.size)).alias("window_end"),
         *[a.column for a in aggregates],
     )

@@ -28,6 +28,7 @@ BATCHES_SCHEMA = pa.schema(  # a generation's committed batches (`summary.commit
         ("input_versions", pa.map_(pa.string(), pa.int64())),
         ("metrics", pa.map_(pa.string(), pa.int64())),  # the whole-number ones (what earlier releases read)
         ("metric_values", pa.map_(pa.string(), pa.string())),  # every metric, as exact text (none in earlier rows)
+        ("windows", pa.map_(pa.string(), pa.string())),  # per output, the `Windows` that aggregated its rows
     ]
 )
 
@@ -48,6 +49,14 @@ def row_metrics(row: dict) -> dict[str, exact.Number]:
     if row.get("metric_values") is not None:
         return {name: exact.number(value) for name, value in row["metric_values"]}
     return dict(row.get("metrics") or ())
+
+
+def recorded_windows(batches: Iterable[Mapping]) -> dict[str, str]:
+    """Per output, the `Windows` (as `Windows.described`) that the newest of these batches to aggregate it used."""
+    recorded: dict[str, str] = {}
+    for batch in sorted(batches, key=lambda b: b["batch_id"]):
+        recorded |= dict(batch.get("windows") or ())
+    return recorded
 
 
 class Consumed(Mapping[str, int]):

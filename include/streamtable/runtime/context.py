@@ -141,7 +141,7 @@ class RunContext:
             self.lake,
             self.pipeline.name,
             self.generation,
-            ["batch_id", "stream_time", "metrics", "metric_values", "input_versions"],
+            ["batch_id", "stream_time", "metrics", "metric_values", "input_versions", "windows"],
         )
 
     def consumed(self) -> Consumed:

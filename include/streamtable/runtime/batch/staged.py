@@ -21,16 +21,17 @@ from functools import reduce
 
 from pyspark.sql import DataFrame, functions as F
 
-from streamtable.core.errors import PipelineCodeError, StreamtableError, UndeclaredNameError
+from streamtable.core.errors import DeclarationChangedError, PipelineCodeError, StreamtableError, UndeclaredNameError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.schema import spark_ddl
 from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE, Table
+from streamtable.operators.windows import windows_of
 from streamtable.quality import exact
 from streamtable.runtime.batch.stages import Stages
 from streamtable.runtime.batch.staging import Staging
 from streamtable.runtime.batch.summary import BatchSummary
-from streamtable.runtime.committed import Consumed
+from streamtable.runtime.committed import Consumed, recorded_windows
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.inputs import keyed_changes, other_jobs
 from streamtable.storage import delta_rs, keyed
@@ -64,6 +65,7 @@ class StagedBatch:
         self._staging = Staging(ctx, batch_id)
         self._late: list[DataFrame] = []
         self._metrics: dict[str, exact.Number] = {}
+        self._windows: dict[str, str] = {}  # output -> the `Windows` that aggregated the rows staged for it
         self._lookups: dict[str, keyed.Lookup] = {}  # table -> the rows `current(table, keys_of)` looked up by key
         # Delta tables of other jobs read whole (`table`) -> (their records that break the input's rules, version)
         self._skipped: dict[str, tuple[DataFrame, int]] = {}
@@ -160,11 +162,27 @@ class StagedBatch:
         """Stage rows that replace the rows with the same keys; remove the rows where column `delete` is true, and
         those whose keys are the keys of a row of `deletes` (a key also in `rows` is kept: the upsert wins)."""
         spec = self.ctx.pipeline.output(table)
+        self._same_windows(table, rows)
         flag = F.col(delete) if delete else F.lit(False)
         staged = rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_rs.DELETE))
         if deletes is not None:
             staged = staged.unionByName(_tombstones(spec, deletes.join(rows, list(spec.keys), "left_anti")))
         self._staging.stage(table, "upsert", staged)
+
+    def _same_windows(self, table: str, rows: DataFrame) -> None:
+        """Note the `Windows` that aggregated `rows` (`aggregate_in_windows`), refusing others than those of the
+        output's committed rows: a window the old ones did not have would start without the records before it."""
+        now = windows_of(rows)
+        if now is None:
+            return
+        before = recorded_windows(self._committed).get(table)
+        if before is not None and before != now:
+            name = self.ctx.pipeline.name
+            raise DeclarationChangedError(
+                f"{name}: output {table} was aggregated in windows {before}, and process now aggregates it in "
+                f"windows {now}: `streamtable reprocess {name} --from-version 0` rebuilds it with the new windows"
+            )
+        self._windows[table] = now
 
     def append(self, table: str, rows: DataFrame) -> None:
         """Stage rows appended to a stream output."""
@@ -204,6 +222,7 @@ class StagedBatch:
                 self.wall_clock,
                 self._metrics,
                 records,
+                self._windows,
             )
         )
 

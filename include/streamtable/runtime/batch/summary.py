@@ -26,6 +26,7 @@ class BatchSummary:
     wall_clock: datetime  # the run's wall-clock time (`Batch.wall_clock`)
     metrics: dict[str, exact.Number]  # the reconciliation sums the run reported (`batch.metric`), exact
     input_records: dict[str, int] = field(default_factory=dict)  # per input, its records (a table's: its changes)
+    windows: dict[str, str] = field(default_factory=dict)  # per output, the `Windows` that aggregated its rows
 
     def as_json(self) -> dict:
         times = ("watermark", "oldest_input_at", "wall_clock")
@@ -33,6 +34,7 @@ class BatchSummary:
             "input_rows": self.input_rows,
             "input_versions": self.input_versions,
             "input_records": self.input_records,
+            "windows": self.windows,
             "metrics": {name: exact.text(value) for name, value in self.metrics.items()},
             **{k: getattr(self, k).isoformat() if getattr(self, k) else None for k in times},
         }
@@ -50,6 +52,7 @@ class BatchSummary:
             datetime.fromisoformat(value["wall_clock"]),  # always set: as_json writes a datetime
             {name: exact.number(v) for name, v in value["metrics"].items()},  # (ints before exact metrics)
             value.get("input_records") or {},  # (none in a manifest of a release before them)
+            value.get("windows") or {},  # (nor windows)
         )
 
     def committed_row(self, batch_id: int) -> dict:
@@ -62,6 +65,7 @@ class BatchSummary:
             "input_versions": list(self.input_versions.items()),
             "metrics": [(k, v) for k, v in self.metrics.items() if isinstance(v, int) and -(2**63) <= v < 2**63],
             "metric_values": [(name, exact.text(value)) for name, value in self.metrics.items()],
+            "windows": list(self.windows.items()),
         }
 
 

@@ -163,3 +163,60 @@ def test_windows_changed_under_a_live_output_are_refused_instead_of_mixed_into_i
     ]
     assert starts == rebuilt
     driver.run()  # the new windows are the rebuilt output's
+
+
+SESSIONS = """
+from datetime import timedelta
+
+from pyspark.sql import functions as F
+
+from streamtable import Aggregate, Column, Pipeline, SessionWindows, Type, aggregate_sessions, changelog, table
+
+S, TS = Type.STRING, Type.TIMESTAMP
+PLAYS = changelog("session_plays", [Column("user", S), Column("event_time", TS)])
+SESSIONS = SessionWindows(gap=timedelta(minutes={gap}), grace=timedelta(minutes=5))
+
+
+def process(batch):
+    plays = batch.new("session_plays")
+    changes = aggregate_sessions(
+        plays, batch.current("play_counts"), ["user"], SESSIONS, [Aggregate("plays", F.lit(1))], batch.stream_time
+    )
+    batch.upsert("play_counts", changes.upserts, deletes=changes.deletes)
+    batch.late(changes.late)
+
+
+PIPELINE = Pipeline(
+    name="sessions",
+    doc="",
+    streams=("session_plays",),
+    outputs=(
+        table(
+            "play_counts",
+            [Column("user", S), Column("session_start", TS), Column("session_end", TS), Column("plays", Type.LONG)],
+            keys=["user", "session_start"],
+        ),
+    ),
+    process=process,
+)
+"""
+
+
+def test_a_session_gap_changed_under_a_live_output_is_refused(streamtable_driver, tmp_path):
+    """Sessions of plays 30 minutes apart, then 10: the open session [10:00, 10:20] would take a play at 10:25 under
+    the new gap though its plays are 20 minutes apart, a session no rebuild with the new gap has."""
+    folder = pipelines_folder(tmp_path, "sessions", SESSIONS.format(gap=30))
+    driver = streamtable_driver("sessions", pipelines=folder)
+    driver.pipe("session_plays", [{"user": "a", "event_time": f"2026-03-01T10:{m}:00Z"} for m in ("00", "20")])
+    driver.run()
+    before = driver.output("play_counts")
+    assert [r["plays"] for r in before] == [2]
+    pipelines_folder(tmp_path, "sessions", SESSIONS.format(gap=10))
+    driver.pipe("session_plays", [{"user": "a", "event_time": "2026-03-01T10:25:00Z"}])
+    message = (
+        r"sessions: output play_counts was aggregated in sessions of records at most 0:30:00 apart, and process now "
+        r"aggregates it in sessions of records at most 0:10:00 apart: `streamtable reprocess sessions --from-version 0`"
+    )
+    with pytest.raises(DeclarationChangedError, match=message):
+        driver.run()
+    assert driver.output("play_counts") == before

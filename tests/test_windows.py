@@ -88,7 +88,7 @@ def test_current_rows_of_other_windows_fail_the_batch_and_are_never_added_to(spa
     )
     changed, _ = count_in_windows(frame(spark, [4.5]), current, ["key"], W, None)
     window = rf"window \[1970-01-01T00:00:0{start}.000Z, 1970-01-01T00:00:{end:02d}.000Z\)"
-    with pytest.raises(Exception, match=window + r" of the output is not one of these windows \(0:00:05 long, one "):
+    with pytest.raises(Exception, match=window + r" of the output is not one of the windows 0:00:05 long, one "):
         changed.collect()
 
 

@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, Window, functions as F
 
 from streamtable.core.timefmt import format_time
 from streamtable.operators.aggregate import Aggregate
-from streamtable.operators.windows import as_late, has_time, interval, passed, record_json, span
+from streamtable.operators.windows import DEFINITION, as_late, has_time, interval, passed, record_json, span
 
 START, END = "session_start", "session_end"
 
@@ -33,6 +33,10 @@ class SessionWindows:
 
     gap: timedelta
     grace: timedelta
+
+    @property
+    def described(self) -> str:
+        return f"sessions of records at most {self.gap} apart"
 
     def closed(self, stream_time: datetime | None) -> Column:
         """True for sessions (rows with `session_end`) already closed at `stream_time`."""
@@ -118,7 +122,8 @@ def aggregate_sessions(
         *[a.combine(F.col(a.column)).alias(a.column) for a in aggregates],
     )
     deletes = changed.where(~F.col("_new") & (F.col(START) != F.col("_merged_start")))
-    return SessionChanges(upserts.select(*keys, START, END, *values), deletes.select(*keys, START, END, *values), late)
+    start = F.col(START).alias(START, metadata={DEFINITION: sessions.described})  # (for `Batch.upsert` to record)
+    return SessionChanges(upserts.select(*keys, start, END, *values), deletes.select(*keys, START, END, *values), late)
 
 
 def _near_closed(

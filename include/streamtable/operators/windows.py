@@ -12,7 +12,7 @@ from streamtable.core.errors import OperatorArgumentError
 from streamtable.operators.aggregate import Aggregate, aggregate
 
 ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"  # the contract's JSON time format (the session time zone is UTC)
-DEFINITION = "streamtable.windows"  # `window_start`'s metadata in the rows aggregated: the `Windows` that made them
+DEFINITION = "streamtable.windows"  # a start column's metadata in aggregated rows: the windows or sessions behind them
 
 
 def micros(d: timedelta) -> int:
@@ -94,7 +94,7 @@ class Windows:
 
     @property
     def described(self) -> str:
-        return f"{self.size} long, one every {self.advance}"
+        return f"windows {self.size} long, one every {self.advance}"
 
     def own(self, current: DataFrame) -> DataFrame:
         """`current`, failing the batch at a row that is not one of these windows (`size` long, starting at a
@@ -107,7 +107,7 @@ class Windows:
         reason = F.concat(
             F.lit("window "),
             span("window_start", "window_end", ")"),
-            F.lit(f" of the output is not one of these windows ({self.described}): "),
+            F.lit(f" of the output is not one of the {self.described}: "),
             F.lit("the windows changed since it was computed, and adding to it would mix the two; "),
             F.lit("`streamtable reprocess` from version 0 rebuilds the output with the new windows"),
         )
@@ -119,10 +119,9 @@ class Windows:
 
 
 def windows_of(rows: DataFrame) -> str | None:
-    """The `Windows` (as `described`) that aggregated `rows`, when they came from `aggregate_in_windows`."""
-    if "window_start" not in rows.columns:
-        return None
-    return rows.schema["window_start"].metadata.get(DEFINITION)
+    """The windows or sessions (as `described`) that aggregated `rows`, when they came from `aggregate_in_windows`
+    or `aggregate_sessions`."""
+    return next((f.metadata[DEFINITION] for f in rows.schema.fields if DEFINITION in f.metadata), None)
 
 
 def aggregate_in_windows(

@@ -170,8 +170,9 @@ class StagedBatch:
         self._staging.stage(table, "upsert", staged)
 
     def _same_windows(self, table: str, rows: DataFrame) -> None:
-        """Note the `Windows` that aggregated `rows` (`aggregate_in_windows`), refusing others than those of the
-        output's committed rows: a window the old ones did not have would start without the records before it."""
+        """Note the windows or sessions that aggregated `rows` (`operators.windows.windows_of`), refusing others than
+        those of the output's committed rows: a window the old ones did not have would start without the records
+        before it, a session would join records under another gap."""
         now = windows_of(rows)
         if now is None:
             return
@@ -179,8 +180,8 @@ class StagedBatch:
         if before is not None and before != now:
             name = self.ctx.pipeline.name
             raise DeclarationChangedError(
-                f"{name}: output {table} was aggregated in windows {before}, and process now aggregates it in "
-                f"windows {now}: `streamtable reprocess {name} --from-version 0` rebuilds it with the new windows"
+                f"{name}: output {table} was aggregated in {before}, and process now aggregates it in {now}: "
+                f"`streamtable reprocess {name} --from-version 0` rebuilds it with the new ones"
             )
         self._windows[table] = now
 

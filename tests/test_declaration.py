@@ -150,8 +150,8 @@ def test_windows_changed_under_a_live_output_are_refused_instead_of_mixed_into_i
     pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=size, advance=advance))
     driver.pipe("window_clicks", [{"user": "a", "event_time": "2026-03-01T10:15:00Z"}])
     message = (
-        r"windowed: output window_counts was aggregated in windows 1:00:00 long, one every 1:00:00, and process now "
-        rf"aggregates it in windows {described}: `streamtable reprocess windowed --from-version 0` rebuilds it"
+        r"windowed: window_counts was computed with windows 1:00:00 long, one every 1:00:00, and process now "
+        rf"computes it with windows {described}: `streamtable reprocess windowed --from-version 0` rebuilds it"
     )
     with pytest.raises(DeclarationChangedError, match=message):
         driver.run()
@@ -214,9 +214,61 @@ def test_a_session_gap_changed_under_a_live_output_is_refused(streamtable_driver
     pipelines_folder(tmp_path, "sessions", SESSIONS.format(gap=10))
     driver.pipe("session_plays", [{"user": "a", "event_time": "2026-03-01T10:25:00Z"}])
     message = (
-        r"sessions: output play_counts was aggregated in sessions of records at most 0:30:00 apart, and process now "
-        r"aggregates it in sessions of records at most 0:10:00 apart: `streamtable reprocess sessions --from-version 0`"
+        r"sessions: play_counts was computed with sessions of records at most 0:30:00 apart, and process now "
+        r"computes it with sessions of records at most 0:10:00 apart: `streamtable reprocess sessions --from-version 0`"
     )
     with pytest.raises(DeclarationChangedError, match=message):
         driver.run()
     assert driver.output("play_counts") == before
+
+
+JOINED = """
+from datetime import timedelta
+
+from streamtable import RETRACT, Column, JoinWindow, Pipeline, Type, changelog, join_store, join_within, stream
+
+S, TS = Type.STRING, Type.TIMESTAMP
+ORDERS = changelog("window_orders", [Column("order_id", S), Column("event_time", TS)])
+PAYMENTS = changelog("window_payments", [Column("order_id", S), Column("event_time", TS)])
+WITHIN = JoinWindow(within=timedelta(minutes={within}), grace=timedelta(minutes=5))
+WAITING = join_store("orders_waiting")
+
+
+def process(batch):
+    paid = join_within(
+        batch.new("window_orders"), batch.new("window_payments"), batch.current(WAITING.name), ["order_id"], WITHIN,
+        batch.stream_time, tables=("window_orders", "window_payments"),
+    )
+    batch.append("paid_orders", paid.joined)
+    batch.upsert(WAITING.name, paid.waiting, delete=RETRACT)
+    batch.late(paid.late)
+
+
+PIPELINE = Pipeline(
+    name="joined",
+    doc="",
+    streams=("window_orders", "window_payments"),
+    outputs=(stream("paid_orders", [Column("order_id", S), Column("event_time", TS)], time_column="event_time"),),
+    state=(WAITING,),
+    process=process,
+)
+"""
+
+
+def test_a_join_window_changed_under_a_live_join_store_is_refused(streamtable_driver, tmp_path):
+    """A join within 10 minutes, then 60: the store let go of what 10 minutes closed, so a payment 30 minutes after
+    its order would match in a rebuild and not here."""
+    folder = pipelines_folder(tmp_path, "joined", JOINED.format(within=10))
+    driver = streamtable_driver("joined", pipelines=folder)
+    driver.pipe("window_orders", [{"order_id": "o1", "event_time": "2026-03-01T10:00:00Z"}])
+    driver.run()
+    pipelines_folder(tmp_path, "joined", JOINED.format(within=60))
+    driver.pipe("window_payments", [{"order_id": "o1", "event_time": "2026-03-01T10:30:00Z"}])
+    message = (
+        r"joined: orders_waiting was computed with a join of records at most 0:10:00 apart, and process now computes "
+        r"it with a join of records at most 1:00:00 apart: `streamtable reprocess joined --from-version 0`"
+    )
+    with pytest.raises(DeclarationChangedError, match=message):
+        driver.run()
+    driver.reprocess(0)
+    assert [r["order_id"] for r in driver.output("paid_orders")] == ["o1"]

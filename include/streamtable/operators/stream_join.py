@@ -23,7 +23,7 @@ from streamtable.core.errors import OperatorArgumentError
 from streamtable.core.tables import JOIN_STORE_COLUMNS
 from streamtable.core.timefmt import format_time
 from streamtable.operators.table_join import RETRACT
-from streamtable.operators.windows import as_late, has_time, interval, record_json
+from streamtable.operators.windows import DEFINITION, as_late, has_time, interval, record_json
 
 LEFT, RIGHT = "left", "right"
 STORE_COLUMNS = [c.name for c in JOIN_STORE_COLUMNS]  # the last is `matched`
@@ -42,6 +42,14 @@ class JoinWindow:
 
     within: timedelta  # T: events whose times differ by at most T match
     grace: timedelta  # an unmatched event closes once ts + T + grace has passed
+
+    @property
+    def described(self) -> str:
+        return f"a join of records at most {self.within} apart"
+
+    def marked(self, store_rows: DataFrame) -> DataFrame:
+        """Join store rows marked with this window, for `Batch.upsert` to record (`operators.windows.windows_of`)."""
+        return store_rows.withMetadata("event_time", {DEFINITION: self.described})
 
     @property
     def within_us(self) -> int:
@@ -163,7 +171,7 @@ def outer_join_within(
     due = deadline < F.lit(wall_clock)
     if stream_time is not None:
         due = due | (deadline < F.lit(stream_time))
-    return matched, alive.where(due).select(*cols), alive.where(~due).select(*cols), late
+    return matched, alive.where(due).select(*cols), window.marked(alive.where(~due).select(*cols)), late
 
 
 JoinHow = Literal["inner", "left"]
@@ -278,7 +286,8 @@ def join_within(
         )
         for frame, table, t in zip(originals, tables, times, strict=True)
     ]
-    return JoinedWithin(joined.withColumnRenamed("event_time", times[0]), waiting, late[0].unionByName(late[1]))
+    joined = joined.withColumnRenamed("event_time", times[0])
+    return JoinedWithin(joined, window.marked(waiting), late[0].unionByName(late[1]))
 
 
 def _timed(records: DataFrame, time: str) -> DataFrame:

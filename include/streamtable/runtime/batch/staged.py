@@ -170,9 +170,10 @@ class StagedBatch:
         self._staging.stage(table, "upsert", staged)
 
     def _same_windows(self, table: str, rows: DataFrame) -> None:
-        """Note the windows or sessions that aggregated `rows` (`operators.windows.windows_of`), refusing others than
-        those of the output's committed rows: a window the old ones did not have would start without the records
-        before it, a session would join records under another gap."""
+        """Note the windows, sessions or join window that made `rows` (`operators.windows.windows_of`), refusing others
+        than those of the table's committed rows: a window the old ones did not have would start without the records
+        before it, a session would join records under another gap, a join store would hold records another join
+        window let go."""
         now = windows_of(rows)
         if now is None:
             return
@@ -180,7 +181,7 @@ class StagedBatch:
         if before is not None and before != now:
             name = self.ctx.pipeline.name
             raise DeclarationChangedError(
-                f"{name}: output {table} was aggregated in {before}, and process now aggregates it in {now}: "
+                f"{name}: {table} was computed with {before}, and process now computes it with {now}: "
                 f"`streamtable reprocess {name} --from-version 0` rebuilds it with the new ones"
             )
         self._windows[table] = now

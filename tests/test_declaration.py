@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import pipelines_folder
+from streamtable.core import registry
 from streamtable.core.errors import DeclarationChangedError
 from streamtable.runtime.commands.declaration import differences
 
@@ -90,13 +91,43 @@ def test_what_changed_is_told_apart():
     assert differences(shape(base), shape(base, inputs=moved))[1] == ["input i's time column changed"]
 
 
-WINDOWED = """
+HEAD = """
 from datetime import timedelta
 
-from streamtable import Column, Pipeline, Type, Windows, changelog, count_in_windows, table
+from pyspark.sql import functions as F
+
+from streamtable import *
 
 S, TS = Type.STRING, Type.TIMESTAMP
-CLICKS = changelog("window_clicks", [Column("user", S), Column("event_time", TS)])
+"""
+PER_USER = """
+
+PIPELINE = Pipeline(
+    name="{name}",
+    doc="",
+    streams=("{input}",),
+    outputs=(
+        table(
+            "{output}",
+            [Column("user", S), Column("{start}", TS), Column("{end}", TS), Column("{count}", Type.LONG)],
+            keys=["user", "{start}"],
+        ),
+    ),
+    process=process,
+)
+"""
+
+
+def per_user(name: str, input_name: str, output: str, period: str, count: str) -> str:
+    """The declaration of a pipeline counting each user's records per period (`PERIOD_start`, `PERIOD_end`)."""
+    return PER_USER.format(
+        name=name, input=input_name, output=output, start=f"{period}_start", end=f"{period}_end", count=count
+    )
+
+
+WINDOWED = (
+    HEAD
+    + """CLICKS = changelog("window_clicks", [Column("user", S), Column("event_time", TS)])
 WINDOWS = Windows(size=timedelta(minutes={size}), advance=timedelta(minutes={advance}), grace=timedelta(minutes=10))
 
 
@@ -105,22 +136,43 @@ def process(batch):
     counts, late = count_in_windows(clicks, batch.current("window_counts"), ["user"], WINDOWS, batch.stream_time)
     batch.upsert("window_counts", counts)
     batch.late(late)
-
-
-PIPELINE = Pipeline(
-    name="windowed",
-    doc="",
-    streams=("window_clicks",),
-    outputs=(
-        table(
-            "window_counts",
-            [Column("user", S), Column("window_start", TS), Column("window_end", TS), Column("count", Type.LONG)],
-            keys=["user", "window_start"],
-        ),
-    ),
-    process=process,
-)
 """
+    + per_user("windowed", "window_clicks", "window_counts", "window", "count")
+)
+SESSIONS = (
+    HEAD
+    + """PLAYS = changelog("session_plays", [Column("user", S), Column("event_time", TS)])
+SESSIONS = SessionWindows(gap=timedelta(minutes={gap}), grace=timedelta(minutes=5))
+
+
+def process(batch):
+    plays = batch.new("session_plays")
+    changes = aggregate_sessions(
+        plays, batch.current("play_counts"), ["user"], SESSIONS, [Aggregate("plays", F.lit(1))], batch.stream_time
+    )
+    batch.upsert("play_counts", changes.upserts, deletes=changes.deletes)
+    batch.late(changes.late)
+"""
+    + per_user("sessions", "session_plays", "play_counts", "session", "plays")
+)
+
+
+def refused_when_changed(streamtable_driver, tmp_path, name: str, sources: tuple[str, str], records, message: str):
+    """The driver of pipeline `name` run as `sources[0]` on `records[0]` (input -> records), then changed to
+    `sources[1]`: its run on `records[1]` is refused with `message`, and its outputs stay as they were."""
+    driver = streamtable_driver(name, pipelines=pipelines_folder(tmp_path, name, sources[0]))
+    outputs = [t.name for t in registry.get_pipeline(name).outputs]
+    for input_name, rows in records[0].items():
+        driver.pipe(input_name, rows)
+    driver.run()
+    before = {t: driver.output(t) for t in outputs}
+    pipelines_folder(tmp_path, name, sources[1])
+    for input_name, rows in records[1].items():
+        driver.pipe(input_name, rows)
+    with pytest.raises(DeclarationChangedError, match=message):
+        driver.run()
+    assert {t: driver.output(t) for t in outputs} == before
+    return driver
 
 
 @pytest.mark.parametrize(
@@ -139,23 +191,19 @@ def test_windows_changed_under_a_live_output_are_refused_instead_of_mixed_into_i
 ):
     """Hourly windows, then other ones: the run is refused in one line naming both and the reprocess that rebuilds
     the output (the windows are recorded with each batch that aggregates in them); the output stays as it was."""
-    folder = pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=60, advance=60))
-    driver = streamtable_driver("windowed", pipelines=folder)
     clicks = [{"user": "a", "event_time": f"2026-03-01T10:{m}:00Z"} for m in ("05", "35")]
-    driver.pipe("window_clicks", clicks)
-    driver.run()
-    hour = driver.output("window_counts")
-    assert [(r["window_start"].minute, r["window_end"].hour, r["count"]) for r in hour] == [(0, 11, 2)]
-
-    pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=size, advance=advance))
-    driver.pipe("window_clicks", [{"user": "a", "event_time": "2026-03-01T10:15:00Z"}])
     message = (
         r"windowed: window_counts was computed with windows 1:00:00 long, one every 1:00:00, and process now "
         rf"computes it with windows {described}: `streamtable reprocess windowed --from-version 0` rebuilds it"
     )
-    with pytest.raises(DeclarationChangedError, match=message):
-        driver.run()
-    assert driver.output("window_counts") == hour
+    driver = refused_when_changed(
+        streamtable_driver,
+        tmp_path,
+        "windowed",
+        (WINDOWED.format(size=60, advance=60), WINDOWED.format(size=size, advance=advance)),
+        ({"window_clicks": clicks}, {"window_clicks": [{"user": "a", "event_time": "2026-03-01T10:15:00Z"}]}),
+        message,
+    )
     driver.reprocess(0)
     starts = [
         ((r["window_start"].hour - 10) * 60 + r["window_start"].minute, r["count"])
@@ -165,61 +213,22 @@ def test_windows_changed_under_a_live_output_are_refused_instead_of_mixed_into_i
     driver.run()  # the new windows are the rebuilt output's
 
 
-SESSIONS = """
-from datetime import timedelta
-
-from pyspark.sql import functions as F
-
-from streamtable import Aggregate, Column, Pipeline, SessionWindows, Type, aggregate_sessions, changelog, table
-
-S, TS = Type.STRING, Type.TIMESTAMP
-PLAYS = changelog("session_plays", [Column("user", S), Column("event_time", TS)])
-SESSIONS = SessionWindows(gap=timedelta(minutes={gap}), grace=timedelta(minutes=5))
-
-
-def process(batch):
-    plays = batch.new("session_plays")
-    changes = aggregate_sessions(
-        plays, batch.current("play_counts"), ["user"], SESSIONS, [Aggregate("plays", F.lit(1))], batch.stream_time
-    )
-    batch.upsert("play_counts", changes.upserts, deletes=changes.deletes)
-    batch.late(changes.late)
-
-
-PIPELINE = Pipeline(
-    name="sessions",
-    doc="",
-    streams=("session_plays",),
-    outputs=(
-        table(
-            "play_counts",
-            [Column("user", S), Column("session_start", TS), Column("session_end", TS), Column("plays", Type.LONG)],
-            keys=["user", "session_start"],
-        ),
-    ),
-    process=process,
-)
-"""
-
-
 def test_a_session_gap_changed_under_a_live_output_is_refused(streamtable_driver, tmp_path):
     """Sessions of plays 30 minutes apart, then 10: the open session [10:00, 10:20] would take a play at 10:25 under
     the new gap though its plays are 20 minutes apart, a session no rebuild with the new gap has."""
-    folder = pipelines_folder(tmp_path, "sessions", SESSIONS.format(gap=30))
-    driver = streamtable_driver("sessions", pipelines=folder)
-    driver.pipe("session_plays", [{"user": "a", "event_time": f"2026-03-01T10:{m}:00Z"} for m in ("00", "20")])
-    driver.run()
-    before = driver.output("play_counts")
-    assert [r["plays"] for r in before] == [2]
-    pipelines_folder(tmp_path, "sessions", SESSIONS.format(gap=10))
-    driver.pipe("session_plays", [{"user": "a", "event_time": "2026-03-01T10:25:00Z"}])
+    plays = [{"user": "a", "event_time": f"2026-03-01T10:{m}:00Z"} for m in ("00", "20")]
     message = (
         r"sessions: play_counts was computed with sessions of records at most 0:30:00 apart, and process now "
         r"computes it with sessions of records at most 0:10:00 apart: `streamtable reprocess sessions --from-version 0`"
     )
-    with pytest.raises(DeclarationChangedError, match=message):
-        driver.run()
-    assert driver.output("play_counts") == before
+    refused_when_changed(
+        streamtable_driver,
+        tmp_path,
+        "sessions",
+        (SESSIONS.format(gap=30), SESSIONS.format(gap=10)),
+        ({"session_plays": plays}, {"session_plays": [{"user": "a", "event_time": "2026-03-01T10:25:00Z"}]}),
+        message,
+    )
 
 
 JOINED = """
@@ -258,17 +267,20 @@ PIPELINE = Pipeline(
 def test_a_join_window_changed_under_a_live_join_store_is_refused(streamtable_driver, tmp_path):
     """A join within 10 minutes, then 60: the store let go of what 10 minutes closed, so a payment 30 minutes after
     its order would match in a rebuild and not here."""
-    folder = pipelines_folder(tmp_path, "joined", JOINED.format(within=10))
-    driver = streamtable_driver("joined", pipelines=folder)
-    driver.pipe("window_orders", [{"order_id": "o1", "event_time": "2026-03-01T10:00:00Z"}])
-    driver.run()
-    pipelines_folder(tmp_path, "joined", JOINED.format(within=60))
-    driver.pipe("window_payments", [{"order_id": "o1", "event_time": "2026-03-01T10:30:00Z"}])
     message = (
         r"joined: orders_waiting was computed with a join of records at most 0:10:00 apart, and process now computes "
         r"it with a join of records at most 1:00:00 apart: `streamtable reprocess joined --from-version 0`"
     )
-    with pytest.raises(DeclarationChangedError, match=message):
-        driver.run()
+    driver = refused_when_changed(
+        streamtable_driver,
+        tmp_path,
+        "joined",
+        (JOINED.format(within=10), JOINED.format(within=60)),
+        (
+            {"window_orders": [{"order_id": "o1", "event_time": "2026-03-01T10:00:00Z"}]},
+            {"window_payments": [{"order_id": "o1", "event_time": "2026-03-01T10:30:00Z"}]},
+        ),
+        message,
+    )
     driver.reprocess(0)
     assert [r["order_id"] for r in driver.output("paid_orders")] == ["o1"]

@@ -9,8 +9,11 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from helpers import pipelines_folder
+from streamtable import Column, Type, changelog
+from streamtable.core.errors import DeclarationError
 from streamtable.ingest.folders import ingest_folder
 
 PIPELINE = '''
@@ -88,3 +91,12 @@ def test_a_time_column_of_another_name_from_csv_and_parquet_files(streamtable_dr
     ]
     assert [r["reason"][:25] for r in driver.late_events()] == ["late: window(s) [2026-03-"]
     assert driver.output("paid")[0]["amount"] == Decimal("14.00")
+
+
+def test_a_nullable_time_column_is_refused_where_it_is_declared():
+    """A record without its time fell into no window and was reported nowhere (counted in a total beside the windows,
+    exit 0): the time column of an input is required, so such a record goes to quarantine (`seen_at is null`)."""
+    columns = [Column("page", Type.STRING), Column("seen_at", Type.TIMESTAMP, nullable=True)]
+    with pytest.raises(DeclarationError, match="time column 'seen_at' may not be nullable=True: a record without"):
+        changelog("views", columns, time_column="seen_at")
+    changelog("views", [columns[0], Column("seen_at", Type.TIMESTAMP)], time_column="seen_at")

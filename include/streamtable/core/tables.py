@@ -110,8 +110,14 @@ class Table:
         if self.time_column is not None and self.time_column not in names:
             problems.append(f"time column {self.time_column!r} is not a column")
         elif self.kind == "input" and self.time_column is not None:
-            if next(c for c in self.columns if c.name == self.time_column).type != TS:
+            time = next(c for c in self.columns if c.name == self.time_column)
+            if time.type != TS:
                 problems.append(f"time column {self.time_column!r} is not a timestamp")
+            if time.nullable:  # a record without a time would fall into no window, session or join, unreported
+                problems.append(
+                    f"time column {self.time_column!r} may not be nullable=True: a record without its time belongs "
+                    "to no window, session or join; declare it required, and such records go to quarantine"
+                )
         if self.kafka_topic is not None and self.landing_folder is not None:
             problems.append("an input takes records from one source: kafka_topic or landing_folder, not both")
         if (self.kafka_topic is not None or self.landing_folder is not None) and (self.kind != "input" or self.path):

@@ -41,6 +41,23 @@ def test_record_exactly_at_a_window_end_is_not_in_that_window(spark):
     assert 0 not in starts and starts == {2, 4}
 
 
+@pytest.mark.parametrize(
+    ("size", "advance", "grace", "says"),
+    [
+        (5, 60, 0, "advance must be more than 0 and at most size"),  # swapped: 55 minutes of each hour in no window
+        (60, 0, 0, "advance must be more than 0"),
+        (60, 60, -1, "grace may not be negative"),
+    ],
+)
+def test_windows_that_would_leave_records_in_none_are_refused_where_they_are_declared(size, advance, grace, says):
+    """Windows(size=5 min, advance=1 h) counted a 10:30 record in no window and reported it nowhere (exit 0)."""
+    from streamtable.core.errors import OperatorArgumentError
+
+    minutes = [timedelta(minutes=m) for m in (size, advance, grace)]
+    with pytest.raises(OperatorArgumentError, match=re.escape(says)):
+        Windows(*minutes)
+
+
 def test_late_record_counts_in_open_windows_and_is_reported_for_closed_ones(spark):
     current = spark.createDataFrame([], "key STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT")
     # stream time 16 s: windows ending at <= 6 s are final (end + 10 s grace <= 16 s).

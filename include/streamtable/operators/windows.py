@@ -64,7 +64,8 @@ def has_time(operator: str, records: DataFrame, time: str) -> None:
 class Windows:
     """Windows `[k*advance, k*advance + size)` for k >= 0; tumbling when advance == size.
 
-    No window starts before the epoch.
+    No window starts before the epoch; `advance` is more than 0 and at most `size`, and `grace` is not negative
+    (other windows are refused where they are declared, as Kafka's `TimeWindows` refuses them).
 
     A window is final once stream time (the largest event time consumed by earlier runs) reaches its
     end plus `grace`. Hopping windows of 10 minutes every minute, and tumbling hours:
@@ -76,6 +77,17 @@ class Windows:
     size: timedelta
     advance: timedelta
     grace: timedelta
+
+    def __post_init__(self) -> None:
+        """Refuse windows that would leave records in none, as Kafka's `TimeWindows` does."""
+        given = f"Windows(size={self.size}, advance={self.advance}, grace={self.grace})"
+        if not timedelta(0) < self.advance <= self.size:
+            raise OperatorArgumentError(
+                f"{given}: advance must be more than 0 and at most size, or records between two windows count in "
+                "none (size and advance swapped?)"
+            )
+        if self.grace < timedelta(0):
+            raise OperatorArgumentError(f"{given}: grace may not be negative")
 
     def assign(self, records: DataFrame, time: str = "event_time") -> DataFrame:
         """One row per (record, window containing its time), with `window_start` and `window_end` added."""

@@ -215,3 +215,47 @@ def test_the_command_a_failed_rule_prints_names_each_row_as_explain_reads_its_ke
     ]
     assert explain_rows.commands(lake, "inventory", {"partial_unexpected_list": [3]}, checked) == []
     assert explain_rows.commands("/tmp/no_lake", "inventory", result) == []
+
+
+TIERED = """
+from streamtable import AsOf, Column, Pipeline, Records, Type, changelog, table
+
+TIERS = changelog("tiers", [Column("customer", Type.STRING), Column("tier", Type.STRING, nullable=True),
+                            Column("since", Type.TIMESTAMP)], keys=["customer"], time_column="since")
+CLICKS = changelog("tier_clicks", [Column("customer", Type.STRING), Column("n", Type.LONG),
+                                   Column("clicked_at", Type.TIMESTAMP)], time_column="clicked_at")
+PIPELINE = Pipeline(
+    name="per_tier", doc="", streams=("tier_clicks",), tables=("tiers",), process=print,
+    outputs=(table("clicks_per_tier", [Column("tier", Type.STRING), Column("n", Type.LONG)], keys=["tier"]),),
+    records=(Records("clicks_per_tier", "tier_clicks", lambda r: [((r["tier"],), r["n"])],
+                     asof=AsOf("tiers", key="customer", values=("tier",), time=AS_OF_TIME)),),
+)
+"""
+
+
+def test_an_as_of_declaration_over_time_columns_of_two_names(tmp_path):
+    """A stream's `clicked_at` matched as of a table's `since` (the guide's rename before `asof_join`): `AsOf` had one
+    `time`, and explain --records failed with `KeyError: 'clicked_at'` whichever was named. It takes a (stream's,
+    table's) pair, and a declaration that reads a column its input lacks is refused at load in one line."""
+    from datetime import UTC, datetime
+
+    from streamtable.core import registry
+    from streamtable.core.records import LINE, VERSION
+
+    (tmp_path / "tiers.py").write_text(TIERED.replace("AS_OF_TIME", repr("clicked_at")))
+    [error] = registry.load([tmp_path]).errors
+    assert error.endswith(
+        "pipeline 'per_tier' records of 'clicks_per_tier' read 'clicked_at', which is not a column of 'tiers' (its "
+        "columns: customer, tier, since): name one in AsOf(time=...), or a (stream's, table's) pair"
+    )
+    (tmp_path / "tiers.py").write_text(TIERED.replace("AS_OF_TIME", repr(("clicked_at", "since"))))
+    loaded = registry.load([tmp_path])
+    assert loaded.errors == []
+    asof = loaded.pipelines["per_tier"].records[0].asof
+    at = [datetime(2026, 3, 1, 10, m, tzinfo=UTC) for m in range(4)]
+    tiers = [
+        {"customer": "ann", "tier": t, "since": s, VERSION: v, LINE: 0}
+        for t, s, v in (("gold", at[0], 0), ("platinum", at[2], 0), (None, at[1], 1))
+    ]
+    found = [asof.match({"customer": "ann", "n": 1, "clicked_at": t}, tiers) for t in at]
+    assert [r and r["tier"] for r in found] == ["gold", None, "platinum", "platinum"]

@@ -12,7 +12,7 @@ declares none: explain then says it cannot know, rather than guess.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -24,7 +24,9 @@ class AsOf:
     """A record's values of `table` (an input in `tables=`) as of its `time`: the latest record for its `key` with
     time <= its own (ties: the later version, then the later line); null values (a deletion) or none: nulls.
 
-    Each click's region, as `asof_join(clicks, batch.table("user_regions"), key="user", values=["region"])` gives it:
+    `time` names the time column of the stream and of the table, or is a (stream's, table's) pair when their names
+    differ. Each click's region, as `asof_join(clicks, batch.table("user_regions"), key="user", values=["region"])`
+    gives it:
 
         AsOf("user_regions", key="user", values=("region",))
     """
@@ -32,12 +34,18 @@ class AsOf:
     table: str
     key: str
     values: tuple[str, ...]
-    time: str = "event_time"
+    time: str | tuple[str, str] = "event_time"
+
+    @property
+    def times(self) -> tuple[str, str]:
+        """The time columns of the stream's records and of the table's."""
+        return (self.time, self.time) if isinstance(self.time, str) else self.time
 
     def match(self, record: dict, table_rows: Iterable[dict]) -> dict | None:
         """The record of `table_rows` (the table's changelog records the batch could see) that `record` matched."""
-        candidates = [r for r in table_rows if r[self.key] == record[self.key] and r[self.time] <= record[self.time]]
-        return max(candidates, key=lambda r: (r[self.time], r[VERSION], r[LINE]), default=None)
+        mine, theirs = self.times
+        candidates = [r for r in table_rows if r[self.key] == record[self.key] and r[theirs] <= record[mine]]
+        return max(candidates, key=lambda r: (r[theirs], r[VERSION], r[LINE]), default=None)
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,21 @@ class Records:
     groups: Callable[[dict], Sequence[tuple[tuple, int]]]
     asof: AsOf | None = None
     windows: InWindows | None = None
+
+    def unknown_columns(self, columns: Mapping[str, Sequence[str]]) -> list[str]:
+        """What this declaration reads that is not a column of its inputs (`columns`: each input's columns)."""
+        reads = [(self.stream, self.windows.time, "InWindows(time=...)")] if self.windows else []
+        if self.asof:
+            mine, theirs = self.asof.times
+            pair = "AsOf(time=...), or a (stream's, table's) pair"
+            reads += [(self.stream, mine, pair), (self.asof.table, theirs, pair)]
+            reads += [(self.asof.table, c, "AsOf's key and values") for c in (self.asof.key, *self.asof.values)]
+        return [
+            f"records of {self.output!r} read {column!r}, which is not a column of {table!r} "
+            f"(its columns: {', '.join(columns[table])}): name one in {where}"
+            for table, column, where in reads
+            if table in columns and column not in columns[table]
+        ]
 
     def adds(self, record: dict, key: tuple, matched: dict | None = None) -> int | None:
         """What `record` (with the values it matched, if `asof`) adds to the row of `key`; None: not in its group."""

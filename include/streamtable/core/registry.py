@@ -241,6 +241,8 @@ def _check(registry: Registry) -> None:
     for pipeline in list(registry.pipelines.values()):
         where = registry.origins[("pipeline", pipeline.name)]
         problems = [f"reads the unknown input {n!r}" for n in pipeline.inputs if n not in registry.inputs]
+        columns = {n: [c.name for c in t.columns] for n, t in registry.inputs.items() if n in pipeline.inputs}
+        problems += [p for records in pipeline.records for p in records.unknown_columns(columns)]
         ticks = registry.inputs.get(pipeline.ticks.into) if pipeline.ticks else None
         if ticks is not None and ticks.external:
             problems.append(f"appends ticks to {ticks.name!r}, a Delta table of another job (never written)")

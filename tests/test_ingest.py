@@ -100,7 +100,8 @@ def test_each_non_blank_line_is_appended_or_quarantined_with_its_source_line_and
     (tmp_path / "in.jsonl").write_bytes(b"\n".join(lines))
     result = ingest_file(lake, "user_clicks", str(tmp_path / "in.jsonl"), max_line_bytes=250_000)
     assert (result.appended, result.quarantined, result.version, result.duplicate) == (3, 4, 0, False)
-    assert [r["user"] for r in table_rows(lake, "user_clicks", "_line")] == ["a", "b", "\u00e9t\u00e9"]
+    good = table_rows(lake, "user_clicks", "_line")
+    assert [(r["user"], r["_line"]) for r in good] == [("a", 0), ("b", 3), ("\u00e9t\u00e9", 7)]  # lines 1, 4, 8
     bad = table_rows(lake, "quarantine", "line")
     assert [(q["source"], q["line"], q["table"]) for q in bad] == [("in.jsonl", n, "user_clicks") for n in (5, 6, 7, 9)]
     assert bad[0]["raw"] == '{"user": "caf\ufffd", "clicks": 1}' and "not UTF-8" in bad[0]["reason"]

@@ -286,6 +286,26 @@ def test_an_error_in_process_names_the_line_of_the_users_file(spark, use_folder,
     assert rows(lake, "revenue") == []
 
 
+def test_an_output_staged_twice_in_one_run_names_the_line_and_what_to_do(spark, use_folder, tmp_path):
+    """Revenue from two channels, one add_to_totals each: both start from the committed total, so the second upsert
+    would undo the first; it is refused at its line, saying to stage each output once with all its rows."""
+    path = use_folder / "orders.py"
+    upsert = 'batch.upsert("revenue", add_to_totals(batch.current("revenue"), orders, ["customer"], "amount"))'
+    path.write_text(GOOD.replace(upsert, f"{upsert}\n    {upsert}"))
+    registry.current.cache_clear()
+    lake = Lake(tmp_path / "lake")
+    ingest_lines(lake, "orders", [order("o1", "ann", 1, "10:00:00")])
+    line = path.read_text().splitlines().index(f"    {upsert}", GOOD.splitlines().index(f"    {upsert}") + 1) + 1
+    with pytest.raises(PipelineCodeError) as e:
+        run(lake, "orders")
+    assert str(e.value) == (
+        f"{path}:{line}: ValueError: revenue is staged a second time in one batch: upsert or append each output "
+        "once per run, with all its rows (unionByName them first; rows computed from one committed row, such as two "
+        "add_to_totals of one key, must be one computation) (pipeline orders)"
+    )
+    assert rows(lake, "revenue") == []
+
+
 def test_the_explain_command_printed_for_a_users_table_names_its_folder_and_works_without_the_variable(
     use_folder, tmp_path
 ):

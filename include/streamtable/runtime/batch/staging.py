@@ -49,7 +49,11 @@ class Staging:
         """Stage a change: mode `append`, `upsert`, or `quarantine` (records of Delta tables of other jobs that
         break their rules, committed once per input and version up to `offsets`, input -> version)."""
         if any(c["table"] == table for c in self.changes):
-            raise ValueError(f"{table} is changed twice in one batch")
+            raise ValueError(
+                f"{table} is staged a second time in one batch: upsert or append each output once per run, with all "
+                "its rows (unionByName them first; rows computed from one committed row, such as two add_to_totals "
+                "of one key, must be one computation)"
+            )
         path = join(self.dir, table)
         rows.write.mode("overwrite").parquet(spark_path(path))
         count = parquet_dataset(path).count_rows()  # from the footers: no Spark job

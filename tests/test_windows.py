@@ -58,6 +58,19 @@ def test_windows_that_would_leave_records_in_none_are_refused_where_they_are_dec
         Windows(*minutes)
 
 
+def test_a_join_window_or_sessions_of_a_negative_duration_are_refused_where_they_are_declared():
+    """JoinWindow(within=-1 minute) joined nothing, so a left join emitted every order unpaid (exit 0)."""
+    from streamtable import JoinWindow, SessionWindows
+    from streamtable.core.errors import OperatorArgumentError
+
+    hour, minus = timedelta(hours=1), timedelta(minutes=-1)
+    with pytest.raises(OperatorArgumentError, match=r"^JoinWindow\(within=-1 day, 23:59:00, grace=1:00:00\): within "):
+        JoinWindow(within=minus, grace=hour)
+    with pytest.raises(OperatorArgumentError, match="gap and grace may not be negative"):
+        SessionWindows(gap=minus, grace=minus)
+    JoinWindow(within=timedelta(0), grace=timedelta(0)), SessionWindows(gap=hour, grace=timedelta(0))
+
+
 def test_late_record_counts_in_open_windows_and_is_reported_for_closed_ones(spark):
     current = spark.createDataFrame([], "key STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT")
     # stream time 16 s: windows ending at <= 6 s are final (end + 10 s grace <= 16 s).

@@ -16,7 +16,16 @@ from pyspark.sql import Column, DataFrame, Window, functions as F
 
 from streamtable.core.timefmt import format_time
 from streamtable.operators.aggregate import Aggregate
-from streamtable.operators.windows import DEFINITION, as_late, has_time, interval, passed, record_json, span
+from streamtable.operators.windows import (
+    DEFINITION,
+    as_late,
+    has_time,
+    interval,
+    not_negative,
+    passed,
+    record_json,
+    span,
+)
 
 START, END = "session_start", "session_end"
 
@@ -33,6 +42,9 @@ class SessionWindows:
 
     gap: timedelta
     grace: timedelta
+
+    def __post_init__(self) -> None:
+        not_negative(f"SessionWindows(gap={self.gap}, grace={self.grace})", gap=self.gap, grace=self.grace)
 
     @property
     def described(self) -> str:

@@ -23,7 +23,7 @@ from streamtable.core.errors import OperatorArgumentError
 from streamtable.core.tables import JOIN_STORE_COLUMNS
 from streamtable.core.timefmt import format_time
 from streamtable.operators.table_join import RETRACT
-from streamtable.operators.windows import DEFINITION, as_late, has_time, interval, record_json
+from streamtable.operators.windows import DEFINITION, as_late, has_time, interval, not_negative, record_json
 
 LEFT, RIGHT = "left", "right"
 STORE_COLUMNS = [c.name for c in JOIN_STORE_COLUMNS]  # the last is `matched`
@@ -42,6 +42,9 @@ class JoinWindow:
 
     within: timedelta  # T: events whose times differ by at most T match
     grace: timedelta  # an unmatched event closes once ts + T + grace has passed
+
+    def __post_init__(self) -> None:
+        not_negative(f"JoinWindow(within={self.within}, grace={self.grace})", within=self.within, grace=self.grace)
 
     @property
     def described(self) -> str:

@@ -60,6 +60,13 @@ def has_time(operator: str, records: DataFrame, time: str) -> None:
         )
 
 
+def not_negative(given: str, **durations: timedelta) -> None:
+    """Refuse a window declaration (`given`, as written) with a negative duration: nothing would match or close."""
+    negative = [name for name, d in durations.items() if d < timedelta(0)]
+    if negative:
+        raise OperatorArgumentError(f"{given}: {' and '.join(negative)} may not be negative")
+
+
 @dataclass(frozen=True)
 class Windows:
     """Windows `[k*advance, k*advance + size)` for k >= 0; tumbling when advance == size.
@@ -86,8 +93,7 @@ class Windows:
                 f"{given}: advance must be more than 0 and at most size, or records between two windows count in "
                 "none (size and advance swapped?)"
             )
-        if self.grace < timedelta(0):
-            raise OperatorArgumentError(f"{given}: grace may not be negative")
+        not_negative(given, grace=self.grace)
 
     def assign(self, records: DataFrame, time: str = "event_time") -> DataFrame:
         """One row per (record, window containing its time), with `window_start` and `window_end` added."""

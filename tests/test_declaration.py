@@ -284,3 +284,32 @@ def test_a_join_window_changed_under_a_live_join_store_is_refused(streamtable_dr
     )
     driver.reprocess(0)
     assert [r["order_id"] for r in driver.output("paid_orders")] == ["o1"]
+
+
+def test_an_aggregate_into_a_column_added_under_a_live_output_is_refused(streamtable_driver, tmp_path):
+    """A nullable column added to an output is applied, its earlier rows null in it; `last`, a max computed by
+    aggregate_in_windows, then got only the later records' part (an hour of 3 clicks whose `last` was the third's,
+    exit 0). A batch that aggregates into a column added later is refused; a reprocess rebuilds it."""
+    hourly = WINDOWED.format(size=60, advance=60)
+    last = hourly.replace(
+        'count_in_windows(clicks, batch.current("window_counts"), ["user"], WINDOWS, batch.stream_time)',
+        'aggregate_in_windows(clicks, batch.current("window_counts"), ["user"], WINDOWS, '
+        '[Aggregate("count", F.lit(1)), Aggregate("last", F.col("event_time"), F.max)], batch.stream_time)',
+    ).replace('Column("count", Type.LONG)]', 'Column("count", Type.LONG), Column("last", TS, nullable=True)]')
+    clicks = [{"user": "a", "event_time": f"2026-03-01T10:{m}:00Z"} for m in ("05", "35")]
+    message = (
+        r"windowed: window_counts's column\(s\) last were added after its rows were computed, and process aggregates "
+        r"into them: a row updated now would hold only its later records' part; `streamtable reprocess windowed "
+        r"--from-version 0` rebuilds window_counts with them"
+    )
+    driver = streamtable_driver("windowed", pipelines=pipelines_folder(tmp_path, "windowed", hourly))
+    driver.pipe("window_clicks", clicks)
+    driver.run()
+    pipelines_folder(tmp_path, "windowed", last)
+    driver.pipe("window_clicks", [{"user": "a", "event_time": "2026-03-01T10:15:00Z"}])
+    with pytest.raises(DeclarationChangedError, match=message):
+        driver.run()
+    assert [(r["count"], r["last"]) for r in driver.output("window_counts")] == [(2, None)]
+    driver.reprocess(0)
+    [row] = driver.output("window_counts")
+    assert (row["count"], row["last"].minute) == (3, 35)

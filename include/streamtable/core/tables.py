@@ -22,6 +22,8 @@ SOURCE = "_source"  # the input table a record of the micro-batch came from
 COMMIT_VERSION = "_commit_version"  # the Delta version (offset) that brought the record
 COMMITTED_AT = "_commit_timestamp"  # when that version was committed (ingested)
 HEARTBEAT = "_heartbeat"  # the platform's wall-clock input of pipelines that close results by wall clock
+# Column metadata: a column an operator computed by combining a key's committed value with new records.
+AGGREGATED = "streamtable.aggregated"
 
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # streamtable/

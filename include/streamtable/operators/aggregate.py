@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, functions as F
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FractionalType, LongType
 
+from streamtable.core.tables import AGGREGATED
 from streamtable.operators.table_join import join_on_keys
 
 
@@ -45,9 +46,14 @@ def aggregate(
     new = records.groupBy(*keys).agg(*[a.combine(a.value).alias(a.column) for a in aggregates])
     # Null-safe: a plain-equality join would miss a null key's current row, and the key would restart from its records.
     touched = join_on_keys(current.select(*keys, *[a.column for a in aggregates]), new.select(*keys), keys, "left_semi")
-    return (
-        touched.unionByName(new).groupBy(*keys).agg(*[a.combine(F.col(a.column)).alias(a.column) for a in aggregates])
-    )
+    combined = [aggregated(a.combine(F.col(a.column)), a.column) for a in aggregates]
+    return touched.unionByName(new).groupBy(*keys).agg(*combined)
+
+
+def aggregated(column: Column, name: str) -> Column:
+    """`column` named `name`, marked as combined with committed values (`Batch.upsert` refuses it in a column the
+    output gained after its rows were computed: those rows' part of it is unknown)."""
+    return column.alias(name, metadata={AGGREGATED: True})
 
 
 def add_to_totals(current: DataFrame, deltas: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
@@ -82,7 +88,7 @@ def add_to_totals(current: DataFrame, deltas: DataFrame, keys: Sequence[str], va
     # A key with several rows in `current` (a corrupted table) keeps one row per current row, as a join would,
     # so that the upsert's unique-key suite refuses the batch rather than one total silently absorbing them.
     copies = F.explode(F.array_repeat(F.lit(0), F.greatest("_rows", F.lit(1)).cast("int")))
-    return totals.select(*keys, value, copies.alias("_copy")).drop("_copy")
+    return totals.select(*keys, aggregated(F.col(value), value), copies.alias("_copy")).drop("_copy")
 
 
 def _total_type(delta: DataType) -> DataType:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from pyspark.sql import Column, DataFrame, Window, functions as F
 
 from streamtable.core.timefmt import format_time
-from streamtable.operators.aggregate import Aggregate
+from streamtable.operators.aggregate import Aggregate, aggregated
 from streamtable.operators.windows import (
     DEFINITION,
     as_late,
@@ -131,7 +131,7 @@ def aggregate_sessions(
     upserts = changed.groupBy(*keys, "_session").agg(
         F.min(START).alias(START),
         F.max(END).alias(END),
-        *[a.combine(F.col(a.column)).alias(a.column) for a in aggregates],
+        *[aggregated(a.combine(F.col(a.column)), a.column) for a in aggregates],
     )
     deletes = changed.where(~F.col("_new") & (F.col(START) != F.col("_merged_start")))
     start = F.col(START).alias(START, metadata={DEFINITION: sessions.described})  # (for `Batch.upsert` to record)

@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame, functions as F
 from pyspark.sql.types import DataType, NumericType, StructType
 
 from streamtable.core.errors import OperatorArgumentError
-from streamtable.operators.aggregate import _total_type
+from streamtable.operators.aggregate import _total_type, aggregated
 from streamtable.operators.table_join import RETRACT, join_on_keys
 
 
@@ -125,8 +125,8 @@ def aggregate_table(
     )
     return totals.select(
         *group_by,
-        F.when(F.col(count) < 0, negative).otherwise(F.col(count)).alias(count),
-        *summed,
+        aggregated(F.when(F.col(count) < 0, negative).otherwise(F.col(count)), count),
+        *[aggregated(F.col(out), out) for out in summed],
         (F.col(count) == 0).alias(flag),
     )
 

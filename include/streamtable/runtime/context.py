@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import reduce
+from functools import cached_property, reduce
 
 from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession
 
@@ -18,6 +18,9 @@ from streamtable.runtime.inputs.changelogs import KeptChangelogs, read_changelog
 from streamtable.storage import delta_rs, keyed, merge_on_read
 from streamtable.storage.lake import BATCHES, Lake
 from streamtable.storage.store import join, spark_path
+
+DECLARATION = "declaration.json"  # beside a generation: the declaration it started with (`commands.declaration`)
+ADDED_LATER = "added_later"  # ... and the output columns added since (output -> columns)
 
 # `rows_of_keys`: looked up with Arrow in the driver when the table holds at least this many rows and the batch at most
 # LOOKUP_MAX_KEYS keys; else a Spark join (a small table costs Spark little; many keys are a drain, not a lookup)
@@ -71,6 +74,15 @@ class RunContext:
         """Replace all rows of an output with `rows` in one atomic Spark commit whose `userMetadata` is `metadata`."""
         writer = rows.write.format("delta").mode("overwrite").option("overwriteSchema", "false")
         writer.option("userMetadata", metadata).save(spark_path(self.path(table)))
+
+    def added_later(self, table: str) -> list[str]:
+        """The columns of an output added to it after this generation computed its first rows (null in those)."""
+        return list(self._added_later.get(table, []))
+
+    @cached_property
+    def _added_later(self) -> dict[str, list[str]]:
+        """Recorded once a run starts (`commands.declaration.check`), before any batch: read once per context."""
+        return (self.lake.store.read_json(join(self.dir, DECLARATION)) or {}).get(ADDED_LATER, {})
 
     def snapshot(self, table: str) -> DataFrame:
         """The committed rows of an output or state store, read from the Parquet files of its latest version.

@@ -28,6 +28,7 @@ from streamtable.core.schema import spark_ddl
 from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE, Table
 from streamtable.operators.windows import windows_of
 from streamtable.quality import exact
+from streamtable.runtime.batch.added_columns import refuse_aggregates_into_added_columns
 from streamtable.runtime.batch.stages import Stages
 from streamtable.runtime.batch.staging import Staging
 from streamtable.runtime.batch.summary import BatchSummary
@@ -163,6 +164,7 @@ class StagedBatch:
         those whose keys are the keys of a row of `deletes` (a key also in `rows` is kept: the upsert wins)."""
         spec = self.ctx.pipeline.output(table)
         self._same_windows(table, rows)
+        refuse_aggregates_into_added_columns(self.ctx, table, rows)
         flag = F.col(delete) if delete else F.lit(False)
         staged = rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_rs.DELETE))
         if deletes is not None:

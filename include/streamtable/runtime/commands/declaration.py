@@ -4,7 +4,8 @@ named where it is not.
 A generation's outputs were computed under one declaration. When the pipeline's file changes under a live
 generation, `check` compares the declaration now with the one recorded (`declaration.json` beside the generation):
 - a nullable column added to an output is applied (the column is added to the Delta table; its earlier rows hold
-  null), and so is an output removed (its table stays as it is);
+  null, and the generation records it: `batch.added_columns` refuses aggregating into it), and so is an output
+  removed (its table stays as it is);
 - anything else that would make the outputs wrong (an output added, which would start from nothing; a key, a type
   or a column removed; an input's keys, time column or path changed) is refused with one line naming the changes
   and the `reprocess` that applies them (`checkpoint.refuse`). The inputs the generation's query reads (its
@@ -21,13 +22,13 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import Column
+from streamtable.runtime.context import ADDED_LATER, DECLARATION
 from streamtable.runtime.query import checkpoint
 from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake
 from streamtable.storage.store import join
 
 log = logging.getLogger("streamtable")
-DECLARATION = "declaration.json"
 
 
 def shape(pipeline: Pipeline) -> dict:
@@ -86,6 +87,7 @@ def check(lake: Lake, pipeline: Pipeline, generation: int) -> None:
     state = {t.name for t in pipeline.state}
     now = shape(pipeline)
     recorded = lake.store.read_json(path)
+    later = (recorded or {}).pop(ADDED_LATER, {})  # output -> the columns added since the generation started
     if recorded == now:
         return
     if recorded is not None:
@@ -95,9 +97,10 @@ def check(lake: Lake, pipeline: Pipeline, generation: int) -> None:
         for table, columns in added.items():
             path_of = lake.state_path(pipeline.name, generation, table) if table in state else lake.table_path(table)
             _add_columns(path_of, [c for c in pipeline.output(table).columns if c.name in columns])
+            later[table] = sorted({*later.get(table, []), *columns})
         if safe:
             log.warning("%s: %s: applied", pipeline.name, "; ".join(safe))
-    lake.store.write_json(path, now)
+    lake.store.write_json(path, now | ({ADDED_LATER: later} if later else {}))
 
 
 def _check_sources(lake: Lake, pipeline: Pipeline, generation: int) -> None:

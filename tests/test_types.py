@@ -136,6 +136,28 @@ def test_declarations_render_for_arrow_and_spark_and_keys_are_checked():
         Column("c", "long")  # type: ignore[arg-type]
 
 
+def test_a_total_past_its_columns_declared_digits_fails_naming_the_table_column_and_what_to_do(tmp_path):
+    """Revenue declared DECIMAL(6, 2) reaching 10000.00: the batch failed with Arrow's bare `ArrowInvalid: Decimal
+    value does not fit in precision 6`, naming no table or column (staged rows are read back as the declared types)."""
+    import pyarrow.parquet as pq
+
+    from streamtable.core.errors import OutputTypeError
+    from streamtable.storage.delta_rs import staged_rows
+
+    staged = tmp_path / "staging" / "7" / "revenue"
+    staged.mkdir(parents=True)
+    totals = {"customer": pa.array(["a"]), "amount": pa.array([Decimal("10000.00")], pa.decimal128(38, 2))}
+    pq.write_table(pa.table(totals), staged / "part-0.parquet")
+    declared = arrow_schema((Column("customer", Type.STRING), Column("amount", Type.decimal(6, 2))))
+    with pytest.raises(OutputTypeError) as e:
+        staged_rows(str(staged), declared).read_all()
+    assert str(e.value) == (
+        "revenue: column amount (decimal128(6, 2)) cannot hold a value of this batch (Decimal value does not fit in "
+        "precision 6): declare it wider (a total of DECIMAL(p, s) is a DECIMAL(38, s)); `streamtable reprocess "
+        "PIPELINE --from-version 0` applies a changed type"
+    )
+
+
 def test_show_prints_decimals_as_strings_of_their_scale_dates_binary_and_doubles_as_numbers():
     columns = (
         Column("d", Type.decimal(5, 2)),

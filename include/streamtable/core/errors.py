@@ -62,6 +62,10 @@ class DeclarationError(PipelineDefinitionError, ValueError):
     """A table or pipeline declares something inconsistent (a key that is not a column, a stream without time)."""
 
 
+class OutputTypeError(PipelineDefinitionError, ValueError):
+    """A batch's rows hold a value an output column's declared type cannot hold (a total past its DECIMAL's digits)."""
+
+
 class UndeclaredNameError(PipelineDefinitionError, KeyError):
     """Code named an input, output, state store or metric its pipeline does not declare."""
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from streamtable.core.errors import TableReadError
+from streamtable.core.errors import OutputTypeError, TableReadError
 from streamtable.storage.lease import Lease
 from streamtable.storage.store import Store, describe, join, parquet_dataset, read_path, storage_options
 
@@ -259,9 +259,27 @@ def staged_rows(path: str, schema: pa.Schema, batch_size: int = 131_072) -> pa.R
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in dataset.to_batches(columns=schema.names, batch_size=batch_size):
-            yield batch.cast(schema)
+            try:
+                yield batch.cast(schema)
+            except pa.ArrowInvalid as e:
+                raise OutputTypeError(_misfit(path, batch, schema, e)) from None
 
     return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def _misfit(path: str, batch: pa.RecordBatch, schema: pa.Schema, error: pa.ArrowInvalid) -> str:
+    """Which staged columns hold a value their declared type cannot, and what to do (the table is `path`'s name)."""
+    misfits = []
+    for field in schema:
+        try:
+            batch.column(field.name).cast(field.type)
+        except pa.ArrowInvalid:
+            misfits.append(f"{field.name} ({field.type})")
+    return (
+        f"{path.rstrip('/').rsplit('/', 1)[-1]}: column {', '.join(misfits)} cannot hold a value of this batch "
+        f"({error}): declare it wider (a total of DECIMAL(p, s) is a DECIMAL(38, s)); `streamtable reprocess "
+        "PIPELINE --from-version 0` applies a changed type"
+    )
 
 
 def append_staged(path: str, staged: str, app_id: str, version: int, metadata: dict | None = None) -> None:

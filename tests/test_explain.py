@@ -259,3 +259,35 @@ def test_an_as_of_declaration_over_time_columns_of_two_names(tmp_path):
     ]
     found = [asof.match({"customer": "ann", "n": 1, "clicked_at": t}, tiers) for t in at]
     assert [r and r["tier"] for r in found] == ["gold", None, "platinum", "platinum"]
+
+
+def test_records_of_a_delta_table_of_another_job_are_unknown_not_a_crash(tmp_path, monkeypatch):
+    """sources.md's store pipeline with a `Records` declaration: explain --records failed with 'DeltaError: Reading
+    a table version: 0 that does not have change data enabled' (and, with the feed on, would lack `_line`); such an
+    input's records are not kept by the lake, so explain says it cannot know, as for any undeclared output."""
+    from streamtable.core import registry
+    from streamtable.runtime.observe.explain import input_records
+    from streamtable.storage.lake import Lake
+
+    (tmp_path / "store.py").write_text(
+        "from streamtable import Column, Pipeline, Records, Type, delta_table, table\n"
+        "S, L = Type.STRING, Type.LONG\n"
+        f"ORDERS = delta_table('sr_orders', path={str(tmp_path / 'orders')!r}, columns=[Column('customer', S), "
+        "Column('amount', L), Column('event_time', Type.TIMESTAMP)])\n"
+        "PIPELINE = Pipeline(name='store_rev', doc='', streams=('sr_orders',), process=print,\n"
+        "    outputs=(table('sr_revenue', [Column('customer', S), Column('amount', L)], keys=['customer']),),\n"
+        "    records=(Records('sr_revenue', 'sr_orders', lambda r: [((r['customer'],), r['amount'])]),))\n"
+    )
+    monkeypatch.setenv(registry.ENV, str(tmp_path))
+    registry.current.cache_clear()
+    try:
+        owner = registry.get_pipeline("store_rev")
+        found = input_records(Lake(tmp_path / "lake"), owner, "sr_revenue", {"customer": "ann", "amount": 13}, {})
+    finally:
+        monkeypatch.undo()
+        registry.current.cache_clear()
+    assert found == {
+        "records": "unknown",
+        "records_why": "sr_orders is a Delta table of another job, read in place: its records are not kept with their "
+        "lines, nor always in a change feed explain could read",
+    }

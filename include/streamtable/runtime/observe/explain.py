@@ -238,6 +238,13 @@ def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | No
         }
     if row is None:
         return {"records": [], "records_why": "the row does not exist"}
+    external = [t for t in (declared.stream, declared.asof and declared.asof.table) if t and _is_external(t)]
+    if external:
+        return {
+            "records": UNKNOWN,
+            "records_why": f"{external[0]} is a Delta table of another job, read in place: its records are not kept "
+            "with their lines, nor always in a change feed explain could read",
+        }
     generation = lake.generation(owner.name)
     if current.get("generation") != generation:
         return {
@@ -287,6 +294,12 @@ def _records_of(lake: Lake, declared: Records, row: dict, batches: list[dict], s
                 extra = {"adds": 0, "late": f"the window was closed at stream time {format_time(stream_time)}"}
             found.append(_record(declared.stream, batch, r, **extra))
     return found
+
+
+def _is_external(table: str) -> bool:
+    """Whether an input is a Delta table of another job (`delta_table`), not a changelog of the lake."""
+    found = registry().inputs.get(table)
+    return found is not None and found.external
 
 
 def _utc(t: datetime | None) -> datetime | None:

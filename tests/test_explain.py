@@ -291,3 +291,18 @@ def test_records_of_a_delta_table_of_another_job_are_unknown_not_a_crash(tmp_pat
         "records_why": "sr_orders is a Delta table of another job, read in place: its records are not kept with their "
         "lines, nor always in a change feed explain could read",
     }
+
+
+def test_a_group_given_as_one_bare_value_counts_and_one_of_another_length_is_refused():
+    """`lambda r: [((r["customer"]), r["amount"])]` (a bare value, the comma forgotten) and a windowed output declared
+    without `windows=` (its key has the window's start) matched no row: explain listed `"records": []`, exit 0."""
+    import pytest
+
+    from streamtable.core.errors import DeclarationError
+    from streamtable.core.records import Records
+
+    bare = Records("revenue", "orders", lambda r: [((r["customer"]), r["amount"])])
+    assert bare.adds({"customer": "ann", "amount": 2}, ("ann",)) == 2
+    hourly = Records("hourly", "orders", lambda r: [((r["customer"],), 1)])
+    with pytest.raises(DeclarationError, match=r"groups gave the key \('ann',\), but the row's key is \('ann', 10\)"):
+        hourly.adds({"customer": "ann"}, ("ann", 10))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from streamtable.core.errors import DeclarationError
 from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE  # where a changelog record was ingested
 
 
@@ -112,5 +113,17 @@ class Records:
     def adds(self, record: dict, key: tuple, matched: dict | None = None) -> int | None:
         """What `record` (with the values it matched, if `asof`) adds to the row of `key`; None: not in its group."""
         values = {v: (matched or {}).get(v) for v in self.asof.values} if self.asof else {}
-        amounts = [n for group, n in self.groups(record | values) if group == key]
+        amounts = [n for group, n in self.groups(record | values) if self._key(group, key) == key]
         return sum(amounts) if amounts else None
+
+    def _key(self, group: object, key: tuple) -> tuple:
+        """A group `groups` gave as a row key: one value alone (`(r["user"])`, a slip for `(r["user"],)`) is a
+        1-tuple; a key of another length matches no row ever, so it is refused rather than listing no records."""
+        found = group if isinstance(group, tuple) else (group,)
+        if len(found) != len(key):
+            windowed = "" if self.windows else " (a windowed output declares windows=InWindows(...), not its start)"
+            raise DeclarationError(
+                f"records of {self.output!r}: groups gave the key {found!r}, but the row's key is {key!r}: one value "
+                f"per key column{windowed}"
+            )
+        return found

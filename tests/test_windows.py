@@ -106,20 +106,28 @@ def test_counts_add_to_the_current_windows(spark):
     assert got == {0: 2, 2: 2, 4: 5} and late.count() == 0
 
 
-@pytest.mark.parametrize(
-    ("start", "end"),
-    [(4, 14), (3, 8)],  # 10 s long where these windows are 5 s; 5 s long but starting off their 2 s grid
-)
-def test_current_rows_of_other_windows_fail_the_batch_and_are_never_added_to(spark, start, end):
-    """The record at 4.5 s is in the windows that start at 0, 2 and 4 s; a current row of other windows (computed
-    before they changed) would give one of them a wrong count, or hold records none of them has."""
+def test_a_current_row_of_another_length_that_new_records_would_add_to_fails_the_batch(spark):
+    """Windows of 5 s whose output was computed with windows of 10 s: the record at 4.5 s falls in the window that
+    starts at 4 s, whose current row counts 10 s of records; adding to it would give [4 s, 9 s) a wrong count."""
     current = spark.createDataFrame(
-        [("k", at(start), at(end), 3)], "key STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT"
+        [("k", at(4), at(14), 3)], "key STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT"
     )
     changed, _ = count_in_windows(frame(spark, [4.5]), current, ["key"], W, None)
-    window = rf"window \[1970-01-01T00:00:0{start}.000Z, 1970-01-01T00:00:{end:02d}.000Z\)"
+    window = r"window \[1970-01-01T00:00:04.000Z, 1970-01-01T00:00:14.000Z\)"
     with pytest.raises(Exception, match=window + r" of the output is not one of the windows 0:00:05 long, one "):
         changed.collect()
+
+
+def test_current_rows_new_records_do_not_add_to_are_left_as_they_are_whatever_their_windows(spark):
+    """Rows of other windows (another length, off the grid, another key) that no new record adds to: an output may
+    hold windows of two definitions, each call given the rows of both."""
+    current = spark.createDataFrame(
+        [("k", at(3), at(8), 3), ("k", at(0), at(60), 9), ("j", at(4), at(14), 1), ("k", at(2), at(7), 2)],
+        "key STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT",
+    )
+    changed, _ = count_in_windows(frame(spark, [6.5]), current, ["key"], W, None)
+    got = {(r["key"], r.window_start.timestamp(), r.window_end.timestamp()): r["count"] for r in changed.collect()}
+    assert got == {("k", 2, 7): 3, ("k", 4, 9): 1, ("k", 6, 11): 1}
 
 
 def test_a_record_before_the_epoch_is_in_no_window_and_reported(spark):

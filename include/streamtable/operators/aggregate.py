@@ -42,10 +42,24 @@ def aggregate(
         stock = aggregate(current, moved, ["store", "item"], [Aggregate("quantity", F.col("delta"))])
         batch.upsert("stock", stock)
     """
+    return combined_with_current(current, records, keys, aggregates)
+
+
+def combined_with_current(
+    current: DataFrame,
+    records: DataFrame,
+    keys: Sequence[str],
+    aggregates: Sequence[Aggregate],
+    check: Callable[[DataFrame], DataFrame] = lambda rows: rows,
+) -> DataFrame:
+    """`aggregate`, `check` (a function of rows to rows) applied to the current rows it combines: those of the keys
+    in `records`."""
     keys = list(keys)
     new = records.groupBy(*keys).agg(*[a.combine(a.value).alias(a.column) for a in aggregates])
     # Null-safe: a plain-equality join would miss a null key's current row, and the key would restart from its records.
-    touched = join_on_keys(current.select(*keys, *[a.column for a in aggregates]), new.select(*keys), keys, "left_semi")
+    touched = check(join_on_keys(current, new.select(*keys), keys, "left_semi")).select(
+        *keys, *[a.column for a in aggregates]
+    )
     combined = [aggregated(a.combine(F.col(a.column)), a.column) for a in aggregates]
     return touched.unionByName(new).groupBy(*keys).agg(*combined)
 

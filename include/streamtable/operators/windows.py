@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from pyspark.sql import Column, DataFrame, functions as F
 
 from streamtable.core.errors import OperatorArgumentError
-from streamtable.operators.aggregate import Aggregate, aggregate
+from streamtable.operators.aggregate import Aggregate, combined_with_current
 
 ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"  # the contract's JSON time format (the session time zone is UTC)
 DEFINITION = "streamtable.windows"  # a start column's metadata in aggregated rows: the windows or sessions behind them
@@ -115,13 +115,11 @@ class Windows:
         return f"windows {self.size} long, one every {self.advance}"
 
     def own(self, current: DataFrame) -> DataFrame:
-        """`current`, failing the batch at a row that is not one of these windows (`size` long, starting at a
-        multiple of `advance`): it was computed with other windows, and adding records to it would mix the two."""
+        """`current` rows that new records add to (their start is one of these windows'), failing the batch at one
+        that is not `size` long: it was computed with other windows, and adding records to it would mix the two."""
         if "window_end" not in current.columns:
             return current
-        other = (F.col("window_end") != F.col("window_start") + interval(self.size)) | (
-            F.unix_micros("window_start") % F.lit(micros(self.advance)) != 0
-        )
+        other = F.col("window_end") != F.col("window_start") + interval(self.size)
         reason = F.concat(
             F.lit("window "),
             span("window_start", "window_end", ")"),
@@ -162,9 +160,9 @@ def aggregate_in_windows(
     in no window). The late records have `Batch.late`'s columns: `table` (the `table` argument: name the input),
     `raw` (the `raw` column, else the record's columns as JSON text, without `_` bookkeeping columns: select
     what a reader of `late_events` needs before calling), `reason` and `event_time`. `time` names the records'
-    event-time column (an input's `time_column`, `event_time` by default). A current row that is not one of
-    `windows` (computed before they changed) fails the batch instead of taking records. A sum and a reduce per
-    customer and hour:
+    event-time column (an input's `time_column`, `event_time` by default). A current row that new records would
+    add to but that is not `windows.size` long (computed before the windows changed) fails the batch. A sum and a
+    reduce per customer and hour:
 
         hourly, late = aggregate_in_windows(
             orders, batch.current("hourly_amounts"), ["customer"], HOURS,
@@ -175,12 +173,12 @@ def aggregate_in_windows(
         batch.late(late)
     """
     has_time("aggregate_in_windows", records, time)
-    current = windows.own(current)
     tagged = records.withColumn("_raw", raw if raw is not None else record_json(records)).withColumn(
         "_record", F.monotonically_increasing_id()
     )
     assigned = windows.assign(tagged, time).withColumn("_closed", windows.closed(stream_time))
-    changed = aggregate(current, assigned.where(~F.col("_closed")), [*keys, "window_start"], aggregates).select(
+    opened = assigned.where(~F.col("_closed"))
+    changed = combined_with_current(current, opened, [*keys, "window_start"], aggregates, windows.own).select(
         *keys,
         F.col("window_start").alias("window_start", metadata={DEFINITION: windows.described}),
         (F.col("window_start") + interval(windows.size)).alias("window_end"),

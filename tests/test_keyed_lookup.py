@@ -75,6 +75,14 @@ def test_current_of_keys_needs_a_keyed_table(ctx, spark):
         ctx.rows_of_keys(LOG.name, spark.createDataFrame([("a",)], "store STRING"))
 
 
+def test_current_of_keys_names_the_keys_its_rows_lack(ctx, spark):
+    """A newcomer's `batch.current(windowed, keys_of=records)`: the records lack `window_start`, Spark would say only
+    that it cannot resolve the column."""
+    lacking = r"keys_of has no item, of the keys of totals \(store, item\): pass"
+    with pytest.raises(OperatorArgumentError, match=lacking):
+        ctx.rows_of_keys(TOTALS.name, spark.createDataFrame([("a",)], "store STRING"))
+
+
 def test_current_of_keys_of_an_empty_table_is_empty(ctx, spark, monkeypatch):
     monkeypatch.setattr(context, "LOOKUP_MIN_ROWS", 0)
     write_deltalake(ctx.path(TOTALS.name), pa.Table.from_pylist([], arrow_schema(TOTALS.columns)), mode="overwrite")

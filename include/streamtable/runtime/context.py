@@ -108,6 +108,12 @@ class RunContext:
         spec = self.pipeline.output(table)
         if not spec.keys:
             raise OperatorArgumentError(f"{table} declares no keys to look rows up by")
+        missing = [k for k in spec.keys if k not in keys_of.columns]
+        if missing:
+            raise OperatorArgumentError(
+                f"keys_of has no {', '.join(missing)}, of the keys of {table} ({', '.join(spec.keys)}): pass rows "
+                f"that have every key (a windowed output's: the windows' rows), or read {table} whole without keys_of"
+            )
         probe = keys_of.select(*spec.keys)
         delta = delta_rs.open_table(self.path(table))
         if delta is not None and not _has_deletion_vectors(delta):

@@ -28,7 +28,7 @@ BATCHES_SCHEMA = pa.schema(  # a generation's committed batches (`summary.commit
         ("input_versions", pa.map_(pa.string(), pa.int64())),
         ("metrics", pa.map_(pa.string(), pa.int64())),  # the whole-number ones (what earlier releases read)
         ("metric_values", pa.map_(pa.string(), pa.string())),  # every metric, as exact text (none in earlier rows)
-        ("windows", pa.map_(pa.string(), pa.string())),  # per output, the `Windows` that aggregated its rows
+        ("windows", pa.map_(pa.string(), pa.string())),  # per output, the windows that made its rows (`changed_code`)
     ]
 )
 
@@ -52,7 +52,8 @@ def row_metrics(row: dict) -> dict[str, exact.Number]:
 
 
 def recorded_windows(batches: Iterable[Mapping]) -> dict[str, str]:
-    """Per output, the `Windows` (as `Windows.described`) that the newest of these batches to aggregate it used."""
+    """Per output, what made its rows (windows, sessions or a join window, as `described`) in the newest of these
+    batches that wrote rows of windows to it."""
     recorded: dict[str, str] = {}
     for batch in sorted(batches, key=lambda b: b["batch_id"]):
         recorded |= dict(batch.get("windows") or ())

@@ -21,14 +21,13 @@ from functools import reduce
 
 from pyspark.sql import DataFrame, functions as F
 
-from streamtable.core.errors import DeclarationChangedError, PipelineCodeError, StreamtableError, UndeclaredNameError
+from streamtable.core.errors import PipelineCodeError, StreamtableError, UndeclaredNameError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.schema import spark_ddl
 from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE, Table
-from streamtable.operators.windows import windows_of
 from streamtable.quality import exact
-from streamtable.runtime.batch.added_columns import refuse_aggregates_into_added_columns
+from streamtable.runtime.batch.changed_code import refuse_aggregates_into_added_columns, same_windows
 from streamtable.runtime.batch.stages import Stages
 from streamtable.runtime.batch.staging import Staging
 from streamtable.runtime.batch.summary import BatchSummary
@@ -66,7 +65,8 @@ class StagedBatch:
         self._staging = Staging(ctx, batch_id)
         self._late: list[DataFrame] = []
         self._metrics: dict[str, exact.Number] = {}
-        self._windows: dict[str, str] = {}  # output -> the `Windows` that aggregated the rows staged for it
+        self._windows: dict[str, str] = {}  # output -> the windows that made the rows staged for it (`changed_code`)
+        self._committed_windows = recorded_windows(self._committed)  # ... and the rows the batches before it committed
         self._lookups: dict[str, keyed.Lookup] = {}  # table -> the rows `current(table, keys_of)` looked up by key
         # Delta tables of other jobs read whole (`table`) -> (their records that break the input's rules, version)
         self._skipped: dict[str, tuple[DataFrame, int]] = {}
@@ -163,30 +163,15 @@ class StagedBatch:
         """Stage rows that replace the rows with the same keys; remove the rows where column `delete` is true, and
         those whose keys are the keys of a row of `deletes` (a key also in `rows` is kept: the upsert wins)."""
         spec = self.ctx.pipeline.output(table)
-        self._same_windows(table, rows)
+        windows = same_windows(self.ctx, table, rows, self._committed_windows)
+        if windows is not None:
+            self._windows[table] = windows
         refuse_aggregates_into_added_columns(self.ctx, table, rows)
         flag = F.col(delete) if delete else F.lit(False)
         staged = rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_rs.DELETE))
         if deletes is not None:
             staged = staged.unionByName(_tombstones(spec, deletes.join(rows, list(spec.keys), "left_anti")))
         self._staging.stage(table, "upsert", staged)
-
-    def _same_windows(self, table: str, rows: DataFrame) -> None:
-        """Note the windows, sessions or join window that made `rows` (`operators.windows.windows_of`), refusing others
-        than those of the table's committed rows: a window the old ones did not have would start without the records
-        before it, a session would join records under another gap, a join store would hold records another join
-        window let go."""
-        now = windows_of(rows)
-        if now is None:
-            return
-        before = recorded_windows(self._committed).get(table)
-        if before is not None and before != now:
-            name = self.ctx.pipeline.name
-            raise DeclarationChangedError(
-                f"{name}: {table} was computed with {before}, and process now computes it with {now}: "
-                f"`streamtable reprocess {name} --from-version 0` rebuilds it with the new ones"
-            )
-        self._windows[table] = now
 
     def append(self, table: str, rows: DataFrame) -> None:
         """Stage rows appended to a stream output."""

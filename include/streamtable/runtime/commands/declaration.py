@@ -4,7 +4,7 @@ named where it is not.
 A generation's outputs were computed under one declaration. When the pipeline's file changes under a live
 generation, `check` compares the declaration now with the one recorded (`declaration.json` beside the generation):
 - a nullable column added to an output is applied (the column is added to the Delta table; its earlier rows hold
-  null, and the generation records it: `batch.added_columns` refuses aggregating into it), and so is an output
+  null, and the generation records it: `batch.changed_code` refuses aggregating into it), and so is an output
   removed (its table stays as it is);
 - anything else that would make the outputs wrong (an output added, which would start from nothing; a key, a type
   or a column removed; an input's keys, time column or path changed) is refused with one line naming the changes

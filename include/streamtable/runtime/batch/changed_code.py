@@ -1,0 +1,53 @@
+"""Rows that `process` made differently from an output's committed rows are refused at `Batch.upsert`, naming the
+reprocess that rebuilds the output: the change lives in the pipeline's code, where the declaration check cannot see it.
+
+- **Other windows.** `aggregate_in_windows`, `aggregate_sessions`, `join_within` and `outer_join_within` mark the rows
+  they return with what made them (`operators.windows.windows_of`), and each committed batch records it per output
+  (`runtime.committed.recorded_windows`). Rows of other windows are refused: a window the old ones did not have
+  would start without the records before it, a session would join records under another gap, a join store would
+  hold records another join window let go.
+- **An aggregate into a column added later.** `streamtable run` applies a nullable column added to an output
+  (`commands.declaration`): its earlier rows hold null in it, and the generation records it. A plain value is right
+  in the rows the next batches write; an aggregate is not: `aggregate`, `add_to_totals`, windows, sessions and
+  `aggregate_table` combine a key's committed value with its new records, so a row updated after the change would
+  hold only its later records' part (an hour of 3 orders with the `amount` of the third alone). Their columns are
+  marked `AGGREGATED`, and rows that aggregate into such a column are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import DataFrame
+
+from streamtable.core.errors import DeclarationChangedError
+from streamtable.core.tables import AGGREGATED
+from streamtable.operators.windows import windows_of
+from streamtable.runtime.context import RunContext
+
+
+def same_windows(ctx: RunContext, table: str, rows: DataFrame, recorded: Mapping[str, str]) -> str | None:
+    """What made `rows` (None: no windows), refused when it is not what made `table`'s committed rows (`recorded`:
+    output -> what made its rows, of the generation's committed batches)."""
+    now = windows_of(rows)
+    before = recorded.get(table)
+    if now is not None and before is not None and before != now:
+        name = ctx.pipeline.name
+        raise DeclarationChangedError(
+            f"{name}: {table} was computed with {before}, and process now computes it with {now}: "
+            f"`streamtable reprocess {name} --from-version 0` rebuilds it with the new ones"
+        )
+    return now
+
+
+def refuse_aggregates_into_added_columns(ctx: RunContext, table: str, rows: DataFrame) -> None:
+    """Fail when `rows`, to upsert into `table`, aggregate into a column the output gained after its first rows."""
+    marked = [f.name for f in rows.schema.fields if f.metadata.get(AGGREGATED)]
+    columns = [c for c in marked if c in ctx.added_later(table)] if marked else []
+    if columns:
+        name = ctx.pipeline.name
+        raise DeclarationChangedError(
+            f"{name}: {table}'s column(s) {', '.join(columns)} were added after its rows were computed, and process "
+            "aggregates into them: a row updated now would hold only its later records' part; "
+            f"`streamtable reprocess {name} --from-version 0` rebuilds {table} with them"
+        )

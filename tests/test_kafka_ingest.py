@@ -174,6 +174,39 @@ def test_a_tombstone_deletes_its_key_on_a_keyed_input(kafka_bootstrap, lake, tmp
     ]
 
 
+def test_a_transactional_producers_topic_copies_its_committed_records_only(kafka_bootstrap, lake, capsys):
+    """A topic written with exactly-once producers (Kafka Streams' `exactly_once_v2`): aborted records are never
+    copied, transaction markers take offsets, and a bounded copy stops at an open transaction (the last stable
+    offset) instead of waiting for it; the next copy takes the records once it commits."""
+    topic = new_topic()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-writer"})
+    producer.init_transactions(30)
+
+    def transaction(first: int, last: int, commit: bool = True) -> None:
+        producer.begin_transaction()
+        for i in range(first, last):
+            producer.produce(topic, json.dumps(clicks(i)), partition=0)
+        assert producer.flush(30) == 0  # in the log before the marker: an aborted record takes its offsets
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+
+    transaction(0, 3)
+    transaction(10, 12, commit=False)
+    transaction(3, 5)
+    producer.begin_transaction()  # left open while the copy runs
+    for i in (20, 21):
+        producer.produce(topic, json.dumps(clicks(i)), partition=0)
+    assert producer.flush(30) == 0
+
+    code, printed, _ = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)
+    # offsets 0-2, marker 3, aborted 4-5, marker 6, 7-8, marker 9; the open transaction's records are 10 and 11
+    assert (code, printed[0]["appended"], printed[0]["offsets"]["0"]) == (0, 5, 10)
+    producer.commit_transaction(30)
+    code, printed, _ = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)
+    assert (code, printed[0]["appended"], printed[0]["offsets"]["0"]) == (0, 2, 13)
+    assert sorted(r["clicks"] for r in rows(lake, "user_clicks")) == [0, 1, 2, 3, 4, 20, 21]
+    assert rows(lake, "quarantine") == []
+
+
 def test_a_topic_that_does_not_exist_is_one_line_and_is_not_created(kafka_bootstrap, lake, capsys, monkeypatch):
     topic = new_topic()
     code, printed, err = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)

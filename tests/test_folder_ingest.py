@@ -92,6 +92,8 @@ def landing(tmp_path: Path) -> Path:
     )
     clicks_parquet(folder / "3-third.parquet", CLICKS[4:])
     (folder / "README.txt").write_text("clicks land here\n")
+    (folder / "4-spark-output").mkdir()  # a Spark job's output folder: its part files are not taken
+    write_jsonl(folder / "4-spark-output" / "part-00000.json", [CLICKS[0] | {"user": "spark"}])
     return folder
 
 
@@ -108,7 +110,11 @@ def test_a_folder_gives_the_rows_its_records_give_as_json_lines_and_a_second_run
         ("3-third.parquet", 2, 0, False),
     ]
     assert [r["version"] for r in reports(out)] == [0, 1, 2]
-    assert err == "streamtable: skipped README.txt: not a .jsonl, .json, .csv or .parquet file\n"
+    assert err.splitlines() == [
+        "streamtable: skipped 4-spark-output/: a folder (only the files directly in "
+        f"{folder} are ingested; `streamtable ingest user_clicks {folder / '4-spark-output'}` takes its files)",
+        "streamtable: skipped README.txt: not a .jsonl, .json, .csv or .parquet file",
+    ]
     as_json_lines = Lake(tmp_path / "json_lake")
     ingest(as_json_lines, "user_clicks", CLICKS)
     assert rows(lake, "user_clicks") == rows(as_json_lines, "user_clicks")
@@ -355,6 +361,7 @@ def test_parquet_types_widen_only_losslessly(found, declared, fits):
 def test_follow_takes_new_files_leaves_a_growing_one_for_later_and_exits_0_on_sigterm(lake, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
+    (folder / "out").mkdir()  # named once, not at every pass
     write_jsonl(folder / "a.jsonl", CLICKS[:1])
     argv = [CLI, "ingest", "user_clicks", str(folder), "--follow", "--poll-interval", "0.2", "--lake", str(lake.root)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -381,7 +388,7 @@ def test_follow_takes_new_files_leaves_a_growing_one_for_later_and_exits_0_on_si
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
         rest, err = proc.communicate(timeout=60)
-    assert (proc.returncode, rest, err) == (0, "", "")
+    assert (proc.returncode, rest, err.count("\n"), err.split(":")[:2]) == (0, "", 1, ["streamtable", " skipped out/"])
     assert len(rows(lake, "user_clicks")) == 22
 
 

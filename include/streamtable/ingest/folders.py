@@ -1,10 +1,10 @@
 """`streamtable ingest TABLE DIR [--follow]`: every file of a landing folder into an input changelog, each once.
 
 Files. The files directly in DIR, in name order: JSON lines (`.jsonl`, `.json`), CSV (`.csv`) and Parquet
-(`.parquet`); any other file is skipped and named on stderr. Each file is one ingest of `files.ingest_stream`,
-with the single-file machinery as it is: its id is the SHA-256 of its bytes (a file TABLE took before, under any
-name, is a duplicate), its good records are one commit, its bad ones go to `quarantine` with the file's name as
-`source`, and a killed ingest is finished once by its retry.
+(`.parquet`); any other file, and any folder in DIR, is skipped and named on stderr. Each file is one ingest of
+`files.ingest_stream`, with the single-file machinery as it is: its id is the SHA-256 of its bytes (a file TABLE took
+before, under any name, is a duplicate), its good records are one commit, its bad ones go to `quarantine` with the
+file's name as `source`, and a killed ingest is finished once by its retry.
 
 CSV and Parquet go through the same JSON typing as JSON lines: each record is turned into the JSON text of an
 object, fed to `ingest_stream` as one line per record, so `record_parser.parse_record` types it and quarantine's
@@ -128,6 +128,7 @@ class _Watcher:
         self.report, self.warn, self.outcome = report, warn, outcome
         self.seen: dict[str, tuple[int, int]] = {}  # name -> (size, mtime) at the previous pass
         self.handled: dict[str, tuple[int, int]] = {}  # name -> (size, mtime) when it was ingested, skipped or refused
+        self.folders_named: set[str] = set()
 
     def one_pass(self, settled_only: bool, stopping: threading.Event | None = None) -> None:
         current: dict[str, tuple[int, int]] = {}
@@ -135,6 +136,9 @@ class _Watcher:
             if stopping is not None and stopping.is_set():
                 break
             try:
+                if path.is_dir():
+                    self.name_folder(path)
+                    continue
                 if not path.is_file():
                     continue
                 stat = path.stat()
@@ -151,6 +155,16 @@ class _Watcher:
                 continue
             self.handled[path.name] = state
         self.seen = current
+
+    def name_folder(self, path: Path) -> None:
+        """Say once that a folder in the folder is not read (a Spark job's output, say): its files are not lost
+        without a word."""
+        if path.name not in self.folders_named:
+            self.folders_named.add(path.name)
+            self.warn(
+                f"streamtable: skipped {path.name}/: a folder (only the files directly in {self.root} are ingested; "
+                f"`streamtable ingest {self.table.name} {path}` takes its files)"
+            )
 
     def handle(self, path: Path) -> None:
         kind = KINDS.get(path.suffix.lower())

@@ -4,11 +4,19 @@ before any Spark work; a reprocess then applies it."""
 
 from __future__ import annotations
 
+import json
+from datetime import timedelta
+from types import SimpleNamespace
+
 import pytest
 
 from helpers import pipelines_folder
 from streamtable.core import registry
 from streamtable.core.errors import DeclarationChangedError
+from streamtable.operators.session_windows import SessionWindows
+from streamtable.operators.stream_join import JoinWindow
+from streamtable.operators.windows import DEFINITION, definition
+from streamtable.runtime.batch.changed_code import same_windows
 from streamtable.runtime.commands.declaration import differences
 
 PIPELINE = """
@@ -128,7 +136,9 @@ def per_user(name: str, input_name: str, output: str, period: str, count: str) -
 WINDOWED = (
     HEAD
     + """CLICKS = changelog("window_clicks", [Column("user", S), Column("event_time", TS)])
-WINDOWS = Windows(size=timedelta(minutes={size}), advance=timedelta(minutes={advance}), grace=timedelta(minutes=10))
+WINDOWS = Windows(
+    size=timedelta(minutes={size}), advance=timedelta(minutes={advance}), grace=timedelta(minutes={grace})
+)
 
 
 def process(batch):
@@ -200,7 +210,7 @@ def test_windows_changed_under_a_live_output_are_refused_instead_of_mixed_into_i
         streamtable_driver,
         tmp_path,
         "windowed",
-        (WINDOWED.format(size=60, advance=60), WINDOWED.format(size=size, advance=advance)),
+        (WINDOWED.format(size=60, advance=60, grace=10), WINDOWED.format(size=size, advance=advance, grace=10)),
         ({"window_clicks": clicks}, {"window_clicks": [{"user": "a", "event_time": "2026-03-01T10:15:00Z"}]}),
         message,
     )
@@ -211,6 +221,49 @@ def test_windows_changed_under_a_live_output_are_refused_instead_of_mixed_into_i
     ]
     assert starts == rebuilt
     driver.run()  # the new windows are the rebuilt output's
+
+
+def test_a_longer_grace_under_a_live_output_is_refused_and_a_shorter_one_applied(streamtable_driver, tmp_path):
+    """Hours with 10 minutes' grace closed 10:00's hour at stream time 11:30; an hour's grace would open it again,
+    and a click at 10:45 counted in a row already final (a click of it reported late before), exit 0. A longer
+    grace is refused; a shorter one closes windows sooner, never opens one, and is applied."""
+    clicks = [{"user": "a", "event_time": f"2026-03-01T{t}:00Z"} for t in ("10:05", "11:30")]
+    message = (
+        r"windowed: window_counts was computed with windows 1:00:00 long, one every 1:00:00 and grace 0:10:00, and "
+        r"process now gives them a longer grace, 1:00:00: windows closed under the shorter one would take records "
+        r"again; `streamtable reprocess windowed --from-version 0` rebuilds it with the new grace"
+    )
+    late = {"window_clicks": [{"user": "a", "event_time": "2026-03-01T10:45:00Z"}]}
+    driver = refused_when_changed(
+        streamtable_driver,
+        tmp_path,
+        "windowed",
+        (WINDOWED.format(size=60, advance=60, grace=10), WINDOWED.format(size=60, advance=60, grace=60)),
+        ({"window_clicks": clicks}, late),
+        message,
+    )
+    pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=60, advance=60, grace=5))
+    driver.run()
+    assert [(r["window_start"].hour, r["count"]) for r in driver.output("window_counts")] == [(10, 1), (11, 1)]
+    assert [json.loads(e["raw"])["event_time"][11:16] for e in driver.late_events()] == ["10:45"]
+
+
+def test_a_grace_is_compared_with_the_one_recorded_and_none_recorded_by_an_earlier_release_is_no_change():
+    """Sessions and join windows carry their grace as windows do: a longer one is refused, a shorter one applied, and
+    a batch of a release that recorded no grace (the windows alone) takes any."""
+    ctx = SimpleNamespace(pipeline=SimpleNamespace(name="p"))
+
+    def rows(made: str) -> SimpleNamespace:
+        return SimpleNamespace(schema=SimpleNamespace(fields=[SimpleNamespace(metadata={DEFINITION: made})]))
+
+    hour, five, ten = timedelta(hours=1), timedelta(minutes=5), timedelta(minutes=10)
+    pairs = [(SessionWindows(hour, five), SessionWindows(hour, ten)), (JoinWindow(hour, five), JoinWindow(hour, ten))]
+    for shorter, longer in pairs:
+        short, long = definition(shorter.described, shorter.grace), definition(longer.described, longer.grace)
+        assert same_windows(ctx, "t", rows(short), {"t": long}) == short
+        assert same_windows(ctx, "t", rows(long), {"t": longer.described}) == long
+        with pytest.raises(DeclarationChangedError, match=r"grace 0:05:00, and process now gives them a longer grace"):
+            same_windows(ctx, "t", rows(long), {"t": short})
 
 
 def test_a_session_gap_changed_under_a_live_output_is_refused(streamtable_driver, tmp_path):
@@ -290,7 +343,7 @@ def test_an_aggregate_into_a_column_added_under_a_live_output_is_refused(streamt
     """A nullable column added to an output is applied, its earlier rows null in it; `last`, a max computed by
     aggregate_in_windows, then got only the later records' part (an hour of 3 clicks whose `last` was the third's,
     exit 0). A batch that aggregates into a column added later is refused; a reprocess rebuilds it."""
-    hourly = WINDOWED.format(size=60, advance=60)
+    hourly = WINDOWED.format(size=60, advance=60, grace=10)
     last = hourly.replace(
         'count_in_windows(clicks, batch.current("window_counts"), ["user"], WINDOWS, batch.stream_time)',
         'aggregate_in_windows(clicks, batch.current("window_counts"), ["user"], WINDOWS, '

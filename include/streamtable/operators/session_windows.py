@@ -19,6 +19,7 @@ from streamtable.operators.aggregate import Aggregate, aggregated
 from streamtable.operators.windows import (
     DEFINITION,
     as_late,
+    definition,
     has_time,
     interval,
     not_negative,
@@ -134,7 +135,8 @@ def aggregate_sessions(
         *[aggregated(a.combine(F.col(a.column)), a.column) for a in aggregates],
     )
     deletes = changed.where(~F.col("_new") & (F.col(START) != F.col("_merged_start")))
-    start = F.col(START).alias(START, metadata={DEFINITION: sessions.described})  # (for `Batch.upsert` to record)
+    # (for `Batch.upsert` to record)
+    start = F.col(START).alias(START, metadata={DEFINITION: definition(sessions.described, sessions.grace)})
     return SessionChanges(upserts.select(*keys, start, END, *values), deletes.select(*keys, START, END, *values), late)
 
 

@@ -23,7 +23,15 @@ from streamtable.core.errors import OperatorArgumentError
 from streamtable.core.tables import JOIN_STORE_COLUMNS
 from streamtable.core.timefmt import format_time
 from streamtable.operators.table_join import RETRACT
-from streamtable.operators.windows import DEFINITION, as_late, has_time, interval, not_negative, record_json
+from streamtable.operators.windows import (
+    DEFINITION,
+    as_late,
+    definition,
+    has_time,
+    interval,
+    not_negative,
+    record_json,
+)
 
 LEFT, RIGHT = "left", "right"
 STORE_COLUMNS = [c.name for c in JOIN_STORE_COLUMNS]  # the last is `matched`
@@ -52,7 +60,7 @@ class JoinWindow:
 
     def marked(self, store_rows: DataFrame) -> DataFrame:
         """Join store rows marked with this window, for `Batch.upsert` to record (`operators.windows.windows_of`)."""
-        return store_rows.withMetadata("event_time", {DEFINITION: self.described})
+        return store_rows.withMetadata("event_time", {DEFINITION: definition(self.described, self.grace)})
 
     @property
     def within_us(self) -> int:

@@ -13,6 +13,7 @@ from streamtable.operators.aggregate import Aggregate, combined_with_current
 
 ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"  # the contract's JSON time format (the session time zone is UTC)
 DEFINITION = "streamtable.windows"  # a start column's metadata in aggregated rows: the windows or sessions behind them
+GRACE = "; grace "  # in a DEFINITION, before the grace in microseconds (none in one of an earlier release)
 
 
 def micros(d: timedelta) -> int:
@@ -49,6 +50,18 @@ def as_late(records: DataFrame, table: str, reason: Column, time: str = "event_t
     return records.select(
         F.lit(table).alias("table"), F.col("_raw").alias("raw"), reason.alias("reason"), F.col(time).alias("event_time")
     )
+
+
+def definition(described: str, grace: timedelta) -> str:
+    """What made aggregated rows, as their metadata and each committed batch record it: the windows, sessions or join
+    window (`described`) and their grace (`definition_parts` reads it back)."""
+    return f"{described}{GRACE}{micros(grace)}"
+
+
+def definition_parts(recorded: str) -> tuple[str, timedelta | None]:
+    """A `definition`'s windows and grace (None: recorded by a release before the grace was)."""
+    described, _, grace = recorded.partition(GRACE)
+    return described, timedelta(microseconds=int(grace)) if grace else None
 
 
 def has_time(operator: str, records: DataFrame, time: str) -> None:
@@ -135,8 +148,8 @@ class Windows:
 
 
 def windows_of(rows: DataFrame) -> str | None:
-    """The windows or sessions (as `described`) that aggregated `rows`, when they came from `aggregate_in_windows`
-    or `aggregate_sessions`."""
+    """The windows, sessions or join window that made `rows` (a `definition`), when they came from
+    `aggregate_in_windows`, `aggregate_sessions` or a join store of `join_within`."""
     return next((f.metadata[DEFINITION] for f in rows.schema.fields if DEFINITION in f.metadata), None)
 
 
@@ -180,7 +193,9 @@ def aggregate_in_windows(
     opened = assigned.where(~F.col("_closed"))
     changed = combined_with_current(current, opened, [*keys, "window_start"], aggregates, windows.own).select(
         *keys,
-        F.col("window_start").alias("window_start", metadata={DEFINITION: windows.described}),
+        F.col("window_start").alias(
+            "window_start", metadata={DEFINITION: definition(windows.described, windows.grace)}
+        ),
         (F.col("window_start") + interval(windows.size)).alias("window_end"),
         *[a.column for a in aggregates],
     )

@@ -5,7 +5,9 @@ reprocess that rebuilds the output: the change lives in the pipeline's code, whe
   they return with what made them (`operators.windows.windows_of`), and each committed batch records it per output
   (`runtime.committed.recorded_windows`). Rows of other windows are refused: a window the old ones did not have
   would start without the records before it, a session would join records under another gap, a join store would
-  hold records another join window let go.
+  hold records another join window let go. So is a longer grace: a window, session or join record closed under the
+  shorter one (its row final, its late records reported) would take records again. A shorter grace only closes them
+  sooner, and is applied.
 - **An aggregate into a column added later.** `streamtable run` applies a nullable column added to an output
   (`commands.declaration`): its earlier rows hold null in it, and the generation records it. A plain value is right
   in the rows the next batches write; an aggregate is not: `aggregate`, `add_to_totals`, windows, sessions and
@@ -22,20 +24,28 @@ from pyspark.sql import DataFrame
 
 from streamtable.core.errors import DeclarationChangedError
 from streamtable.core.tables import AGGREGATED
-from streamtable.operators.windows import windows_of
+from streamtable.operators.windows import definition_parts, windows_of
 from streamtable.runtime.context import RunContext
 
 
 def same_windows(ctx: RunContext, table: str, rows: DataFrame, recorded: Mapping[str, str]) -> str | None:
     """What made `rows` (None: no windows), refused when it is not what made `table`'s committed rows (`recorded`:
-    output -> what made its rows, of the generation's committed batches)."""
+    output -> what made its rows, of the generation's committed batches) or has a longer grace."""
     now = windows_of(rows)
     before = recorded.get(table)
-    if now is not None and before is not None and before != now:
-        name = ctx.pipeline.name
+    if now is None or before is None:
+        return now
+    (was, old_grace), (made, grace) = definition_parts(before), definition_parts(now)
+    name = ctx.pipeline.name
+    fix = f"`streamtable reprocess {name} --from-version 0` rebuilds it with the new"
+    if was != made:
         raise DeclarationChangedError(
-            f"{name}: {table} was computed with {before}, and process now computes it with {now}: "
-            f"`streamtable reprocess {name} --from-version 0` rebuilds it with the new ones"
+            f"{name}: {table} was computed with {was}, and process now computes it with {made}: {fix} ones"
+        )
+    if old_grace is not None and grace is not None and grace > old_grace:
+        raise DeclarationChangedError(
+            f"{name}: {table} was computed with {was} and grace {old_grace}, and process now gives them a longer "
+            f"grace, {grace}: windows closed under the shorter one would take records again; {fix} grace"
         )
     return now
 

@@ -4,17 +4,22 @@ by `paid_at`, and windows close against it (issue 36: every run failed with UNRE
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import write_deltalake
 
 from helpers import pipelines_folder
 from streamtable import Column, Type, changelog
 from streamtable.core.errors import DeclarationError
+from streamtable.core.registry import get_input
+from streamtable.core.schema import arrow_schema
 from streamtable.ingest.folders import ingest_folder
+from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES
 
 PIPELINE = '''
 """Payments per customer, and per customer and hour (windows of paid_at, 10 minutes' grace)."""
@@ -100,3 +105,32 @@ def test_a_nullable_time_column_is_refused_where_it_is_declared():
     with pytest.raises(DeclarationError, match="time column 'seen_at' may not be nullable=True: a record without"):
         changelog("views", columns, time_column="seen_at")
     changelog("views", [columns[0], Column("seen_at", Type.TIMESTAMP)], time_column="seen_at")
+
+
+def test_records_without_their_time_ingested_by_an_earlier_release_go_to_quarantine_at_read(
+    streamtable_driver, tmp_path
+):
+    """Before the time column was required, a record without it was ingested; read now, it was counted in `paid` and
+    fell into no hour (nor late_events), exit 0. A run quarantines it, once, as ingest now would."""
+    driver = streamtable_driver("payments", pipelines=pipelines_folder(tmp_path, "payments", PIPELINE))
+    columns = arrow_schema(get_input("payments").stored_columns)
+    earlier = columns.set(columns.get_field_index("paid_at"), columns.field("paid_at").with_nullable(True))
+    paid = [("ann", "1.00", "2026-03-01T10:05:00+00:00"), ("bob", "2.00", None)]
+    rows = [
+        {"customer": c, "amount": Decimal(a), "paid_at": t and datetime.fromisoformat(t), "_line": i}
+        for i, (c, a, t) in enumerate(paid)
+    ]
+    write_deltalake(
+        driver.lake.table_path("payments"), pa.Table.from_pylist(rows, earlier), configuration=INPUT_TABLE_PROPERTIES
+    )
+    driver.pipe("payments", [{"customer": "bob", "amount": "3.00", "paid_at": "2026-03-01T10:15:00Z"}])
+    driver.run()
+    assert driver.output("paid") == [
+        {"customer": "ann", "amount": Decimal("1.00")},
+        {"customer": "bob", "amount": Decimal("3.00")},
+    ]
+    assert [(r["customer"], r["count"]) for r in driver.output("paid_hourly")] == [("ann", 1), ("bob", 1)]
+    [bad] = driver.quarantine()
+    assert (bad["table"], bad["reason"], json.loads(bad["raw"])["customer"]) == ("payments", "paid_at is null", "bob")
+    driver.reprocess(0)  # read again: quarantined once
+    assert len(driver.quarantine()) == 1 and driver.output("paid")[1]["amount"] == Decimal("3.00")

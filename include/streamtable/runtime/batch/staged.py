@@ -15,6 +15,7 @@ import inspect
 import logging
 import re
 import traceback
+from collections.abc import Collection
 from datetime import datetime
 from decimal import Decimal
 from functools import reduce
@@ -50,6 +51,7 @@ class StagedBatch:
         wall_clock: datetime,
         newest: datetime | None,
         versions: dict[str, int],
+        skipping: Collection[str] = (),
     ):
         self.ctx = ctx
         self.versions = versions  # input -> the newest version this run consumes
@@ -70,6 +72,7 @@ class StagedBatch:
         self._lookups: dict[str, keyed.Lookup] = {}  # table -> the rows `current(table, keys_of)` looked up by key
         # Delta tables of other jobs read whole (`table`) -> (their records that break the input's rules, version)
         self._skipped: dict[str, tuple[DataFrame, int]] = {}
+        self._skipping = skipping  # inputs some of whose records in this batch are skipped (`_reason`), to quarantine
 
     def new(self, input_name: str) -> DataFrame:
         """The records of a stream input that arrived since the last run, with `_commit_version` and `_line`."""
@@ -77,8 +80,8 @@ class StagedBatch:
             raise UndeclaredNameError(f"{input_name} is not a stream input of {self.ctx.pipeline.name}")
         columns = [c.name for c in get_input(input_name).stored_columns] + [COMMIT_VERSION]
         records = self._records.where(F.col(SOURCE) == input_name)
-        if input_name in self.ctx.external:  # a Delta table of another job: its records that break its rules
-            records = records.where(F.col(other_jobs.REASON).isNull())
+        if other_jobs.REASON in records.columns:  # a Delta table of another job's that break its rules, or a
+            records = records.where(F.col(other_jobs.REASON).isNull())  # changelog's without their time
         return records.select(*columns)
 
     def table(self, input_name: str) -> DataFrame:
@@ -216,15 +219,19 @@ class StagedBatch:
         )
 
     def _stage_quarantined(self, stages: Stages) -> None:
-        """Stage the records of Delta tables of other jobs that break their input's rules, for `quarantine`.
+        """Stage the records of Delta tables of other jobs that break their input's rules, and of changelogs that lack
+        their time (ingested by an earlier release), for `quarantine`.
 
         They are committed with the batch, each input's once per version: the commit skips the versions an earlier
         commit (of any batch, generation or pipeline) recorded for that input.
         """
         parts, offsets = [], {}
         for name in self.ctx.pipeline.inputs:  # (one also read whole: its whole table's records, below)
-            if name in self.ctx.external and name in self.versions and name not in self._skipped:
-                parts.append(other_jobs.quarantined(self._records.where(F.col(SOURCE) == name), get_input(name)))
+            read = name in self.ctx.external or name in self._skipping
+            if read and name in self.versions and name not in self._skipped:
+                source = None if name in self.ctx.external else self.ctx.lake.table_path(name)
+                rows = self._records.where(F.col(SOURCE) == name)
+                parts.append(other_jobs.quarantined(rows, get_input(name), source))
                 offsets[name] = self.versions[name]
         for name, (rows, version) in self._skipped.items():
             parts.append(rows)

@@ -52,6 +52,8 @@ def prepare(pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]) ->
         change_feed[name] = external.check(table, start if stream else 0, stream)
         if not change_feed[name]:
             first[name] = start
+            if not stream and table.keys and name in consumed:  # its changes are told from its rows by version
+                external.check_rewrites(table, pipeline.name, start)
     return change_feed, first
 
 
@@ -209,17 +211,18 @@ def version_files(first: dict[str, int]) -> dict[str, dict[str, tuple[int, int]]
     return mapped
 
 
-def quarantined(rows: DataFrame, table: Table) -> DataFrame:
-    """Quarantine rows of the records of `table` that break its declaration (`line`: the version)."""
+def quarantined(rows: DataFrame, table: Table, source: str | None = None) -> DataFrame:
+    """Quarantine rows of the records of `table` that break its declaration (`line`: the version; `source`: the
+    table's path, its location unless given)."""
     columns = [c.name for c in table.columns]
-    if CHANGE in rows.columns:  # a table input's changes: only rows a change brings in (not pre-images, deletes)
-        rows = rows.where(~F.col(CHANGE).isin(*BEFORE))
+    if CHANGE in rows.columns:  # a table input's changes: only rows a change brings in (not pre-images, deletes); a
+        rows = rows.where(F.col(CHANGE).isNull() | ~F.col(CHANGE).isin(*BEFORE))  # stream's beside them have none
     return rows.where(F.col(REASON).isNotNull()).select(
         F.lit(table.name).alias("table"),
         F.to_json(F.struct(*columns)).alias("raw"),
         F.col(REASON).alias("reason"),
         F.col(COMMITTED_AT).alias("ingested_at"),
-        F.lit(external.location(table)).alias("source"),
+        F.lit(source or external.location(table)).alias("source"),
         F.col(COMMIT_VERSION).alias("line"),
     )
 

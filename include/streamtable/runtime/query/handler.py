@@ -164,6 +164,7 @@ class BatchHandler:
                 self.clock(),
                 newest=max((as_utc(r["t"]) for r in stats if r["t"] is not None), default=None),
                 versions=dict(consumed),
+                skipping={r[SOURCE] for r in stats if r["skipped"]},
             )
             with stages.time("compute"):
                 run_process(self.ctx.pipeline, batch)
@@ -180,11 +181,11 @@ class BatchHandler:
 
     def _stats(self, records: DataFrame) -> list[Row]:
         """Per input: the last version, record count, newest event time (of a stream input: a table's changes do not
-        move stream time), first version, oldest commit time, and the rows whose version is unknown (read by file
-        from a Delta table of another job, not found in its log).
+        move stream time), records skipped, first version, oldest commit time, and the rows whose version is unknown
+        (read by file from a Delta table of another job, not found in its log).
 
-        Records skipped for breaking their input's rules (`_reason`, Delta tables of other jobs) count for the
-        versions only.
+        Records skipped (`_reason`: breaking the rules of a Delta table of another job, or a changelog's without
+        their time) count for the versions only.
         """
         good = F.col(other_jobs.REASON).isNull() if other_jobs.REASON in records.columns else F.lit(True)
         times = [
@@ -198,6 +199,7 @@ class BatchHandler:
             .agg(
                 F.max(COMMIT_VERSION).alias("version"),
                 F.count_if(good).alias("n"),
+                F.count_if(~good).alias("skipped"),
                 F.max(F.when(good, event_time)).alias("t"),
                 F.min(COMMIT_VERSION).alias("first"),
                 F.min(COMMITTED_AT).alias("committed"),

@@ -50,12 +50,16 @@ def test_record_exactly_at_a_window_end_is_not_in_that_window(spark):
     ],
 )
 def test_windows_that_would_leave_records_in_none_are_refused_where_they_are_declared(size, advance, grace, says):
-    """Windows(size=5 min, advance=1 h) counted a 10:30 record in no window and reported it nowhere (exit 0)."""
+    """Windows(size=5 min, advance=1 h) counted a 10:30 record in no window and reported it nowhere (exit 0); explain's
+    InWindows of an advance of 0 failed explain with ZeroDivisionError."""
     from streamtable.core.errors import OperatorArgumentError
+    from streamtable.core.records import InWindows
 
     minutes = [timedelta(minutes=m) for m in (size, advance, grace)]
     with pytest.raises(OperatorArgumentError, match=re.escape(says)):
         Windows(*minutes)
+    with pytest.raises(OperatorArgumentError, match=r"^InWindows\(.*" + re.escape(says)):  # explain's, as the same
+        InWindows(*minutes)
 
 
 def test_a_join_window_or_sessions_of_a_negative_duration_are_refused_where_they_are_declared():

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from streamtable.core.errors import DeclarationError
 from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE  # where a changelog record was ingested
+from streamtable.core.window_checks import check_windows
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,10 @@ class InWindows:
     grace: timedelta
     start: str = "window_start"
     time: str = "event_time"
+
+    def __post_init__(self) -> None:
+        """Refuse windows `Windows` refuses: explain would list records under windows no output has."""
+        check_windows(f"InWindows({self.size}, {self.advance}, {self.grace})", self.size, self.advance, self.grace)
 
     def contains(self, start: datetime, t: datetime) -> bool:
         offset = start - datetime.fromtimestamp(0, UTC)

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from pyspark.sql import Column, DataFrame, Window, functions as F
 
 from streamtable.core.timefmt import format_time
+from streamtable.core.window_checks import not_negative
 from streamtable.operators.aggregate import Aggregate, aggregated
 from streamtable.operators.windows import (
     DEFINITION,
@@ -22,7 +23,6 @@ from streamtable.operators.windows import (
     definition,
     has_time,
     interval,
-    not_negative,
     passed,
     record_json,
     span,

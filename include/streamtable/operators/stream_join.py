@@ -22,6 +22,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from streamtable.core.errors import OperatorArgumentError
 from streamtable.core.tables import JOIN_STORE_COLUMNS
 from streamtable.core.timefmt import format_time
+from streamtable.core.window_checks import not_negative
 from streamtable.operators.table_join import RETRACT
 from streamtable.operators.windows import (
     DEFINITION,
@@ -29,7 +30,6 @@ from streamtable.operators.windows import (
     definition,
     has_time,
     interval,
-    not_negative,
     record_json,
 )
 

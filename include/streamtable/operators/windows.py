@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from pyspark.sql import Column, DataFrame, functions as F
 
 from streamtable.core.errors import OperatorArgumentError
+from streamtable.core.window_checks import check_windows
 from streamtable.operators.aggregate import Aggregate, combined_with_current
 
 ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"  # the contract's JSON time format (the session time zone is UTC)
@@ -73,13 +74,6 @@ def has_time(operator: str, records: DataFrame, time: str) -> None:
         )
 
 
-def not_negative(given: str, **durations: timedelta) -> None:
-    """Refuse a window declaration (`given`, as written) with a negative duration: nothing would match or close."""
-    negative = [name for name, d in durations.items() if d < timedelta(0)]
-    if negative:
-        raise OperatorArgumentError(f"{given}: {' and '.join(negative)} may not be negative")
-
-
 @dataclass(frozen=True)
 class Windows:
     """Windows `[k*advance, k*advance + size)` for k >= 0; tumbling when advance == size.
@@ -100,13 +94,12 @@ class Windows:
 
     def __post_init__(self) -> None:
         """Refuse windows that would leave records in none, as Kafka's `TimeWindows` does."""
-        given = f"Windows(size={self.size}, advance={self.advance}, grace={self.grace})"
-        if not timedelta(0) < self.advance <= self.size:
-            raise OperatorArgumentError(
-                f"{given}: advance must be more than 0 and at most size, or records between two windows count in "
-                "none (size and advance swapped?)"
-            )
-        not_negative(given, grace=self.grace)
+        check_windows(
+            f"Windows(size={self.size}, advance={self.advance}, grace={self.grace})",
+            self.size,
+            self.advance,
+            self.grace,
+        )
 
     def assign(self, records: DataFrame, time: str = "event_time") -> DataFrame:
         """One row per (record, window containing its time), with `window_start` and `window_end` added."""

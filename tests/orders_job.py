@@ -18,12 +18,14 @@ CUSTOMERS = ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal")
 STATUSES = ("new", "paid", "shipped")
 
 
-def create(spark: SparkSession, path: str, column_mapping: bool = False) -> None:
-    """The table, empty; with `column_mapping`, its columns mapped by name (physical names differ from logical ones)."""
+def create(spark: SparkSession, path: str, column_mapping: bool = False, change_feed: bool = True) -> None:
+    """The table, empty; with `column_mapping`, its columns mapped by name (physical names differ from logical ones);
+    without `change_feed`, an append-only table (no Change Data Feed)."""
     mapping = ", 'delta.columnMapping.mode' = 'name'" if column_mapping else ""
+    feed = str(change_feed).lower()
     spark.sql(
         f"CREATE TABLE delta.`{path}` ({COLUMNS}) USING delta TBLPROPERTIES ("
-        f"'delta.enableChangeDataFeed' = 'true', 'delta.enableDeletionVectors' = 'true'{mapping})"
+        f"'delta.enableChangeDataFeed' = '{feed}', 'delta.enableDeletionVectors' = 'true'{mapping})"
     )
 
 
@@ -80,6 +82,11 @@ def random_step(spark: SparkSession, path: str, known: list[int], rng: random.Ra
     else:
         delete(spark, path, picked)
     return next_id
+
+
+def optimize(spark: SparkSession, path: str) -> None:
+    """Compact the table's files (a rewrite: its commit adds and removes files with dataChange false)."""
+    spark.sql(f"OPTIMIZE delta.`{path}`")
 
 
 def snapshot(spark: SparkSession, path: str) -> list[dict]:

@@ -184,6 +184,31 @@ def test_reprocess_from_a_table_inputs_version_and_a_changed_declaration(spark, 
     assert "order_clicks added as a stream" in refused.stderr
 
 
+def test_an_append_only_table_compacted_by_optimize_counts_each_row_once(spark, pipelines, tmp_path):
+    """Without a Change Data Feed a keyed table's changes are told by the versions that added its files: a file that
+    OPTIMIZE made holds rows of the versions it compacted, not new ones (it had counted every row again, exit 0)."""
+    path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
+    orders_job.create(spark, path, change_feed=False)
+    write_pipeline(pipelines, path)
+    rng = random.Random(38)
+    orders_job.insert(spark, path, range(0, 3), rng)
+    orders_job.insert(spark, path, range(3, 5), rng)
+    run(lake, "order_totals")
+    orders_job.optimize(spark, path)  # version 3: the rows of versions 1 and 2, consumed, in one file
+    orders_job.insert(spark, path, range(5, 7), rng)
+    run(lake, "order_totals")
+    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+
+    # a compaction of consumed rows with unconsumed ones: which are new is lost, so the run refuses, in one line
+    orders_job.insert(spark, path, range(7, 8), rng)
+    orders_job.optimize(spark, path)  # version 6: rows of versions 1 to 4 (consumed) and 5 (not)
+    with pytest.raises(BadInputError) as refused:
+        run(lake, "order_totals")
+    message = str(refused.value)
+    assert "\n" not in message and f"input orders ({path}): version 6 (OPTIMIZE) rewrote" in message
+    assert "reprocess order_totals --input orders --from-version 6" in message
+
+
 @pytest.mark.slow
 def test_runs_killed_mid_commit_and_at_a_random_moment_lose_and_repeat_nothing(spark, pipelines, tmp_path):
     path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")

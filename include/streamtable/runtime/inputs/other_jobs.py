@@ -52,6 +52,8 @@ def prepare(pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]) ->
         change_feed[name] = external.check(table, start if stream else 0, stream)
         if not change_feed[name]:
             first[name] = start
+            if not stream and table.keys and name in consumed:  # its changes are told from its rows by version
+                external.check_rewrites(table, pipeline.name, start)
     return change_feed, first
 
 

@@ -17,7 +17,7 @@ from streamtable.operators.session_windows import SessionWindows
 from streamtable.operators.stream_join import JoinWindow
 from streamtable.operators.windows import DEFINITION, definition
 from streamtable.runtime.batch.changed_code import same_windows
-from streamtable.runtime.commands.declaration import differences
+from streamtable.runtime.commands.declaration import differences, shape
 
 PIPELINE = """
 from pyspark.sql import functions as F
@@ -97,6 +97,54 @@ def test_what_changed_is_told_apart():
     ]
     moved = {"i": {"keys": [], "time_column": "paid_at", "path": None}}
     assert differences(shape(base), shape(base, inputs=moved))[1] == ["input i's time column changed"]
+
+
+RULED = """
+from streamtable import Column, Pipeline, Type, at_least, delta_table, table
+
+S = Type.STRING
+ORDERS = delta_table(
+    "ruled_orders",
+    path="/nowhere/orders",
+    columns=[Column("customer", S), Column("amount", Type.LONG{nullable}), Column("event_time", Type.TIMESTAMP)],
+    rules=[{rules}],
+)
+PIPELINE = Pipeline(
+    name="ruled",
+    doc="",
+    streams=("ruled_orders",),
+    outputs=(table("ruled", [Column("customer", Type.STRING), Column("amount", Type.LONG)], keys=["customer"]),),
+    process=lambda batch: None,
+)
+"""
+
+
+def test_a_rule_or_a_required_column_of_another_jobs_table_changed_is_refused(tmp_path, monkeypatch):
+    """Another job's table is checked at each read: with at_least("amount", 50) instead of 0, an order of 5 counted
+    before is skipped now, and never quarantined (its version was), so the totals kept it while a rebuild has it
+    nowhere, exit 0. Its rules and required columns are recorded; a change is refused. A declaration recorded
+    before them takes any."""
+
+    def declared(rules: str, nullable: str = "") -> dict:
+        folder = pipelines_folder(tmp_path, "ruled", RULED.format(rules=rules, nullable=nullable))
+        monkeypatch.setenv(registry.ENV, str(folder))
+        registry.current.cache_clear()
+        return shape(registry.get_pipeline("ruled"))
+
+    before = declared('at_least("amount", 0)')
+    assert differences(before, declared('at_least("amount", 50)'))[1] == ["input ruled_orders's rules changed"]
+    assert differences(before, declared(""))[1] == ["input ruled_orders's rules changed"]
+    assert differences(before, declared('at_least("amount", 0)', ", nullable=True"))[1] == [
+        "input ruled_orders's required columns changed"
+    ]
+    earlier = {
+        "outputs": before["outputs"],
+        "inputs": {
+            n: {k: v for k, v in i.items() if k in ("keys", "time_column", "path")} for n, i in before["inputs"].items()
+        },
+    }
+    assert differences(earlier, before) == ([], [], {})
+    registry.current.cache_clear()
 
 
 HEAD = """

@@ -7,7 +7,8 @@ generation, `check` compares the declaration now with the one recorded (`declara
   null, and the generation records it: `batch.changed_code` refuses aggregating into it), and so is an output
   removed (its table stays as it is);
 - anything else that would make the outputs wrong (an output added, which would start from nothing; a key, a type
-  or a column removed; an input's keys, time column or path changed) is refused with one line naming the changes
+  or a column removed; an input's keys, time column or path changed; the rules or required columns of a Delta table
+  of another job, which decide at each read which of its records count) is refused with one line naming the changes
   and the `reprocess` that applies them (`checkpoint.refuse`). The inputs the generation's query reads (its
   sources, `query.checkpoint`) are checked first: a change a new epoch cannot apply is refused the same way.
 """
@@ -41,6 +42,11 @@ def shape(pipeline: Pipeline) -> dict:
     for name in pipeline.inputs:
         table = get_input(name)
         inputs[name] = {"keys": list(table.keys), "time_column": table.time_column, "path": table.path}
+        if table.external:  # checked at each read (a changelog's records were, at ingest): which of its records count
+            inputs[name] |= {
+                "rules": [f"{r.kind}({r.column}, {r.value!r})" for r in table.rules],
+                "required columns": sorted(c.name for c in table.columns if not c.nullable),
+            }
     return {"outputs": outputs, "inputs": inputs}
 
 
@@ -73,8 +79,9 @@ def differences(old: dict, new: dict) -> tuple[list[str], list[str], dict[str, l
     ]
     for name, was in old["inputs"].items():
         now = new["inputs"].get(name)
-        if now is not None and now != was:
-            what = [k.replace("_", " ") for k in ("keys", "time_column", "path") if now[k] != was[k]]
+        # (rules and required columns: none recorded by an earlier release, nor of a changelog)
+        what = [k.replace("_", " ") for k in was if now is not None and k in now and now[k] != was[k]]
+        if what:
             unsafe.append(f"input {name}'s {' and '.join(what)} changed")
     return safe, unsafe, added
 

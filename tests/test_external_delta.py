@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from helpers import CLI
 from streamtable.core import registry
@@ -55,6 +55,8 @@ DELETES = delta_table("ext_deletes", path=BASE + "/deletes", columns=REGIONS.col
 MISSING = delta_table("ext_missing", path=BASE + "/missing", columns=ORDER_COLUMNS)
 NARROW_COLUMNS = [Column("order_id", S), Column("amount", Type.INT), Column("event_time", TS)]
 NARROW = delta_table("ext_narrow", path=BASE + "/narrow", columns=NARROW_COLUMNS)
+RENAMED = delta_table("ext_renamed", path=BASE + "/renamed", columns=ORDER_COLUMNS)
+VACUUMED = delta_table("ext_vacuumed", path=BASE + "/vacuumed", columns=ORDER_COLUMNS)
 TOTALS = [Column("customer", S), Column("amount", L)]
 
 
@@ -96,6 +98,8 @@ NO_FEED_P = counted("no_feed", ("ext_clicks",), ("ext_no_feed",))
 DELETES_P = counted("deletes_stream", ("ext_deletes",))
 MISSING_P = counted("missing", ("ext_missing",))
 NARROW_P = counted("narrow", ("ext_narrow",))
+RENAMED_P = counted("renamed", ("ext_renamed",))
+VACUUMED_P = counted("vacuumed", ("ext_vacuumed",))
 """
 
 # amount INT widens to the declared LONG; `note` is not declared (not read)
@@ -294,6 +298,32 @@ def test_a_schema_that_does_not_fit_is_refused_naming_the_column(spark, base, tm
     assert table_version(lake.table_path("ext_missing")) is None  # nothing made in the lake for them
     with pytest.raises(BadInputError, match="ext_missing is a Delta table of another job .*it takes no records"):
         ingest_lines(lake, "ext_missing", order_lines(ORDERS[0]))
+
+
+def test_versions_a_streaming_read_cannot_cross_are_refused_before_it_starts(spark, base, tmp_path):
+    """A column renamed (or dropped) after the first version read, and a data file not read yet that VACUUM removed
+    once OPTIMIZE had compacted it, had failed the run inside Spark's query, a many-line error; each is one line."""
+    lake, renamed, vacuumed = Lake(tmp_path / "lake"), base / "renamed", base / "vacuumed"
+    mapped = {"delta.columnMapping.mode": "name"}
+    write(spark, renamed, ORDERS_DDL, order_rows(ORDERS[0]), **mapped)
+    spark.sql(f"ALTER TABLE delta.`{renamed}` RENAME COLUMN note TO memo")  # a column the pipeline does not read
+    with pytest.raises(BadInputError) as refused:
+        run(lake, "renamed")
+    assert str(refused.value) == (
+        f"input ext_renamed ({renamed}): version 1 (RENAME COLUMN) drops or renames column note, which Delta's "
+        "streaming read cannot read across: refused; `streamtable reprocess renamed --input ext_renamed "
+        "--from-version 2` reads it from the version after"
+    )
+
+    schema = pa.schema([(n, pa.string()) for n in ("order_id", "customer")] + [("amount", pa.int64())])
+    schema = schema.append(pa.field("event_time", pa.timestamp("us", "UTC")))
+    for version in ORDERS[:2]:  # the other job (delta-rs) appends twice, compacts, and vacuums the files it replaced
+        columns = list(zip(*[(i, c, a, at(t)) for i, c, a, t in version], strict=True))
+        write_deltalake(str(vacuumed), pa.table(columns, schema=schema), mode="append")
+    DeltaTable(str(vacuumed)).optimize.compact()
+    DeltaTable(str(vacuumed)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    with pytest.raises(BadInputError, match=r"input ext_vacuumed .*: data file .* of version 0, not read yet, is gone"):
+        run(lake, "vacuumed")
 
 
 S3_PIPELINE = """

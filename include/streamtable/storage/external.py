@@ -9,6 +9,7 @@ updates or deletes needs declared keys and the table's Change Data Feed, on sinc
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -24,6 +25,7 @@ from streamtable.core.schema import arrow_schema, widens
 from streamtable.core.tables import QUARANTINE, Table
 from streamtable.storage.delta_rs import delta_table, log_entry, open_table, retrying, staged_rows, write
 from streamtable.storage.lake import Lake
+from streamtable.storage.store import Store
 
 CHANGE_FEED = "delta.enableChangeDataFeed"
 
@@ -55,6 +57,8 @@ class Commit:
     added: tuple[str, ...]  # the base names of the data files it added
     rewritten: tuple[str, ...]  # ... of those, the ones it made of other files' rows (dataChange false: OPTIMIZE)
     replaced: tuple[str, ...]  # the base names of the files whose rows it rewrote (removed with dataChange false)
+    brought: tuple[str, ...]  # the paths (in the table) of the data files it added as a data change: its new rows
+    columns: tuple[str, ...] | None  # the column names of the schema its metaData action sets; None: unchanged
     changes_rows: bool  # it removed a data file as a data change: an update, a delete or an overwrite
     change_feed: bool | None  # `delta.enableChangeDataFeed` as its metaData action sets it; None: unchanged
 
@@ -80,10 +84,18 @@ def commit(path: str, version: int) -> Commit:
             tuple(_base(a["add"]) for a in actions if "add" in a),
             tuple(_base(a["add"]) for a in actions if "add" in a and not a["add"].get("dataChange", True)),
             tuple(_base(a["remove"]) for a in actions if "remove" in a and not a["remove"].get("dataChange", True)),
+            tuple(unquote(a["add"]["path"]) for a in actions if "add" in a and a["add"].get("dataChange", True)),
+            _columns(metadata),
             any("remove" in a and a["remove"].get("dataChange", True) for a in actions),
             feed,
         )
     return _COMMITS[key]
+
+
+def _columns(metadata: dict | None) -> tuple[str, ...] | None:
+    if metadata is None or not metadata.get("schemaString"):
+        return None
+    return tuple(field["name"] for field in json.loads(metadata["schemaString"]).get("fields", ()))
 
 
 def _base(action: dict) -> str:
@@ -191,7 +203,7 @@ def check(table: Table, start: int, stream: bool) -> bool:
                 f"which does not widen losslessly to {column.type.value}"
             )
     latest = delta.version()
-    start = min(max(start, 0), latest)
+    start = min(max(start, oldest_version(path)), latest)
     feed = _feed_at(path, start)  # the Change Data Feed is on at every version from `start` read so far
     feed_from = start if feed else None  # ... since this version (for the message)
     changed: Commit | None = None
@@ -217,6 +229,64 @@ def check(table: Table, start: int, stream: bool) -> bool:
                 f"{since}: refused, it would be misread"
             )
     return feed and bool(table.keys)
+
+
+def check_history(table: Table, pipeline: str, first: int, stream: bool) -> None:
+    """Refuse, in one line, what a streaming read of the table from version `first` would fail on after starting
+    (a many-line Spark error): a version that drops or renames a column (Delta's streaming read cannot cross it), or
+    a data file the read needs that is gone (VACUUM after a later rewrite)."""
+    path = location(table)
+    delta = _opened(table)
+    latest = delta.version()
+    if first > latest:
+        return
+    where = f"input {table.name} ({path})"
+    restart = f"`streamtable reprocess {pipeline} --input {table.name} --from-version"
+    try:
+        read = commits(path, first, latest)
+        columns = [f.name for f in pa.schema(delta_table(path, max(first - 1, 0)).schema().to_arrow())]
+    except (BadInputError, TableReadError):
+        raise BadInputError(
+            f"{where}: version {max(first - 1, 0)}, where this pipeline's read goes on, is no longer in the table's "
+            f"log (its log retention removed it): refused; {restart} {latest}` reads the table as it is"
+        ) from None
+    for c in read:
+        gone = [name for name in columns if name not in (c.columns or columns)]
+        if gone:
+            raise BadInputError(
+                f"{where}: version {c.version} ({c.operation}) drops or renames column {', '.join(gone)}, which "
+                f"Delta's streaming read cannot read across: refused; {restart} {c.version + 1}` reads it from the "
+                "version after"
+            )
+        columns = list(c.columns or columns)
+    live = set(delta.file_uris())  # a file of the latest version is there (else the table is broken, not late)
+    for c in read:
+        for file in c.brought:
+            if f"{path}/{file}" not in live and not _exists(path, file):
+                after = (
+                    "its rows are lost to a stream input (keep the table's VACUUM retention longer than the "
+                    "pipeline's lag)"
+                    if stream
+                    else f"{restart} {latest}` reads the table as it is"
+                )
+                raise BadInputError(
+                    f"{where}: data file {file} of version {c.version}, not read yet, is gone (the table's VACUUM "
+                    f"removed it): refused, its rows would be missed; {after}"
+                )
+
+
+def oldest_version(path: str) -> int:
+    """The oldest version whose commit is still in the table's log (its log retention removes older ones)."""
+    if log_entry(path, 0) is not None:
+        return 0
+    names = Store.for_lake(path).children(f"{path}/_delta_log")
+    return min((int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()), default=0)
+
+
+def _exists(path: str, file: str) -> bool:
+    if "://" not in path:
+        return Path(path, file).exists()
+    return Store.for_lake(path).exists(f"{path}/{file}")
 
 
 # The reader features Delta Spark 4 (which reads these tables) reads exactly; a table needing any other is refused.

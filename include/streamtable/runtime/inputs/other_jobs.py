@@ -50,6 +50,7 @@ def prepare(pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]) ->
         start = consumed[name] + 1 if name in consumed else starting.get(name, 0)
         external.latest_version(table)  # one line if there is no table
         change_feed[name] = external.check(table, start if stream else 0, stream)
+        external.check_history(table, pipeline.name, start, stream)  # what its streaming read from `start` cannot read
         if not change_feed[name]:
             first[name] = start
             if not stream and table.keys and name in consumed:  # its changes are told from its rows by version

@@ -13,9 +13,10 @@ import pytest
 from helpers import pipelines_folder
 from streamtable.core import registry
 from streamtable.core.errors import DeclarationChangedError
+from streamtable.core.window_checks import definition
 from streamtable.operators.session_windows import SessionWindows
 from streamtable.operators.stream_join import JoinWindow
-from streamtable.operators.windows import DEFINITION, definition
+from streamtable.operators.windows import DEFINITION
 from streamtable.runtime.batch.changed_code import same_windows
 from streamtable.runtime.commands.declaration import differences, shape
 

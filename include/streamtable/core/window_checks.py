@@ -1,12 +1,15 @@
-"""Checks of a window declaration's durations, shared by the operators' `Windows`, `SessionWindows` and `JoinWindow`
-and by explain's `InWindows` (core: the operators import it, never the reverse): windows that would leave records
-in none are refused where they are declared, as Kafka's `TimeWindows` refuses them."""
+"""Window declarations as the operators' `Windows`, `SessionWindows` and `JoinWindow` and explain's `InWindows` share
+them (core: the operators import it, never the reverse): the checks of their durations (windows that would leave
+records in none are refused where they are declared, as Kafka's `TimeWindows` refuses them), and the text each
+committed batch records of what made its rows (a *definition*: `runtime.batch.changed_code` compares them)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from streamtable.core.errors import OperatorArgumentError
+
+GRACE = "; grace "  # in a definition, before the grace in microseconds (none in one of an earlier release)
 
 
 def not_negative(given: str, **durations: timedelta) -> None:
@@ -25,3 +28,20 @@ def check_windows(given: str, size: timedelta, advance: timedelta, grace: timede
             "none (size and advance swapped?)"
         )
     not_negative(given, grace=grace)
+
+
+def described_windows(size: timedelta, advance: timedelta) -> str:
+    """Hopping or tumbling windows as a definition names them."""
+    return f"windows {size} long, one every {advance}"
+
+
+def definition(described: str, grace: timedelta) -> str:
+    """What made aggregated rows, as their metadata and each committed batch record it: the windows, sessions or join
+    window (`described`) and their grace (`definition_parts` reads it back)."""
+    return f"{described}{GRACE}{grace // timedelta(microseconds=1)}"
+
+
+def definition_parts(recorded: str) -> tuple[str, timedelta | None]:
+    """A `definition`'s windows and grace (None: recorded by a release before the grace was)."""
+    described, _, grace = recorded.partition(GRACE)
+    return described, timedelta(microseconds=int(grace)) if grace else None

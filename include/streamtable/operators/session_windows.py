@@ -15,12 +15,11 @@ from typing import NamedTuple
 from pyspark.sql import Column, DataFrame, Window, functions as F
 
 from streamtable.core.timefmt import format_time
-from streamtable.core.window_checks import not_negative
+from streamtable.core.window_checks import definition, not_negative
 from streamtable.operators.aggregate import Aggregate, aggregated
 from streamtable.operators.windows import (
     DEFINITION,
     as_late,
-    definition,
     has_time,
     interval,
     passed,

@@ -22,12 +22,11 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from streamtable.core.errors import OperatorArgumentError
 from streamtable.core.tables import JOIN_STORE_COLUMNS
 from streamtable.core.timefmt import format_time
-from streamtable.core.window_checks import not_negative
+from streamtable.core.window_checks import definition, not_negative
 from streamtable.operators.table_join import RETRACT
 from streamtable.operators.windows import (
     DEFINITION,
     as_late,
-    definition,
     has_time,
     interval,
     record_json,

@@ -9,12 +9,11 @@ from datetime import datetime, timedelta
 from pyspark.sql import Column, DataFrame, functions as F
 
 from streamtable.core.errors import OperatorArgumentError
-from streamtable.core.window_checks import check_windows
+from streamtable.core.window_checks import check_windows, definition, described_windows
 from streamtable.operators.aggregate import Aggregate, combined_with_current
 
 ISO_MILLIS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"  # the contract's JSON time format (the session time zone is UTC)
 DEFINITION = "streamtable.windows"  # a start column's metadata in aggregated rows: the windows or sessions behind them
-GRACE = "; grace "  # in a DEFINITION, before the grace in microseconds (none in one of an earlier release)
 
 
 def micros(d: timedelta) -> int:
@@ -51,18 +50,6 @@ def as_late(records: DataFrame, table: str, reason: Column, time: str = "event_t
     return records.select(
         F.lit(table).alias("table"), F.col("_raw").alias("raw"), reason.alias("reason"), F.col(time).alias("event_time")
     )
-
-
-def definition(described: str, grace: timedelta) -> str:
-    """What made aggregated rows, as their metadata and each committed batch record it: the windows, sessions or join
-    window (`described`) and their grace (`definition_parts` reads it back)."""
-    return f"{described}{GRACE}{micros(grace)}"
-
-
-def definition_parts(recorded: str) -> tuple[str, timedelta | None]:
-    """A `definition`'s windows and grace (None: recorded by a release before the grace was)."""
-    described, _, grace = recorded.partition(GRACE)
-    return described, timedelta(microseconds=int(grace)) if grace else None
 
 
 def has_time(operator: str, records: DataFrame, time: str) -> None:
@@ -118,7 +105,7 @@ class Windows:
 
     @property
     def described(self) -> str:
-        return f"windows {self.size} long, one every {self.advance}"
+        return described_windows(self.size, self.advance)
 
     def own(self, current: DataFrame) -> DataFrame:
         """`current` rows that new records add to (their start is one of these windows'), failing the batch at one

@@ -24,7 +24,8 @@ from pyspark.sql import DataFrame
 
 from streamtable.core.errors import DeclarationChangedError
 from streamtable.core.tables import AGGREGATED
-from streamtable.operators.windows import definition_parts, windows_of
+from streamtable.core.window_checks import definition_parts
+from streamtable.operators.windows import windows_of
 from streamtable.runtime.context import RunContext
 
 

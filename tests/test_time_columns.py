@@ -19,13 +19,14 @@ from streamtable.core.errors import DeclarationError
 from streamtable.core.registry import get_input
 from streamtable.core.schema import arrow_schema
 from streamtable.ingest.folders import ingest_folder
+from streamtable.runtime.observe.explain import explain
 from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES
 
 PIPELINE = '''
 """Payments per customer, and per customer and hour (windows of paid_at, 10 minutes' grace)."""
 from datetime import timedelta
 
-from streamtable import Column, Pipeline, Type, Windows, add_to_totals, changelog, count_in_windows, table
+from streamtable import Column, Pipeline, Records, Type, Windows, add_to_totals, changelog, count_in_windows, table
 
 S, TS = Type.STRING, Type.TIMESTAMP
 PAYMENTS = changelog(
@@ -59,6 +60,7 @@ PIPELINE = Pipeline(
         ),
     ),
     process=process,
+    records=(Records("paid", "payments", lambda r: [((r["customer"],), r["amount"])]),),
 )
 '''
 
@@ -132,5 +134,7 @@ def test_records_without_their_time_ingested_by_an_earlier_release_go_to_quarant
     assert [(r["customer"], r["count"]) for r in driver.output("paid_hourly")] == [("ann", 1), ("bob", 1)]
     [bad] = driver.quarantine()
     assert (bad["table"], bad["reason"], json.loads(bad["raw"])["customer"]) == ("payments", "paid_at is null", "bob")
+    [why] = explain(driver.lake, "paid", "bob", records=True)  # its records: the one with a time
+    assert [r["adds"] for r in why["records"]] == ["3.00"]
     driver.reprocess(0)  # read again: quarantined once
     assert len(driver.quarantine()) == 1 and driver.output("paid")[1]["amount"] == Decimal("3.00")

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from streamtable.core.errors import DeclarationError
 from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE  # where a changelog record was ingested
-from streamtable.core.window_checks import check_windows
+from streamtable.core.window_checks import check_windows, definition_parts, described_windows
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,18 @@ class InWindows:
 
     def closed(self, start: datetime, stream_time: datetime | None) -> bool:
         return stream_time is not None and start + self.size + self.grace <= stream_time
+
+    def unlike(self, output: str, recorded: str) -> str | None:
+        """Why these are not the windows that made `output` (`recorded`: the definition its batches recorded,
+        `core.window_checks`), or None when they are: explain would list records under windows the output has not."""
+        made, grace = definition_parts(recorded)
+        if made == described_windows(self.size, self.advance) and grace in (None, self.grace):
+            return None
+        with_grace = "" if grace is None else f" and grace {grace}"
+        return (
+            f"{output} was computed with {made}{with_grace}, but its Records declares InWindows({self.size}, "
+            f"{self.advance}, {self.grace}): declare the windows process aggregates it in"
+        )
 
 
 @dataclass(frozen=True)

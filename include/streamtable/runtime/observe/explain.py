@@ -29,14 +29,14 @@ import pyarrow as pa
 from streamtable.core.errors import BadInputError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.records import Records
-from streamtable.core.registry import current as registry
+from streamtable.core.registry import current as registry, get_input
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE
 from streamtable.core.timefmt import format_time
 from streamtable.core.values import to_json
 from streamtable.quality import explain_rows
 from streamtable.runtime.batch import provenance
-from streamtable.runtime.committed import Consumed
+from streamtable.runtime.committed import Consumed, committed_batches, recorded_windows
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.progress import history
@@ -258,6 +258,10 @@ def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | No
         return {"records": UNKNOWN, "records_why": "where the generation started reading is no longer recorded"}
     if declared.windows and owner.wall_clock:
         return {"records": UNKNOWN, "records_why": f"{owner.name} also closes windows by wall clock, not recorded"}
+    made = recorded_windows(committed_batches(lake, owner.name, generation, ["batch_id", "windows"])).get(table)
+    unlike = declared.windows.unlike(table, made) if declared.windows and made else None
+    if unlike:
+        return {"records": UNKNOWN, "records_why": unlike}
     found = _records_of(lake, declared, row, batches, dict(epoch.starting) if epoch.number == 0 else {})
     return {
         "records": [to_json(r) for r in found if not r.get("late")],
@@ -276,10 +280,13 @@ def _records_of(lake: Lake, declared: Records, row: dict, batches: list[dict], s
     table_rows = _changelog(lake, asof.table, 0, max(bounds.values(), default=-1)) if asof else []
     before = [None] + [_utc(b["watermark"]) for b in batches]  # stream time as each batch began: the previous's
     stream_times = {b["batch_id"]: t for b, t in zip(batches, before, strict=False)}
+    time = get_input(declared.stream).time_column
     found = []
     for batch, first, last in _consumed_by(batches, declared.stream, starting):
         visible = [g for g in table_rows if g[VERSION] <= bounds[batch["batch_id"]]]
         for r in _changelog(lake, declared.stream, first, last):
+            if time and r.get(time) is None:  # one an earlier release took without its time: quarantined at read
+                continue
             if windows and start and not windows.contains(start, r[windows.time]):
                 continue
             match = asof.match(r, visible) if asof else None

@@ -308,48 +308,17 @@ def test_a_group_given_as_one_bare_value_counts_and_one_of_another_length_is_ref
         hourly.adds({"customer": "ann"}, ("ann", 10))
 
 
-WINDOWED = """
-from datetime import timedelta
+def windowed_explained(minutes: int) -> str:
+    """test_declaration's hourly clicks per user (`windowed`), its Records declaring InWindows of `minutes`."""
+    from test_declaration import WINDOWED
 
-from pyspark.sql import functions as F
-
-from streamtable import Column, InWindows, Pipeline, Records, Type, Windows, changelog, count_in_windows, table
-
-S, TS = Type.STRING, Type.TIMESTAMP
-CLICKS = changelog("explained_clicks", [Column("user", S), Column("event_time", TS)])
-HOURS = Windows(size=timedelta(hours=1), advance=timedelta(hours=1), grace=timedelta(minutes=10))
-
-
-def process(batch):
-    counts, late = count_in_windows(
-        batch.new("explained_clicks"), batch.current("explained_hours"), ["user"], HOURS, batch.stream_time
+    records = (
+        '    records=(Records("window_counts", "window_clicks", lambda r: [((r["user"],), 1)], windows=InWindows('
+        f"timedelta(minutes={minutes}), timedelta(minutes={minutes}), timedelta(minutes=10))),),\n)"
     )
-    batch.upsert("explained_hours", counts)
-    batch.late(late)
-
-
-PIPELINE = Pipeline(
-    name="explained",
-    doc="",
-    streams=("explained_clicks",),
-    outputs=(
-        table(
-            "explained_hours",
-            [Column("user", S), Column("window_start", TS), Column("window_end", TS), Column("count", Type.LONG)],
-            keys=["user", "window_start"],
-        ),
-    ),
-    process=process,
-    records=(
-        Records(
-            "explained_hours",
-            "explained_clicks",
-            lambda r: [((r["user"],), 1)],
-            windows=InWindows(timedelta(minutes={minutes}), timedelta(minutes={minutes}), timedelta(minutes=10)),
-        ),
-    ),
-)
-"""
+    return WINDOWED.format(size=60, advance=60, grace=10).replace(
+        "    process=process,\n)", f"    process=process,\n{records}"
+    )
 
 
 def test_records_declared_in_other_windows_than_the_output_s_are_unknown_not_listed(streamtable_driver, tmp_path):
@@ -358,17 +327,15 @@ def test_records_declared_in_other_windows_than_the_output_s_are_unknown_not_lis
     the output's batches recorded and says unknown, naming both; with the right ones it lists both clicks."""
     from helpers import pipelines_folder
 
-    driver = streamtable_driver(
-        "explained", pipelines=pipelines_folder(tmp_path, "explained", WINDOWED.format(minutes=30))
-    )
-    driver.pipe("explained_clicks", [{"user": "a", "event_time": f"2026-03-01T10:{m}:00Z"} for m in ("05", "45")])
+    driver = streamtable_driver("windowed", pipelines=pipelines_folder(tmp_path, "windowed", windowed_explained(30)))
+    driver.pipe("window_clicks", [{"user": "a", "event_time": f"2026-03-01T10:{m}:00Z"} for m in ("05", "45")])
     driver.run()
-    [got] = explain(driver.lake, "explained_hours", "a", records=True)
+    [got] = explain(driver.lake, "window_counts", "a", records=True)
     assert got["row"]["count"] == 2 and got["records"] == "unknown"
     assert got["records_why"] == (
-        "explained_hours was computed with windows 1:00:00 long, one every 1:00:00 and grace 0:10:00, but its "
+        "window_counts was computed with windows 1:00:00 long, one every 1:00:00 and grace 0:10:00, but its "
         "Records declares InWindows(0:30:00, 0:30:00, 0:10:00): declare the windows process aggregates it in"
     )
-    pipelines_folder(tmp_path, "explained", WINDOWED.format(minutes=60))
-    [got] = explain(driver.lake, "explained_hours", "a", records=True)
+    pipelines_folder(tmp_path, "windowed", windowed_explained(60))
+    [got] = explain(driver.lake, "window_counts", "a", records=True)
     assert [r["adds"] for r in got["records"]] == [1, 1]

@@ -148,6 +148,22 @@ def test_a_rule_or_a_required_column_of_another_jobs_table_changed_is_refused(tm
     registry.current.cache_clear()
 
 
+def test_a_metric_that_a_sum_equals_reconciles_added_to_a_live_generation_is_refused():
+    """A metric added with its sum_equals totals only the batches after it, while the table's sum holds them all:
+    every batch passed its gate and `validate` failed forever ("sum of amount is 17, but metric amount is 4"). It is
+    refused, naming the reprocess; a metric recorded from the start, or a declaration of a release that recorded no
+    metrics, takes a sum_equals added later."""
+    now = shape(registry.get_pipeline("clicks_per_region"))
+    assert (now["metrics"], now["reconciled"]) == (["clicks"], ["clicks"])
+    without = now | {"metrics": []}
+    assert differences(without, now)[1] == [
+        "metric clicks added (expect.sum_equals reconciles it with a sum that holds the batches before it)"
+    ]
+    assert differences(now | {"reconciled": []}, now)[1] == []
+    earlier = {k: v for k, v in now.items() if k not in ("metrics", "reconciled")}
+    assert differences(earlier, now)[1] == []
+
+
 HEAD = """
 from datetime import timedelta
 

@@ -8,7 +8,8 @@ generation, `check` compares the declaration now with the one recorded (`declara
   removed (its table stays as it is);
 - anything else that would make the outputs wrong (an output added, which would start from nothing; a key, a type
   or a column removed; an input's keys, time column or path changed; the rules or required columns of a Delta table
-  of another job, which decide at each read which of its records count) is refused with one line naming the changes
+  of another job, which decide at each read which of its records count; a metric added that a `sum_equals` reconciles,
+  whose total would lack the batches before it) is refused with one line naming the changes
   and the `reprocess` that applies them (`checkpoint.refuse`). The inputs the generation's query reads (its
   sources, `query.checkpoint`) are checked first: a change a new epoch cannot apply is refused the same way.
 """
@@ -47,7 +48,8 @@ def shape(pipeline: Pipeline) -> dict:
                 "rules": [f"{r.kind}({r.column}, {r.value!r})" for r in table.rules],
                 "required columns": sorted(c.name for c in table.columns if not c.nullable),
             }
-    return {"outputs": outputs, "inputs": inputs}
+    reconciled = {e.metric for suite in pipeline.suites for e in suite.expectations if e.kind == "sum_equals"}
+    return {"outputs": outputs, "inputs": inputs, "metrics": sorted(pipeline.metrics), "reconciled": sorted(reconciled)}
 
 
 def differences(old: dict, new: dict) -> tuple[list[str], list[str], dict[str, list[str]]]:
@@ -83,6 +85,11 @@ def differences(old: dict, new: dict) -> tuple[list[str], list[str], dict[str, l
         what = [k.replace("_", " ") for k in was if now is not None and k in now and now[k] != was[k]]
         if what:
             unsafe.append(f"input {name}'s {' and '.join(what)} changed")
+    if "metrics" in old:  # (none recorded by an earlier release)
+        unsafe += [
+            f"metric {m} added (expect.sum_equals reconciles it with a sum that holds the batches before it)"
+            for m in sorted(set(new["reconciled"]) & (set(new["metrics"]) - set(old["metrics"])))
+        ]
     return safe, unsafe, added
 
 

@@ -306,6 +306,31 @@ def test_an_output_staged_twice_in_one_run_names_the_line_and_what_to_do(spark, 
     assert rows(lake, "revenue") == []
 
 
+def test_an_upsert_of_several_rows_for_one_key_is_refused_at_its_line(spark, use_folder, tmp_path):
+    """Large orders upserted one row per order, not counted per customer: ann's two large orders of one run were two
+    `large_orders` rows of ann (the MERGE inserts every row of a new key), exit 0, and the next run's MERGE failed on
+    them with delta-rs's error. A table keeps one row per key: the batch is refused at the upsert's line, nothing
+    published, and a fixed file then counts the same orders."""
+    path = use_folder / "orders.py"
+    upsert = 'batch.upsert("large_orders", add_to_totals(batch.current("large_orders"), large, ["customer"], "orders"))'
+    path.write_text(GOOD.replace(upsert, 'batch.upsert("large_orders", large)'))
+    registry.current.cache_clear()
+    lake = Lake(tmp_path / "lake")
+    ingest_lines(lake, "orders", order_lines([("ann", 120, "10:05:00"), ("ann", 300, "10:06:00")], 1))
+    line = path.read_text().splitlines().index('    batch.upsert("large_orders", large)') + 1
+    with pytest.raises(PipelineCodeError) as e:
+        run(lake, "orders")
+    assert str(e.value).startswith(
+        f'{path}:{line}: large_orders got 2 rows of one key in this batch (customer="ann"): a table keeps one row '
+        "per key, so give it one (aggregate the key's rows, or keep its latest by _commit_version and _line)"
+    ), str(e.value)
+    assert rows(lake, "large_orders") == [] and rows(lake, "revenue") == []
+    path.write_text(GOOD)
+    registry.current.cache_clear()
+    run(lake, "orders")
+    assert rows(lake, "large_orders") == [{"customer": "ann", "orders": 2}]
+
+
 def test_the_explain_command_printed_for_a_users_table_names_its_folder_and_works_without_the_variable(
     use_folder, tmp_path
 ):

@@ -76,7 +76,8 @@ class Batch(Protocol):
 
     def upsert(self, table: str, rows: DataFrame, delete: str | None = None, deletes: DataFrame | None = None) -> None:
         """Stage rows that replace the rows with the same keys; remove the rows where column `delete` is true, and
-        those whose keys are the keys of a row of `deletes` (a key also in `rows` is kept: the upsert wins):
+        those whose keys are the keys of a row of `deletes` (a key also in `rows` is kept: the upsert wins). One row
+        per key: a batch whose rows share a key is refused, naming this call's line, and publishes nothing:
 
             batch.upsert("open_calls", still_open, deletes=closed)  # closed: only the keys are read
         """

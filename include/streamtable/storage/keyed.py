@@ -7,6 +7,7 @@ the rows it finds: about 50 ms per million rows of a three-column table on the 2
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamtable.core.values import to_json
 from streamtable.storage import snapshot
 from streamtable.storage.delta_rs import DeltaTable, delta_table
 
@@ -114,3 +116,16 @@ def distinct_rows(table: pa.Table) -> pa.Table:
     if table.num_rows < 2:
         return table
     return table.group_by(table.column_names, use_threads=False).aggregate([])
+
+
+def shared_keys(keys: pa.Table) -> tuple[str, int, int] | None:
+    """Whether rows share a key (a null equals a null): the first such key as `column=value` text, its rows, and how
+    many other keys are shared; None if every row's key is its own."""
+    counted = keys.group_by(keys.column_names, use_threads=False).aggregate([([], "count_all")])
+    shared = counted.filter(pc.greater(counted["count_all"], 1))
+    if not shared.num_rows:
+        return None
+    first = shared.slice(0, 1).to_pylist()[0]
+    copies = first.pop("count_all")
+    text = ", ".join(f"{name}={json.dumps(value, default=to_json)}" for name, value in first.items())
+    return text, copies, shared.num_rows - 1

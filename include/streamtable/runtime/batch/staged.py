@@ -14,11 +14,13 @@ from __future__ import annotations
 import inspect
 import logging
 import re
+import sys
 import traceback
 from collections.abc import Collection
 from datetime import datetime
 from decimal import Decimal
 from functools import reduce
+from types import FrameType
 
 from pyspark.sql import DataFrame, functions as F
 
@@ -174,7 +176,7 @@ class StagedBatch:
         staged = rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_rs.DELETE))
         if deletes is not None:
             staged = staged.unionByName(_tombstones(spec, deletes.join(rows, list(spec.keys), "left_anti")))
-        self._staging.stage(table, "upsert", staged)
+        self._staging.stage(table, "upsert", staged, at=_call_site(self.ctx.pipeline))
 
     def append(self, table: str, rows: DataFrame) -> None:
         """Stage rows appended to a stream output."""
@@ -262,6 +264,15 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
         raised = RAISED.search(first)  # a check's own message (an operator's `F.raise_error`): said as it is
         what = raised.group(1) if raised else f"{type(e).__name__}: {first}"
         raise PipelineCodeError(f"{file}:{line}: {what} (pipeline {pipeline.name})") from e
+
+
+def _call_site(pipeline: Pipeline) -> str:
+    """`FILE:LINE` of the innermost call in the pipeline's own file on this thread's stack (its name if none)."""
+    file = inspect.getsourcefile(pipeline.process)
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename != file:
+        frame = frame.f_back
+    return f"{file}:{frame.f_lineno}" if frame is not None else f"pipeline {pipeline.name}"
 
 
 def _tombstones(spec: Table, keys_of: DataFrame) -> DataFrame:

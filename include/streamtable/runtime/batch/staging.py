@@ -11,7 +11,7 @@ import logging
 
 from pyspark.sql import DataFrame, functions as F
 
-from streamtable.core.errors import QualityGateError
+from streamtable.core.errors import PipelineCodeError, QualityGateError
 from streamtable.core.faults import crash_point
 from streamtable.quality import exact
 from streamtable.runtime.batch import gate, provenance
@@ -38,6 +38,7 @@ class Staging:
         self.manifest = join(self.dir, "changes.json")
         self.changes: list[dict] = []
         self.ran: dict | None = None  # how the process that computed the batch ran (`runtime.batch.provenance`)
+        self.called_at: dict[str, str] = {}  # table -> where process staged it (`FILE:LINE`), for errors
 
     def complete(self) -> bool:
         return self.store.exists(self.manifest)
@@ -45,9 +46,12 @@ class Staging:
     def discard(self) -> None:
         self.store.delete_prefix(self.dir)
 
-    def stage(self, table: str, mode: str, rows: DataFrame, offsets: dict[str, int] | None = None) -> None:
+    def stage(
+        self, table: str, mode: str, rows: DataFrame, offsets: dict[str, int] | None = None, at: str | None = None
+    ) -> None:
         """Stage a change: mode `append`, `upsert`, or `quarantine` (records of Delta tables of other jobs that
-        break their rules, committed once per input and version up to `offsets`, input -> version)."""
+        break their rules, committed once per input and version up to `offsets`, input -> version); `at`: the
+        `FILE:LINE` of the pipeline's call that staged it."""
         if any(c["table"] == table for c in self.changes):
             raise ValueError(
                 f"{table} is staged a second time in one batch: upsert or append each output once per run, with all "
@@ -59,6 +63,8 @@ class Staging:
         count = parquet_dataset(path).count_rows()  # from the footers: no Spark job
         change = {"table": table, "mode": mode, "path": path, "rows": count}
         self.changes.append(change | ({"offsets": offsets} if offsets is not None else {}))
+        if at is not None:
+            self.called_at[table] = at
         log.info("staged %s: %d rows", table, count)
 
     def staged(self, change: dict) -> DataFrame:
@@ -101,6 +107,27 @@ class Staging:
             raise QualityGateError(
                 f"{self.ctx.pipeline.name}: quality gate failed, nothing published: " + "; ".join(failures)
             )
+        for change in self.changes:
+            if change["mode"] == "upsert" and change["rows"] > 1:
+                self._refuse_shared_keys(change)
+
+    def _refuse_shared_keys(self, change: dict) -> None:
+        """Fail the batch, publishing nothing, when an upsert's rows share a key: the MERGE would insert each row of a
+        new key (a keyed table holding the key twice) and fail on the rows of a key it holds, at every later try."""
+        table = change["table"]
+        keys = list(self.ctx.pipeline.output(table).keys)
+        shared = keyed.shared_keys(parquet_dataset(change["path"]).to_table(columns=keys))
+        if shared is None:
+            return
+        self.discard()
+        key, copies, others = shared
+        where = self.called_at.get(table, f"pipeline {self.ctx.pipeline.name}")
+        more = f", and {others} other key(s)" if others else ""
+        raise PipelineCodeError(
+            f"{where}: {table} got {copies} rows of one key in this batch ({key}{more}): a table keeps one row per "
+            "key, so give it one (aggregate the key's rows, or keep its latest by _commit_version and _line); "
+            f"nothing published (pipeline {self.ctx.pipeline.name})"
+        )
 
     def mark_complete(self, summary: BatchSummary) -> None:
         ran = provenance.of_run(self.ctx.pipeline)

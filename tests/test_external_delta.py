@@ -315,15 +315,18 @@ def test_versions_a_streaming_read_cannot_cross_are_refused_before_it_starts(spa
         "--from-version 2` reads it from the version after"
     )
 
-    schema = pa.schema([(n, pa.string()) for n in ("order_id", "customer")] + [("amount", pa.int64())])
-    schema = schema.append(pa.field("event_time", pa.timestamp("us", "UTC")))
     for version in ORDERS[:2]:  # the other job (delta-rs) appends twice, compacts, and vacuums the files it replaced
-        columns = list(zip(*[(i, c, a, at(t)) for i, c, a, t in version], strict=True))
-        write_deltalake(str(vacuumed), pa.table(columns, schema=schema), mode="append")
+        write_deltalake(str(vacuumed), delta_rs_orders(version), mode="append")
     DeltaTable(str(vacuumed)).optimize.compact()
     DeltaTable(str(vacuumed)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     with pytest.raises(BadInputError, match=r"input ext_vacuumed .*: data file .* of version 0, not read yet, is gone"):
         run(lake, "vacuumed")
+
+
+def delta_rs_orders(version: list[tuple]) -> pa.Table:
+    schema = pa.schema([(n, pa.string()) for n in ("order_id", "customer")] + [("amount", pa.int64())])
+    schema = schema.append(pa.field("event_time", pa.timestamp("us", "UTC")))
+    return pa.table(list(zip(*[(i, c, a, at(t)) for i, c, a, t in version], strict=True)), schema=schema)
 
 
 S3_PIPELINE = """

@@ -16,18 +16,21 @@ import subprocess
 import textwrap
 import time
 from collections import defaultdict
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import orders_job
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, write_deltalake
 
 from helpers import CLI, cli
 from streamtable.core import registry
 from streamtable.core.errors import BadInputError, DeclarationChangedError
 from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.runtime.observe.status import pipeline_status
-from streamtable.storage.delta_rs import table_version
+from streamtable.storage.delta_rs import log_entry, table_version
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows
 
@@ -207,6 +210,29 @@ def test_an_append_only_table_compacted_by_optimize_counts_each_row_once(spark, 
     message = str(refused.value)
     assert "\n" not in message and f"input orders ({path}): version 6 (OPTIMIZE) rewrote" in message
     assert "reprocess order_totals --input orders --from-version 6" in message
+
+
+def test_a_table_whose_log_retention_removed_consumed_versions_is_read_on(spark, pipelines, tmp_path):
+    """The other job's log cleaned up to a checkpoint past the version the pipeline's one batch so far started from
+    (Delta's default retention: 30 days), the run had failed inside Spark ('Cannot time travel Delta table to version
+    0'): its streaming read now starts no earlier than the log does."""
+    path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
+    names = ("order_id", "customer", "status", "amount", "paid_at")
+    types = (pa.string(), pa.string(), pa.string(), pa.decimal128(18, 2), pa.timestamp("us", "UTC"))
+    paid = datetime(2026, 3, 1, 10, tzinfo=UTC)
+    orders = [dict(zip(names, (f"o{i}", "ann", "new", Decimal(i), paid), strict=True)) for i in range(3)]
+    feed = {"delta.enableChangeDataFeed": "true", "delta.logRetentionDuration": "interval 0 seconds"}
+    schema = pa.schema(list(zip(names, types, strict=True)))
+    write_deltalake(path, pa.Table.from_pylist(orders[:2], schema), configuration=feed)
+    write_deltalake(path, pa.Table.from_pylist(orders[2:], schema), mode="append")
+    write_pipeline(pipelines, path)
+    run(lake, "order_totals")
+    DeltaTable(path).create_checkpoint()
+    DeltaTable(path).cleanup_metadata()  # version 0 is gone from the log
+    assert log_entry(path, 0) is None
+    DeltaTable(path).update(updates={"customer": "'bob'"}, predicate="order_id = 'o1'")
+    run(lake, "order_totals")
+    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
 
 
 @pytest.mark.slow

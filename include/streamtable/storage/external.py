@@ -233,8 +233,8 @@ def check(table: Table, start: int, stream: bool) -> bool:
 
 def check_history(table: Table, pipeline: str, first: int, stream: bool) -> None:
     """Refuse, in one line, what a streaming read of the table from version `first` would fail on after starting
-    (a many-line Spark error): a version that drops or renames a column (Delta's streaming read cannot cross it), or
-    a data file the read needs that is gone (VACUUM after a later rewrite)."""
+    (a many-line Spark error) or read short: a version that drops or renames a column (Delta's streaming read cannot
+    cross it), a version the log retention removed, or a data file VACUUM removed (after a rewrite compacted it)."""
     path = location(table)
     delta = _opened(table)
     latest = delta.version()
@@ -242,14 +242,20 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool) -> None
         return
     where = f"input {table.name} ({path})"
     restart = f"`streamtable reprocess {pipeline} --input {table.name} --from-version"
+    lost = (
+        "its rows are lost to a stream input (keep the table's retention longer than the pipeline's lag)"
+        if stream
+        else f"{restart} {latest}` reads the table as it is"
+    )
     try:
-        read = commits(path, first, latest)
-        columns = [f.name for f in pa.schema(delta_table(path, max(first - 1, 0)).schema().to_arrow())]
+        read = commits(path, first, latest)  # the versions the read needs, and the schema before them
+        before = delta_table(path, max(first - 1, oldest_version(path)))
     except (BadInputError, TableReadError):
         raise BadInputError(
-            f"{where}: version {max(first - 1, 0)}, where this pipeline's read goes on, is no longer in the table's "
-            f"log (its log retention removed it): refused; {restart} {latest}` reads the table as it is"
+            f"{where}: version {first}, the first this pipeline has not read, is no longer in the table's log (its "
+            f"log retention removed it): refused, its rows would be missed; {lost}"
         ) from None
+    columns = pa.schema(before.schema().to_arrow()).names
     for c in read:
         gone = [name for name in columns if name not in (c.columns or columns)]
         if gone:
@@ -263,15 +269,9 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool) -> None
     for c in read:
         for file in c.brought:
             if f"{path}/{file}" not in live and not _exists(path, file):
-                after = (
-                    "its rows are lost to a stream input (keep the table's VACUUM retention longer than the "
-                    "pipeline's lag)"
-                    if stream
-                    else f"{restart} {latest}` reads the table as it is"
-                )
                 raise BadInputError(
                     f"{where}: data file {file} of version {c.version}, not read yet, is gone (the table's VACUUM "
-                    f"removed it): refused, its rows would be missed; {after}"
+                    f"removed it): refused, its rows would be missed; {lost}"
                 )
 
 

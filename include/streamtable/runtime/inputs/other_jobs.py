@@ -49,6 +49,8 @@ def prepare(pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]) ->
         stream = name in pipeline.streams
         start = consumed[name] + 1 if name in consumed else starting.get(name, 0)
         external.latest_version(table)  # one line if there is no table
+        if not stream and name not in consumed:  # its first batch takes its rows whole: older versions are not read
+            start = max(start, external.oldest_version(external.location(table)))
         change_feed[name] = external.check(table, start if stream else 0, stream)
         external.check_history(table, pipeline.name, start, stream)  # what its streaming read from `start` cannot read
         if not change_feed[name]:
@@ -62,7 +64,7 @@ def read_stream(spark: SparkSession, table: Table, starting_version: int, change
     """A streaming read of an external input from a version (it must be append-only: checked by `prepare`)."""
     reader = (
         spark.readStream.format("delta")
-        .option("startingVersion", starting_version)
+        .option("startingVersion", _readable(table, starting_version))
         .option("maxFilesPerTrigger", ONE_BATCH)
     )
     if change_feed:
@@ -84,7 +86,7 @@ def read_changes_stream(spark: SparkSession, table: Table, starting_version: int
     changes = (
         spark.readStream.format("delta")
         .option("readChangeFeed", "true")
-        .option("startingVersion", starting_version)
+        .option("startingVersion", _readable(table, starting_version))
         .option("maxFilesPerTrigger", ONE_BATCH)
         .load(external.location(table))
     )
@@ -95,6 +97,12 @@ def read_changes_stream(spark: SparkSession, table: Table, starting_version: int
         F.col("_commit_timestamp").cast("timestamp").alias(COMMITTED_AT),
     )
     return with_reasons(_typed(changes, table, *extra), table)
+
+
+def _readable(table: Table, starting_version: int) -> int:
+    """The streaming read's starting version, no older than the table's log holds: Delta checks that version even
+    when the query goes on from its checkpoint (`prepare` refuses a read that needs versions the log lost)."""
+    return max(starting_version, external.oldest_version(external.location(table)))
 
 
 def read_rows(spark: SparkSession, table: Table, version: int) -> DataFrame:

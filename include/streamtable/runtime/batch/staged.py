@@ -138,7 +138,7 @@ class StagedBatch:
         if bound is None:
             rows = self.spark.createDataFrame([], spark_ddl(input_table.columns))
         elif input_table.external:
-            rows = other_jobs.read_rows(self.spark, input_table, bound)
+            rows = other_jobs.read_rows(self.spark, input_table, bound, self.ctx.external.get(input_name, False))
             rows = rows.where(F.col(other_jobs.REASON).isNull()).select(*columns)
         else:
             rows = keyed_changes.latest_rows(self.table(input_name), input_table, F.lit(True))

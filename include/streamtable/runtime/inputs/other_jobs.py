@@ -24,7 +24,7 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, LINE, QUARANTINE, SOURCE, Table
 from streamtable.runtime.committed import Consumed
-from streamtable.runtime.inputs.keyed_changes import BEFORE, CHANGE
+from streamtable.runtime.inputs.keyed_changes import BEFORE, CHANGE, latest_rows
 from streamtable.storage import external
 
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
@@ -105,9 +105,14 @@ def _readable(table: Table, starting_version: int) -> int:
     return max(starting_version, external.oldest_version(external.location(table)))
 
 
-def read_rows(spark: SparkSession, table: Table, version: int) -> DataFrame:
-    """The external input's rows at `version` (Delta's snapshot: deletion vectors and column mapping applied),
-    declared columns only, with `_reason`."""
+def read_rows(spark: SparkSession, table: Table, version: int, change_feed: bool) -> DataFrame:
+    """The external input's rows at `version`, declared columns only, with `_reason`: Delta's snapshot (deletion
+    vectors and column mapping applied); for a keyed table read by its files (no Change Data Feed), whose rows are
+    records, each key's latest record, as its changes in later batches take them (a key appended again is updated)."""
+    if table.keys and not change_feed:
+        records = read_table(spark, table, False, version)
+        latest = latest_rows(records, table, F.col(REASON).isNull())
+        return latest.withColumn(REASON, F.lit(None).cast("string"))
     rows = spark.read.format("delta").option("versionAsOf", version).load(external.location(table))
     return with_reasons(_typed(rows, table), table)
 

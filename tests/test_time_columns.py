@@ -65,8 +65,22 @@ PIPELINE = Pipeline(
 '''
 
 
-def test_a_time_column_of_another_name_from_csv_and_parquet_files(streamtable_driver, tmp_path):
-    driver = streamtable_driver("payments", pipelines=pipelines_folder(tmp_path, "payments", PIPELINE))
+def test_a_time_column_of_another_name_from_csv_and_parquet_files(streamtable_driver, streamtable_spark, tmp_path):
+    """... in a test session whose SparkSession is in another time zone (a user's, made before the driver's): runs are
+    in UTC, as `streamtable run`'s (a late record's reason named the hour [11:00Z, 12:00Z) for one of 10:59Z)."""
+    zone = "spark.sql.session.timeZone"
+    own = streamtable_spark.conf.get(zone)
+    streamtable_spark.conf.set(zone, "Asia/Kolkata")
+    try:
+        paid_by_the_hour(
+            streamtable_driver("payments", pipelines=pipelines_folder(tmp_path, "payments", PIPELINE)), tmp_path
+        )
+    finally:
+        streamtable_spark.conf.set(zone, own)
+
+
+def paid_by_the_hour(driver, tmp_path) -> None:
+    """Payments from a landing folder of CSV and Parquet files, by the hour of `paid_at`; one late in a closed hour."""
     landing = tmp_path / "landing"
     landing.mkdir()
     (landing / "a.csv").write_text(
@@ -96,7 +110,12 @@ def test_a_time_column_of_another_name_from_csv_and_parquet_files(streamtable_dr
         ("ann", 11, 2),
         ("bob", 10, 1),
     ]
-    assert [r["reason"][:25] for r in driver.late_events()] == ["late: window(s) [2026-03-"]
+    assert [(json.loads(r["raw"])["paid_at"], r["reason"]) for r in driver.late_events()] == [
+        (
+            "2026-03-01T10:59:00.000Z",
+            "late: window(s) [2026-03-01T10:00:00.000Z, 2026-03-01T11:00:00.000Z) already closed (grace 0:10:00)",
+        )
+    ]
     assert driver.output("paid")[0]["amount"] == Decimal("14.00")
 
 

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 # snapshot of a table's log, and expressions evaluated without generating and compiling code (Spark's interpreted
 # path, held by Spark's own tests to the same results; the project's tests run so too, tests/conftest.py).
 RUN_CONF = {
+    # as `streamtable run`'s (`spark_settings.session_conf`): a session made before the driver's, in the machine's
+    # zone, would write times in late records' reasons and JSON, and `process` would read `F.hour` or a timestamp_ntz
+    # column, in that zone
+    "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "1",
     "spark.sql.adaptive.enabled": "false",
     "spark.databricks.delta.snapshotPartitions": "1",

@@ -219,6 +219,24 @@ def test_an_append_only_table_compacted_by_optimize_counts_each_row_once(spark, 
     assert "reprocess order_totals --input orders --from-version 6" in message
 
 
+def test_a_table_whose_change_data_feed_was_turned_off_is_refused_naming_that_version(spark, pipelines, tmp_path):
+    """The refusal had said the table had no feed since version 0, where it had one until the version that turned it
+    off."""
+    path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
+    orders_job.create(spark, path)
+    write_pipeline(pipelines, path)
+    orders_job.insert(spark, path, range(0, 2), random.Random(39))
+    orders_job.move(spark, path, 0, "zed")  # version 2, read through the feed
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'false')")
+    with pytest.raises(BadInputError) as refused:
+        run(lake, "order_totals")
+    assert str(refused.value) == (
+        f"input orders ({path}): version 2 (UPDATE) updates or deletes rows, but version 3 (SET TBLPROPERTIES) turned "
+        "its Change Data Feed (delta.enableChangeDataFeed) off, and a table input is read through the feed at every "
+        "version: refused, it would be misread"
+    )
+
+
 def test_a_table_whose_log_retention_removed_consumed_versions_is_read_on(spark, pipelines, tmp_path):
     """The other job's log cleaned up to a checkpoint past the version the pipeline's one batch so far started from
     (Delta's default retention: 30 days), the run had failed inside Spark ('Cannot time travel Delta table to version

@@ -207,8 +207,10 @@ def check(table: Table, start: int, stream: bool) -> bool:
     feed = _feed_at(path, start)  # the Change Data Feed is on at every version from `start` read so far
     feed_from = start if feed else None  # ... since this version (for the message)
     changed: Commit | None = None
+    off: Commit | None = None  # the version that turned the feed off, when one did after `start`
     for c in commits(path, start, latest):
         if c.change_feed is not None and c.version > start:
+            off = c if feed and not c.change_feed else off
             feed = feed and c.change_feed
             feed_from = (feed_from if feed_from is not None else c.version) if c.change_feed else None
         if c.changes_rows and changed is None:
@@ -222,6 +224,12 @@ def check(table: Table, start: int, stream: bool) -> bool:
             )
         if not table.keys:
             raise BadInputError(f"{where}: {what}, but the input declares no keys to apply them by")
+        if not feed and off is not None:
+            raise BadInputError(
+                f"{where}: {what}, but version {off.version} ({off.operation}) turned its Change Data Feed "
+                f"({CHANGE_FEED}) off, and a table input is read through the feed at every version: refused, it "
+                "would be misread"
+            )
         if not feed:
             since = f" (it is on since version {feed_from})" if feed_from is not None else ""
             raise BadInputError(

@@ -31,6 +31,7 @@ from streamtable.core.errors import BadInputError, DeclarationChangedError
 from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.storage.delta_rs import log_entry, table_version
+from streamtable.storage.external import CHANGE_FEED
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows
 
@@ -246,7 +247,7 @@ def test_a_table_whose_log_retention_removed_consumed_versions_is_read_on(spark,
     types = (pa.string(), pa.string(), pa.string(), pa.decimal128(18, 2), pa.timestamp("us", "UTC"))
     paid = datetime(2026, 3, 1, 10, tzinfo=UTC)
     orders = [dict(zip(names, (f"o{i}", "ann", "new", Decimal(i), paid), strict=True)) for i in range(3)]
-    feed = {"delta.enableChangeDataFeed": "true", "delta.logRetentionDuration": "interval 0 seconds"}
+    feed = {CHANGE_FEED: "true", "delta.logRetentionDuration": "interval 0 seconds"}
     schema = pa.schema(list(zip(names, types, strict=True)))
     write_deltalake(path, pa.Table.from_pylist(orders[:2], schema), configuration=feed)
     write_deltalake(path, pa.Table.from_pylist(orders[2:], schema), mode="append")
@@ -258,6 +259,19 @@ def test_a_table_whose_log_retention_removed_consumed_versions_is_read_on(spark,
     DeltaTable(path).update(updates={"customer": "'bob'"}, predicate="order_id = 'o1'")
     run(lake, "order_totals")
     assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+
+    # without the feed its rows are records read from version 0 on: with that version gone, refused in one line
+    records = str(tmp_path / "records")
+    write_deltalake(records, pa.Table.from_pylist(orders[:2], schema), configuration=feed | {CHANGE_FEED: "false"})
+    write_deltalake(records, pa.Table.from_pylist(orders[2:], schema), mode="append")
+    DeltaTable(records).create_checkpoint()
+    DeltaTable(records).cleanup_metadata()
+    write_pipeline(pipelines, records)
+    with pytest.raises(BadInputError) as refused:
+        run(Lake(tmp_path / "lake_of_records"), "order_totals")
+    assert "\n" not in str(refused.value)
+    assert f"input orders ({records}): its records from version 0 on" in str(refused.value)
+    assert "no longer all in its log, which starts at version 1" in str(refused.value)
 
 
 @pytest.mark.slow

@@ -55,8 +55,10 @@ def prepare(pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]) ->
         external.check_history(table, pipeline.name, start, stream)  # what its streaming read from `start` cannot read
         if not change_feed[name]:
             first[name] = start
-            if not stream and table.keys and name in consumed:  # its changes are told from its rows by version
-                external.check_rewrites(table, pipeline.name, start)
+            if not stream and table.keys:  # its rows are records: its changes are told from them by version
+                require_whole_log(table)
+                if name in consumed:
+                    external.check_rewrites(table, pipeline.name, start)
     return change_feed, first
 
 
@@ -118,8 +120,10 @@ def read_rows(spark: SparkSession, table: Table, version: int, change_feed: bool
 
 
 def read_table(spark: SparkSession, table: Table, change_feed: bool, version: int) -> DataFrame:
-    """The whole external input up to `version`, as records with their versions."""
+    """The whole external input up to `version`, as records with their versions; BadInputError, in one line, when
+    the table's log no longer holds them all."""
     path = external.location(table)
+    require_whole_log(table)
     if change_feed:
         changes = (
             spark.read.format("delta")
@@ -140,6 +144,18 @@ def read_table(spark: SparkSession, table: Table, change_feed: bool, version: in
     )
     versioned = with_versions(spark, tagged, {table.name: external.file_versions(path, 0, version)})
     return with_reasons(versioned, table).drop(SOURCE)
+
+
+def require_whole_log(table: Table) -> None:
+    """BadInputError, in one line, when the table's log no longer holds its versions from 0 on."""
+    path = external.location(table)
+    oldest = external.oldest_version(path)
+    if oldest > 0:
+        raise BadInputError(
+            f"input {table.name} ({path}): its records from version 0 on (batch.table, and the rows of a keyed table "
+            f"without its Change Data Feed) are no longer all in its log, which starts at version {oldest} (the "
+            "table's log retention): refused, they would be read short; keep its delta.logRetentionDuration longer"
+        )
 
 
 def from_change_feed(changes: DataFrame, table: Table) -> DataFrame:

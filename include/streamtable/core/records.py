@@ -74,8 +74,9 @@ class InWindows:
         offset = start - datetime.fromtimestamp(0, UTC)
         return offset >= timedelta(0) and offset % self.advance == timedelta(0) and start <= t < start + self.size
 
-    def closed(self, start: datetime, stream_time: datetime | None) -> bool:
-        return stream_time is not None and start + self.size + self.grace <= stream_time
+    def closed(self, start: datetime, stream_time: datetime | None, grace: timedelta | None = None) -> bool:
+        """Whether the window at `start` was closed at `stream_time`, by `grace` (a batch's own) or these windows'."""
+        return stream_time is not None and start + self.size + (self.grace if grace is None else grace) <= stream_time
 
     def unlike(self, output: str, recorded: str) -> str | None:
         """Why these are not the windows that made `output` (`recorded`: the definition its batches recorded,

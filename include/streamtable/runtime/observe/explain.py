@@ -22,7 +22,7 @@ consumed; a window's row also lists under `late` the records that came after it 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
@@ -34,6 +34,7 @@ from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE
 from streamtable.core.timefmt import format_time
 from streamtable.core.values import to_json
+from streamtable.core.window_checks import definition_parts
 from streamtable.quality import explain_rows
 from streamtable.runtime.batch import provenance
 from streamtable.runtime.committed import Consumed, committed_batches, recorded_windows
@@ -258,21 +259,42 @@ def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | No
         return {"records": UNKNOWN, "records_why": "where the generation started reading is no longer recorded"}
     if declared.windows and owner.wall_clock:
         return {"records": UNKNOWN, "records_why": f"{owner.name} also closes windows by wall clock, not recorded"}
-    made = recorded_windows(committed_batches(lake, owner.name, generation, ["batch_id", "windows"])).get(table)
+    committed = committed_batches(lake, owner.name, generation, ["batch_id", "windows"])
+    made = recorded_windows(committed).get(table)
     unlike = declared.windows.unlike(table, made) if declared.windows and made else None
     if unlike:
         return {"records": UNKNOWN, "records_why": unlike}
-    found = _records_of(lake, declared, row, batches, dict(epoch.starting) if epoch.number == 0 else {})
+    starting = dict(epoch.starting) if epoch.number == 0 else {}
+    found = _records_of(lake, declared, row, batches, starting, _graces(committed, table))
     return {
         "records": [to_json(r) for r in found if not r.get("late")],
         **({"late": [to_json(r) for r in found if r.get("late")]} if declared.windows else {}),
     }
 
 
-def _records_of(lake: Lake, declared: Records, row: dict, batches: list[dict], starting: dict[str, int]) -> list[dict]:
+def _graces(committed: list[dict], table: str) -> dict[int, timedelta | None]:
+    """Per committed batch, the grace `table`'s windows closed with: the one it recorded, else the last one recorded
+    before it (None: none recorded; a grace made shorter is applied, so batches differ)."""
+    graces: dict[int, timedelta | None] = {}
+    grace = None
+    for batch in sorted(committed, key=lambda b: b["batch_id"]):
+        recorded = dict(batch.get("windows") or ()).get(table)
+        grace = definition_parts(recorded)[1] if recorded else grace
+        graces[batch["batch_id"]] = grace
+    return graces
+
+
+def _records_of(
+    lake: Lake,
+    declared: Records,
+    row: dict,
+    batches: list[dict],
+    starting: dict[str, int],
+    graces: dict[int, timedelta | None],
+) -> list[dict]:
     """The records of `declared.stream` the generation's batches consumed that add to `row`, each with its batch,
     what it adds, for an as-of join the table record (version, line) it matched, for a window whether it came late
-    (its window closed before its batch: `late`, counted in none)."""
+    (its window closed before its batch, by the grace the batch ran with: `late`, counted in none)."""
     asof, windows = declared.asof, declared.windows
     key = tuple(row[k] for k in _group_columns(declared))
     start = _utc(row[windows.start]) if windows else None
@@ -297,7 +319,7 @@ def _records_of(lake: Lake, declared: Records, row: dict, batches: list[dict], s
             if asof:
                 extra["matched"] = match and {"table": asof.table, "version": match[VERSION], "line": match[LINE]}
             stream_time = stream_times[batch["batch_id"]]
-            if windows and start and stream_time and windows.closed(start, stream_time):
+            if windows and start and stream_time and windows.closed(start, stream_time, graces.get(batch["batch_id"])):
                 extra = {"adds": 0, "late": f"the window was closed at stream time {format_time(stream_time)}"}
             found.append(_record(declared.stream, batch, r, **extra))
     return found

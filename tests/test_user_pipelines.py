@@ -254,6 +254,27 @@ def test_streamtable_new_refuses_a_bad_name_or_an_existing_file(tmp_path):
     assert json.loads(listed[-1])["pipeline"] == "shop"
 
 
+def test_streamtable_new_refuses_a_name_a_loaded_file_declares(tmp_path):
+    """`new word_count` wrote a pipeline named as the built-in, `new shop` in another folder one named as the shop of
+    the folder --pipelines names, and `new revenue` one whose output `revenue` the guide's pipeline writes: each file
+    was broken as written, its test failing, exit 0. Each is refused in one line naming the declaration; nothing is
+    written."""
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    assert cli(Lake(tmp_path), "new", "shop", "--dir", str(mine)).returncode == 0
+    (mine / "orders.py").write_text(GOOD)
+    cases = {
+        "word_count": ("pipeline 'word_count'", "pipelines/word_count.py:"),
+        "shop": ("pipeline 'shop'", f"{mine / 'shop.py'}:"),
+        "revenue": ("table 'revenue'", f"{mine / 'orders.py'}:"),
+        "quarantine": ("table 'quarantine'", "streamtable's own"),
+    }
+    for name, (what, where) in cases.items():
+        proc = cli(Lake(tmp_path), "new", name, "--dir", str(other), "--pipelines", str(mine), check=False)
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert f"{what} is already declared" in proc.stderr and where in proc.stderr, proc.stderr
+    assert not other.exists()
+
+
 # ---------------------------------------------------------------------------------------------- in-process
 
 

@@ -82,10 +82,14 @@ def test_{name}_totals_per_key(streamtable_driver):
 
 
 def write_skeleton(name: str, folder: str | Path) -> list[Path]:
-    """Write `FOLDER/NAME.py` and `FOLDER/test_NAME.py`; refuse a bad name or a file that exists."""
+    """Write `FOLDER/NAME.py` and `FOLDER/test_NAME.py`; refuse a bad name, a file that exists, or a name that the
+    skeleton would declare (the pipeline NAME, its output NAME, its input NAME_events) and a loaded file declares."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise BadInputError(f"pipeline name {name!r}: use lower-case letters, digits and _, starting with a letter")
     directory = Path(folder)
+    clash = _declared(name, directory)
+    if clash is not None:
+        raise BadInputError(f"pipeline name {name!r}: {clash}; choose another name (nothing written)")
     files = {directory / f"{name}.py": PIPELINE, directory / f"test_{name}.py": TEST}
     existing = [str(p) for p in files if p.exists()]
     if existing:
@@ -94,3 +98,23 @@ def write_skeleton(name: str, folder: str | Path) -> list[Path]:
     for path, text in files.items():
         path.write_text(text.format(name=name))
     return list(files)
+
+
+def _declared(name: str, folder: Path) -> str | None:
+    """Which name the skeleton of `name` would declare is declared already, and where, by the built-ins, the
+    folders of `--pipelines` and STREAMTABLE_PIPELINES, or `folder`'s files (the file would be broken as written)."""
+    from streamtable.core import registry
+
+    loaded = registry.load(registry.folders([str(folder)] if folder.is_dir() else []))
+    if name in loaded.pipelines:
+        return f"pipeline {name!r} is already declared in {loaded.origins[('pipeline', name)]}"
+    tables = loaded.tables()
+    for table in (name, f"{name}_events"):
+        if table in loaded.inputs:
+            return f"table {table!r} is already declared in {loaded.origins[('input table', table)]}"
+        writer = loaded.writer(table)
+        if writer is not None:
+            return f"table {table!r} is already declared in {loaded.origins[('pipeline', writer.name)]}"
+        if table in tables:
+            return f"table {table!r} is already declared: streamtable's own"
+    return None

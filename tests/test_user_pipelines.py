@@ -254,6 +254,25 @@ def test_streamtable_new_refuses_a_bad_name_or_an_existing_file(tmp_path):
     assert json.loads(listed[-1])["pipeline"] == "shop"
 
 
+def test_a_name_unknown_without_pipeline_folders_says_where_a_users_pipelines_load_from(tmp_path, monkeypatch, capsys):
+    """The guide's commands without `--pipelines`: 'unknown pipeline 'orders'; pipelines are: (the built-ins)' said
+    nothing of the folder a newcomer forgot. With no folder named, each such line says how to name one."""
+    from streamtable.cli.main import main
+
+    monkeypatch.delenv(registry.ENV, raising=False)
+    registry.current.cache_clear()
+    hint = "pipelines of your own load from --pipelines DIR or STREAMTABLE_PIPELINES, and none is named"
+    for argv in (["run", "orders"], ["ingest", "orders", "-"], ["show", "revenue"], ["query", "revenue", "ann"]):
+        assert main([*argv, "--lake", str(tmp_path / "lake")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("streamtable: unknown ") and err.rstrip("\n").endswith(hint), err
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    assert main(["run", "orders", "--lake", str(tmp_path / "lake"), "--pipelines", str(folder)]) == 2
+    assert hint not in capsys.readouterr().err
+    registry.current.cache_clear()
+
+
 def test_streamtable_new_refuses_a_name_a_loaded_file_declares(tmp_path):
     """`new word_count` wrote a pipeline named as the built-in, `new shop` in another folder one named as the shop of
     the folder --pipelines names, and `new revenue` one whose output `revenue` the guide's pipeline writes: each file

@@ -79,7 +79,12 @@ def _named(values: dict[str, T], name: str, kind: str, plural: str, error: type[
     try:
         return values[name]
     except KeyError:
-        raise error(f"unknown {kind} {name!r}; {plural} are: {', '.join(sorted(values))}") from None
+        raise error(f"unknown {kind} {name!r}; {plural} are: {', '.join(sorted(values))}{folders_hint()}") from None
+
+
+def folders_hint() -> str:
+    """What an unknown name's error adds when no folder of the user's pipelines is named: where they load from."""
+    return "" if folders() else f"; pipelines of your own load from --pipelines DIR or {ENV}, and none is named"
 
 
 def folders(extra: Iterable[str] = ()) -> list[Path]:

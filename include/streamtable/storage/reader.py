@@ -34,10 +34,13 @@ def all_tables() -> dict[str, Table]:
 
 
 def table_spec(name: str) -> Table:
+    from streamtable.core.registry import folders_hint
+
     try:
         return all_tables()[name]
     except KeyError:
-        raise UnknownTableError(f"unknown table {name!r}; tables are: {', '.join(sorted(all_tables()))}") from None
+        known = ", ".join(sorted(all_tables()))
+        raise UnknownTableError(f"unknown table {name!r}; tables are: {known}{folders_hint()}") from None
 
 
 def _read(lake: Lake, spec: Table) -> pa.Table:

@@ -19,6 +19,7 @@ from streamtable.operators.stream_join import JoinWindow
 from streamtable.operators.windows import DEFINITION
 from streamtable.runtime.batch.changed_code import same_windows
 from streamtable.runtime.commands.declaration import differences, shape
+from streamtable.runtime.observe.explain import explain
 
 PIPELINE = """
 from pyspark.sql import functions as F
@@ -288,29 +289,48 @@ def test_windows_changed_under_a_live_output_are_refused_instead_of_mixed_into_i
     driver.run()  # the new windows are the rebuilt output's
 
 
+def windowed_explained(minutes: int, grace: int = 10) -> str:
+    """`WINDOWED` in hours with `grace` minutes of grace, its Records (for explain) declaring InWindows of `minutes`
+    and that grace."""
+    records = (
+        '    records=(Records("window_counts", "window_clicks", lambda r: [((r["user"],), 1)], windows=InWindows('
+        f"timedelta(minutes={minutes}), timedelta(minutes={minutes}), timedelta(minutes={grace}))),),\n)"
+    )
+    return WINDOWED.format(size=60, advance=60, grace=grace).replace(
+        "    process=process,\n)", f"    process=process,\n{records}"
+    )
+
+
 def test_a_longer_grace_under_a_live_output_is_refused_and_a_shorter_one_applied(streamtable_driver, tmp_path):
     """Hours with 10 minutes' grace closed 10:00's hour at stream time 11:30; an hour's grace would open it again,
-    and a click at 10:45 counted in a row already final (a click of it reported late before), exit 0. A longer
-    grace is refused; a shorter one closes windows sooner, never opens one, and is applied."""
-    clicks = [{"user": "a", "event_time": f"2026-03-01T{t}:00Z"} for t in ("10:05", "11:30")]
-    message = (
-        r"windowed: window_counts was computed with windows 1:00:00 long, one every 1:00:00 and grace 0:10:00, and "
-        r"process now gives them a longer grace, 1:00:00: windows closed under the shorter one would take records "
-        r"again; `streamtable reprocess windowed --from-version 0` rebuilds it with the new grace"
-    )
-    late = {"window_clicks": [{"user": "a", "event_time": "2026-03-01T10:45:00Z"}]}
-    driver = refused_when_changed(
-        streamtable_driver,
-        tmp_path,
-        "windowed",
-        (WINDOWED.format(size=60, advance=60, grace=10), WINDOWED.format(size=60, advance=60, grace=60)),
-        ({"window_clicks": clicks}, late),
-        message,
-    )
-    pipelines_folder(tmp_path, "windowed", WINDOWED.format(size=60, advance=60, grace=5))
+    and a click at 10:45 counted in a row already final, exit 0. A longer grace is refused; a shorter one closes
+    windows sooner, never opens one, and is applied. explain --records then judges each batch by the grace it ran
+    with: the click at 10:50 counted at stream time 11:08 under 10 minutes, though 5 would have closed its hour."""
+
+    def clicks(*times: str) -> None:
+        driver.pipe("window_clicks", [{"user": "a", "event_time": f"2026-03-01T{t}:00Z"} for t in times])
+
+    driver = streamtable_driver("windowed", pipelines=pipelines_folder(tmp_path, "windowed", windowed_explained(60)))
+    clicks("10:05", "11:08")
     driver.run()
-    assert [(r["window_start"].hour, r["count"]) for r in driver.output("window_counts")] == [(10, 1), (11, 1)]
+    clicks("10:50", "11:30")
+    driver.run()
+    pipelines_folder(tmp_path, "windowed", windowed_explained(60, grace=60))
+    clicks("10:45")
+    with pytest.raises(DeclarationChangedError) as refused:
+        driver.run()
+    assert str(refused.value) == (
+        "windowed: window_counts was computed with windows 1:00:00 long, one every 1:00:00 and grace 0:10:00, and "
+        "process now gives them a longer grace, 1:00:00: windows closed under the shorter one would take records "
+        "again; `streamtable reprocess windowed --from-version 0` rebuilds it with the new grace"
+    )
+    pipelines_folder(tmp_path, "windowed", windowed_explained(60, grace=5))
+    driver.run()
+    assert [(r["window_start"].hour, r["count"]) for r in driver.output("window_counts")] == [(10, 2), (11, 2)]
     assert [json.loads(e["raw"])["event_time"][11:16] for e in driver.late_events()] == ["10:45"]
+    why = explain(driver.lake, "window_counts", "a", "2026-03-01T10:00:00.000Z", records=True)[0]
+    assert [r["record"]["event_time"][11:16] for r in why["records"]] == ["10:05", "10:50"]
+    assert [r["record"]["event_time"][11:16] for r in why["late"]] == ["10:45"]
 
 
 def test_a_grace_is_compared_with_the_one_recorded_and_none_recorded_by_an_earlier_release_is_no_change():

@@ -1,5 +1,5 @@
-"""Delta tables of other jobs declared as inputs (`delta_table`): where they are, what their log says, and whether
-streamtable can read them as declared. Spark-free (delta-rs and the log's JSON commits).
+"""Delta tables of other jobs declared as inputs (`delta_table`): where they are, and whether streamtable can read
+them as declared (from what their log says: `storage.other_job_log`). Spark-free (delta-rs and the log's JSON commits).
 
 Such a table is read in place and never written. Its versions are its offsets. Before a run or a reprocess reads
 it, `check` compares its schema with the declaration and looks at the commits it will read: a stream input must be
@@ -9,10 +9,7 @@ updates or deletes needs declared keys and the table's Change Data Feed, on sinc
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,11 +20,16 @@ from streamtable.core.errors import BadInputError, TableReadError, UnknownTableE
 from streamtable.core.registry import get_input
 from streamtable.core.schema import arrow_schema, widens
 from streamtable.core.tables import QUARANTINE, Table
-from streamtable.storage.delta_rs import delta_table, log_entry, open_table, retrying, staged_rows, write
+from streamtable.storage.delta_rs import delta_table, open_table, retrying, staged_rows, write
 from streamtable.storage.lake import Lake
-from streamtable.storage.store import Store
-
-CHANGE_FEED = "delta.enableChangeDataFeed"
+from streamtable.storage.other_job_log import (
+    CHANGE_FEED,
+    Commit,
+    commits,
+    exists,
+    oldest_version,
+    origins,
+)
 
 
 def location(table: Table) -> str:
@@ -45,100 +47,6 @@ def path_of(lake: Lake, name: str) -> str:
     except UnknownTableError:
         return lake.table_path(name)
     return location(table) if table.external else lake.table_path(name)
-
-
-@dataclass(frozen=True)
-class Commit:
-    """What one commit of a table's log did, as far as reading it as an input goes."""
-
-    version: int
-    timestamp: int  # epoch ms of the commit (its commitInfo)
-    operation: str
-    added: tuple[str, ...]  # the base names of the data files it added
-    rewritten: tuple[str, ...]  # ... of those, the ones it made of other files' rows (dataChange false: OPTIMIZE)
-    replaced: tuple[str, ...]  # the base names of the files whose rows it rewrote (removed with dataChange false)
-    brought: tuple[str, ...]  # the paths (in the table) of the data files it added as a data change: its new rows
-    columns: tuple[str, ...] | None  # the column names of the schema its metaData action sets; None: unchanged
-    changes_rows: bool  # it removed a data file as a data change: an update, a delete or an overwrite
-    change_feed: bool | None  # `delta.enableChangeDataFeed` as its metaData action sets it; None: unchanged
-
-
-_COMMITS: dict[tuple[str, int], Commit] = {}  # commits never change: each is read once per process
-
-
-def commit(path: str, version: int) -> Commit:
-    """The commit `version` of the Delta table at `path` (its `_delta_log/<version>.json`)."""
-    key = (path, version)
-    if key not in _COMMITS:
-        entry = log_entry(path, version)
-        if entry is None:
-            raise BadInputError(f"{path}: version {version} is no longer in the table's log (log retention or VACUUM)")
-        actions, info, metadata = entry.actions, entry.info, entry.metadata
-        feed = None
-        if metadata is not None:
-            feed = str((metadata.get("configuration") or {}).get(CHANGE_FEED, "false")).lower() == "true"
-        _COMMITS[key] = Commit(
-            version,
-            int(info.get("timestamp") or 0),
-            str(info.get("operation") or "?"),
-            tuple(_base(a["add"]) for a in actions if "add" in a),
-            tuple(_base(a["add"]) for a in actions if "add" in a and not a["add"].get("dataChange", True)),
-            tuple(_base(a["remove"]) for a in actions if "remove" in a and not a["remove"].get("dataChange", True)),
-            tuple(unquote(a["add"]["path"]) for a in actions if "add" in a and a["add"].get("dataChange", True)),
-            _columns(metadata),
-            any("remove" in a and a["remove"].get("dataChange", True) for a in actions),
-            feed,
-        )
-    return _COMMITS[key]
-
-
-def _columns(metadata: dict | None) -> tuple[str, ...] | None:
-    if metadata is None or not metadata.get("schemaString"):
-        return None
-    return tuple(field["name"] for field in json.loads(metadata["schemaString"]).get("fields", ()))
-
-
-def _base(action: dict) -> str:
-    return unquote(action["path"]).rsplit("/", 1)[-1]
-
-
-def commits(path: str, first: int, last: int) -> list[Commit]:
-    return [commit(path, v) for v in range(max(first, 0), last + 1)]
-
-
-@dataclass(frozen=True)
-class Origin:
-    """The versions whose commits brought a data file's rows: one, or a span once a rewrite merged files."""
-
-    oldest: int
-    newest: int
-    timestamp: int  # epoch ms of the commit of `newest`
-
-
-def origins(path: str, first: int, last: int) -> dict[str, Origin]:
-    """The base name of each data file versions `first`..`last` added -> the versions that brought its rows.
-
-    A file a rewrite made (OPTIMIZE, ZORDER, clustering: added with dataChange false) holds the rows of the files it
-    replaced, not rows of the rewrite's version: it spans their versions (the rewrite's own when none is known).
-    """
-    found: dict[str, Origin] = {}
-    for c in commits(path, first, last):
-        sources = [found[name] for name in c.replaced if name in found]
-        spanned = Origin(
-            min((o.oldest for o in sources), default=c.version),
-            max((o.newest for o in sources), default=c.version),
-            max(sources, key=lambda o: o.newest).timestamp if sources else c.timestamp,
-        )
-        rewritten = set(c.rewritten)
-        for name in c.added:
-            found[name] = spanned if name in rewritten else Origin(c.version, c.version, c.timestamp)
-    return found
-
-
-def file_versions(path: str, first: int, last: int) -> dict[str, tuple[int, int]]:
-    """The base name of each data file versions `first`..`last` added -> (the newest version that brought its rows,
-    that version's commit time in ms)."""
-    return {name: (o.newest, o.timestamp) for name, o in origins(path, first, last).items()}
 
 
 def check_rewrites(table: Table, pipeline: str, start: int) -> None:
@@ -276,25 +184,11 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool) -> None
     live = set(delta.file_uris())  # a file of the latest version is there (else the table is broken, not late)
     for c in read:
         for file in c.brought:
-            if f"{path}/{file}" not in live and not _exists(path, file):
+            if f"{path}/{file}" not in live and not exists(path, file):
                 raise BadInputError(
                     f"{where}: data file {file} of version {c.version}, not read yet, is gone (the table's VACUUM "
                     f"removed it): refused, its rows would be missed; {lost}"
                 )
-
-
-def oldest_version(path: str) -> int:
-    """The oldest version whose commit is still in the table's log (its log retention removes older ones)."""
-    if log_entry(path, 0) is not None:
-        return 0
-    names = Store.for_lake(path).children(f"{path}/_delta_log")
-    return min((int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()), default=0)
-
-
-def _exists(path: str, file: str) -> bool:
-    if "://" not in path:
-        return Path(path, file).exists()
-    return Store.for_lake(path).exists(f"{path}/{file}")
 
 
 # The reader features Delta Spark 4 (which reads these tables) reads exactly; a table needing any other is refused.

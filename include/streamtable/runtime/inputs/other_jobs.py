@@ -25,7 +25,7 @@ from streamtable.core.registry import get_input
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, LINE, QUARANTINE, SOURCE, Table
 from streamtable.runtime.committed import Consumed
 from streamtable.runtime.inputs.keyed_changes import BEFORE, CHANGE, latest_rows
-from streamtable.storage import external
+from streamtable.storage import external, other_job_log
 
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
 FILE = "_file"  # the data file a row of an append-only table was read from (mapped to its version per batch)
@@ -50,7 +50,7 @@ def prepare(pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]) ->
         start = consumed[name] + 1 if name in consumed else starting.get(name, 0)
         external.latest_version(table)  # one line if there is no table
         if not stream and name not in consumed:  # its first batch takes its rows whole: older versions are not read
-            start = max(start, external.oldest_version(external.location(table)))
+            start = max(start, other_job_log.oldest_version(external.location(table)))
         change_feed[name] = external.check(table, start if stream else 0, stream)
         external.check_history(table, pipeline.name, start, stream)  # what its streaming read from `start` cannot read
         if not change_feed[name]:
@@ -104,7 +104,7 @@ def read_changes_stream(spark: SparkSession, table: Table, starting_version: int
 def _readable(table: Table, starting_version: int) -> int:
     """The streaming read's starting version, no older than the table's log holds: Delta checks that version even
     when the query goes on from its checkpoint (`prepare` refuses a read that needs versions the log lost)."""
-    return max(starting_version, external.oldest_version(external.location(table)))
+    return max(starting_version, other_job_log.oldest_version(external.location(table)))
 
 
 def read_rows(spark: SparkSession, table: Table, version: int, change_feed: bool) -> DataFrame:
@@ -142,14 +142,14 @@ def read_table(spark: SparkSession, table: Table, change_feed: bool, version: in
         .withColumn(COMMIT_VERSION, F.lit(None).cast("bigint"))
         .withColumn(COMMITTED_AT, F.lit(None).cast("timestamp"))
     )
-    versioned = with_versions(spark, tagged, {table.name: external.file_versions(path, 0, version)})
+    versioned = with_versions(spark, tagged, {table.name: other_job_log.file_versions(path, 0, version)})
     return with_reasons(versioned, table).drop(SOURCE)
 
 
 def require_whole_log(table: Table) -> None:
     """BadInputError, in one line, when the table's log no longer holds its versions from 0 on."""
     path = external.location(table)
-    oldest = external.oldest_version(path)
+    oldest = other_job_log.oldest_version(path)
     if oldest > 0:
         raise BadInputError(
             f"input {table.name} ({path}): its records from version 0 on (batch.table, and the rows of a keyed table "
@@ -237,7 +237,7 @@ def version_files(first: dict[str, int]) -> dict[str, dict[str, tuple[int, int]]
     for name, version in first.items():
         table = get_input(name)
         path = external.location(table)
-        mapped[name] = external.file_versions(path, version, external.latest_version(table))
+        mapped[name] = other_job_log.file_versions(path, version, external.latest_version(table))
     return mapped
 
 

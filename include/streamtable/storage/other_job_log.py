@@ -1,0 +1,131 @@
+"""What the log of another job's Delta table says, commit by commit: the data files each version added (a data
+change, or a rewrite of other files' rows), the schema it set, whether it turned the Change Data Feed on or off, and
+which versions the log still holds. Spark-free: the log's JSON commits, read once per process.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+from streamtable.core.errors import BadInputError
+from streamtable.storage.delta_rs import log_entry
+from streamtable.storage.store import Store
+
+CHANGE_FEED = "delta.enableChangeDataFeed"
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What one commit of a table's log did, as far as reading it as an input goes."""
+
+    version: int
+    timestamp: int  # epoch ms of the commit (its commitInfo)
+    operation: str
+    added: tuple[str, ...]  # the base names of the data files it added
+    rewritten: tuple[str, ...]  # ... of those, the ones it made of other files' rows (dataChange false: OPTIMIZE)
+    replaced: tuple[str, ...]  # the base names of the files whose rows it rewrote (removed with dataChange false)
+    brought: tuple[str, ...]  # the paths (in the table) of the data files it added as a data change: its new rows
+    columns: tuple[str, ...] | None  # the column names of the schema its metaData action sets; None: unchanged
+    changes_rows: bool  # it removed a data file as a data change: an update, a delete or an overwrite
+    change_feed: bool | None  # `delta.enableChangeDataFeed` as its metaData action sets it; None: unchanged
+
+
+_COMMITS: dict[tuple[str, int], Commit] = {}  # commits never change: each is read once per process
+
+
+def commit(path: str, version: int) -> Commit:
+    """The commit `version` of the Delta table at `path` (its `_delta_log/<version>.json`)."""
+    key = (path, version)
+    if key not in _COMMITS:
+        entry = log_entry(path, version)
+        if entry is None:
+            raise BadInputError(f"{path}: version {version} is no longer in the table's log (log retention or VACUUM)")
+        actions, info, metadata = entry.actions, entry.info, entry.metadata
+        feed = None
+        if metadata is not None:
+            feed = str((metadata.get("configuration") or {}).get(CHANGE_FEED, "false")).lower() == "true"
+        _COMMITS[key] = Commit(
+            version,
+            int(info.get("timestamp") or 0),
+            str(info.get("operation") or "?"),
+            tuple(_base(a["add"]) for a in actions if "add" in a),
+            tuple(_base(a["add"]) for a in actions if "add" in a and not a["add"].get("dataChange", True)),
+            tuple(_base(a["remove"]) for a in actions if "remove" in a and not a["remove"].get("dataChange", True)),
+            tuple(unquote(a["add"]["path"]) for a in actions if "add" in a and a["add"].get("dataChange", True)),
+            _columns(metadata),
+            any("remove" in a and a["remove"].get("dataChange", True) for a in actions),
+            feed,
+        )
+    return _COMMITS[key]
+
+
+def _columns(metadata: dict | None) -> tuple[str, ...] | None:
+    if metadata is None or not metadata.get("schemaString"):
+        return None
+    return tuple(field["name"] for field in json.loads(metadata["schemaString"]).get("fields", ()))
+
+
+def _base(action: dict) -> str:
+    return unquote(action["path"]).rsplit("/", 1)[-1]
+
+
+def commits(path: str, first: int, last: int) -> list[Commit]:
+    return [commit(path, v) for v in range(max(first, 0), last + 1)]
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The versions whose commits brought a data file's rows: one, or a span once a rewrite merged files."""
+
+    oldest: int
+    newest: int
+    timestamp: int  # epoch ms of the commit of `newest`
+
+
+def origins(path: str, first: int, last: int) -> dict[str, Origin]:
+    """The base name of each data file versions `first`..`last` added -> the versions that brought its rows.
+
+    A file a rewrite made (OPTIMIZE, ZORDER, clustering: added with dataChange false) holds the rows of the files it
+    replaced, not rows of the rewrite's version: it spans their versions (the rewrite's own when none is known).
+    """
+    found: dict[str, Origin] = {}
+    for c in commits(path, first, last):
+        sources = [found[name] for name in c.replaced if name in found]
+        spanned = Origin(
+            min((o.oldest for o in sources), default=c.version),
+            max((o.newest for o in sources), default=c.version),
+            max(sources, key=lambda o: o.newest).timestamp if sources else c.timestamp,
+        )
+        rewritten = set(c.rewritten)
+        for name in c.added:
+            found[name] = spanned if name in rewritten else Origin(c.version, c.version, c.timestamp)
+    return found
+
+
+def file_versions(path: str, first: int, last: int) -> dict[str, tuple[int, int]]:
+    """The base name of each data file versions `first`..`last` added -> (the newest version that brought its rows,
+    that version's commit time in ms)."""
+    return {name: (o.newest, o.timestamp) for name, o in origins(path, first, last).items()}
+
+
+def oldest_version(path: str) -> int:
+    """The oldest version whose commit is still in the table's log (its log retention removes older ones)."""
+    if log_entry(path, 0) is not None:
+        return 0
+    names = Store.for_lake(path).children(f"{path}/_delta_log")
+    return min((int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()), default=0)
+
+
+def exists(path: str, file: str) -> bool:
+    """Whether the data file `file` of the table at `path` is there: a path in the table, or an absolute URI (a
+    shallow clone's files are its source's)."""
+    if file.startswith("file:"):
+        return Path("/" + file.removeprefix("file:").lstrip("/")).exists()
+    target = file if "://" in file else f"{path}/{file}"
+    if "://" not in target:
+        return Path(target).exists()
+    bucket = target.split("/", 3)[2]
+    return Store.for_lake(f"{target.split('://', 1)[0]}://{bucket}").exists(target)

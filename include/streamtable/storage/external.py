@@ -159,7 +159,7 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool) -> None
     where = f"input {table.name} ({path})"
     restart = f"`streamtable reprocess {pipeline} --input {table.name} --from-version"
     lost = (
-        "its rows are lost to a stream input (keep the table's retention longer than the pipeline's lag)"
+        "a stream input cannot read them again (keep the table's retention longer than the pipeline's lag)"
         if stream
         else f"{restart} {latest}` reads the table as it is"
     )

@@ -371,6 +371,29 @@ def test_an_upsert_of_several_rows_for_one_key_is_refused_at_its_line(spark, use
     assert rows(lake, "large_orders") == [{"customer": "ann", "orders": 2}]
 
 
+def test_a_number_staged_into_a_time_column_is_refused_at_its_line(spark, use_folder, tmp_path):
+    """Hours kept as epoch seconds (Spark's CAST(bigint AS TIMESTAMP) reads seconds) were written by the commit as
+    microseconds: ann's hour of 10:00 on 2026-03-01 was published as 1970-01-01T00:29:32.3592, exit 0. A number or a
+    boolean staged into a TIMESTAMP or DATE column is refused at the call's line, naming the column and the
+    conversions to use; nothing is published."""
+    path = use_folder / "orders.py"
+    upsert = 'batch.upsert("hourly_orders", hourly)'
+    seconds = 'hourly.withColumn("window_start", F.unix_timestamp("window_start"))'
+    path.write_text(GOOD.replace(upsert, f'batch.upsert("hourly_orders", {seconds})'))
+    registry.current.cache_clear()
+    lake = Lake(tmp_path / "lake")
+    ingest_lines(lake, "orders", order_lines([("ann", 120, "10:05:00")], 1))
+    line = path.read_text().splitlines().index(f'    batch.upsert("hourly_orders", {seconds})') + 1
+    with pytest.raises(PipelineCodeError) as e:
+        run(lake, "orders")
+    assert str(e.value) == (
+        f"{path}:{line}: hourly_orders's column window_start is a bigint in the rows process gave, declared TIMESTAMP: "
+        "a number is not a time (Spark casts one as seconds, the commit would read microseconds); convert it with "
+        "F.timestamp_seconds, F.timestamp_millis or F.date_from_unix_date (pipeline orders)"
+    )
+    assert rows(lake, "hourly_orders") == [] and rows(lake, "revenue") == []
+
+
 def test_the_explain_command_printed_for_a_users_table_names_its_folder_and_works_without_the_variable(
     use_folder, tmp_path
 ):

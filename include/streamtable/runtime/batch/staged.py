@@ -23,6 +23,7 @@ from functools import reduce
 from types import FrameType
 
 from pyspark.sql import DataFrame, functions as F
+from pyspark.sql.types import BooleanType, NumericType
 
 from streamtable.core.errors import PipelineCodeError, StreamtableError, UndeclaredNameError
 from streamtable.core.pipeline import Pipeline
@@ -168,6 +169,7 @@ class StagedBatch:
         """Stage rows that replace the rows with the same keys; remove the rows where column `delete` is true, and
         those whose keys are the keys of a row of `deletes` (a key also in `rows` is kept: the upsert wins)."""
         spec = self.ctx.pipeline.output(table)
+        _refuse_numbers_as_times(self.ctx.pipeline, spec, rows)
         windows = same_windows(self.ctx, table, rows, self._committed_windows)
         if windows is not None:
             self._windows[table] = windows
@@ -181,6 +183,7 @@ class StagedBatch:
     def append(self, table: str, rows: DataFrame) -> None:
         """Stage rows appended to a stream output."""
         spec = self.ctx.pipeline.output(table)
+        _refuse_numbers_as_times(self.ctx.pipeline, spec, rows)
         self._staging.stage(table, "append", rows.select(*[c.name for c in spec.columns]))
 
     def late(self, rows: DataFrame) -> None:
@@ -264,6 +267,21 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
         raised = RAISED.search(first)  # a check's own message (an operator's `F.raise_error`): said as it is
         what = raised.group(1) if raised else f"{type(e).__name__}: {first}"
         raise PipelineCodeError(f"{file}:{line}: {what} (pipeline {pipeline.name})") from e
+
+
+def _refuse_numbers_as_times(pipeline: Pipeline, spec: Table, rows: DataFrame) -> None:
+    """Fail at the call's line when `rows` give a TIMESTAMP or DATE column of `spec` numbers or booleans: the commit
+    would read them as microseconds (days) since the epoch, where Spark's cast reads seconds."""
+    given = {f.name: f.dataType for f in rows.schema.fields}
+    for column in spec.columns:
+        kind = given.get(column.name)
+        if column.type.kind in ("timestamp", "date") and isinstance(kind, NumericType | BooleanType):
+            raise PipelineCodeError(
+                f"{_call_site(pipeline)}: {spec.name}'s column {column.name} is a {kind.simpleString()} in the rows "
+                f"process gave, declared {column.type.ddl}: a number is not a time (Spark casts one as seconds, the "
+                "commit would read microseconds); convert it with F.timestamp_seconds, F.timestamp_millis or "
+                f"F.date_from_unix_date (pipeline {pipeline.name})"
+            )
 
 
 def _call_site(pipeline: Pipeline) -> str:

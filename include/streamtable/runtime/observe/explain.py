@@ -235,7 +235,7 @@ def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | No
         return {
             "records": UNKNOWN,
             "records_why": f"the pipeline that writes {table} does not declare which records make a row "
-            "(Pipeline(records=...): its rows are not sums of input records)",
+            "(Pipeline(records=...) names them for an output whose rows are sums of a stream's records)",
         }
     if row is None:
         return {"records": [], "records_why": "the row does not exist"}

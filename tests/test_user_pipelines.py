@@ -326,20 +326,28 @@ def test_an_error_in_process_names_the_line_of_the_users_file(spark, use_folder,
     assert rows(lake, "revenue") == []
 
 
+def refused_run(folder: Path, lake: Lake, old: str, new: str, lines: list[str]) -> tuple[str, PipelineCodeError]:
+    """Run the guide's pipeline with `old` replaced by `new` on the orders `lines`, expecting it refused; the
+    `FILE:LINE` of `new`'s last line (its last occurrence in the file), and the error."""
+    path = folder / "orders.py"
+    path.write_text(GOOD.replace(old, new))
+    registry.current.cache_clear()
+    ingest_lines(lake, "orders", lines)
+    written = path.read_text().splitlines()
+    line = len(written) - written[::-1].index(f"    {new.splitlines()[-1].strip()}")
+    with pytest.raises(PipelineCodeError) as e:
+        run(lake, "orders")
+    return f"{path}:{line}", e.value
+
+
 def test_an_output_staged_twice_in_one_run_names_the_line_and_what_to_do(spark, use_folder, tmp_path):
     """Revenue from two channels, one add_to_totals each: both start from the committed total, so the second upsert
     would undo the first; it is refused at its line, saying to stage each output once with all its rows."""
-    path = use_folder / "orders.py"
     upsert = 'batch.upsert("revenue", add_to_totals(batch.current("revenue"), orders, ["customer"], "amount"))'
-    path.write_text(GOOD.replace(upsert, f"{upsert}\n    {upsert}"))
-    registry.current.cache_clear()
     lake = Lake(tmp_path / "lake")
-    ingest_lines(lake, "orders", [order("o1", "ann", 1, "10:00:00")])
-    line = path.read_text().splitlines().index(f"    {upsert}", GOOD.splitlines().index(f"    {upsert}") + 1) + 1
-    with pytest.raises(PipelineCodeError) as e:
-        run(lake, "orders")
-    assert str(e.value) == (
-        f"{path}:{line}: ValueError: revenue is staged a second time in one batch: upsert or append each output "
+    at, e = refused_run(use_folder, lake, upsert, f"{upsert}\n    {upsert}", [order("o1", "ann", 1, "10:00:00")])
+    assert str(e) == (
+        f"{at}: ValueError: revenue is staged a second time in one batch: upsert or append each output "
         "once per run, with all its rows (unionByName them first; rows computed from one committed row, such as two "
         "add_to_totals of one key, must be one computation) (pipeline orders)"
     )
@@ -351,21 +359,16 @@ def test_an_upsert_of_several_rows_for_one_key_is_refused_at_its_line(spark, use
     `large_orders` rows of ann (the MERGE inserts every row of a new key), exit 0, and the next run's MERGE failed on
     them with delta-rs's error. A table keeps one row per key: the batch is refused at the upsert's line, nothing
     published, and a fixed file then counts the same orders."""
-    path = use_folder / "orders.py"
     upsert = 'batch.upsert("large_orders", add_to_totals(batch.current("large_orders"), large, ["customer"], "orders"))'
-    path.write_text(GOOD.replace(upsert, 'batch.upsert("large_orders", large)'))
-    registry.current.cache_clear()
     lake = Lake(tmp_path / "lake")
-    ingest_lines(lake, "orders", order_lines([("ann", 120, "10:05:00"), ("ann", 300, "10:06:00")], 1))
-    line = path.read_text().splitlines().index('    batch.upsert("large_orders", large)') + 1
-    with pytest.raises(PipelineCodeError) as e:
-        run(lake, "orders")
-    assert str(e.value).startswith(
-        f'{path}:{line}: large_orders got 2 rows of one key in this batch (customer="ann"): a table keeps one row '
+    twice = order_lines([("ann", 120, "10:05:00"), ("ann", 300, "10:06:00")], 1)
+    at, e = refused_run(use_folder, lake, upsert, 'batch.upsert("large_orders", large)', twice)
+    assert str(e).startswith(
+        f'{at}: large_orders got 2 rows of one key in this batch (customer="ann"): a table keeps one row '
         "per key, so give it one (aggregate the key's rows, or keep its latest by _commit_version and _line)"
-    ), str(e.value)
+    ), str(e)
     assert rows(lake, "large_orders") == [] and rows(lake, "revenue") == []
-    path.write_text(GOOD)
+    (use_folder / "orders.py").write_text(GOOD)
     registry.current.cache_clear()
     run(lake, "orders")
     assert rows(lake, "large_orders") == [{"customer": "ann", "orders": 2}]
@@ -376,18 +379,11 @@ def test_a_number_staged_into_a_time_column_is_refused_at_its_line(spark, use_fo
     microseconds: ann's hour of 10:00 on 2026-03-01 was published as 1970-01-01T00:29:32.3592, exit 0. A number or a
     boolean staged into a TIMESTAMP or DATE column is refused at the call's line, naming the column and the
     conversions to use; nothing is published."""
-    path = use_folder / "orders.py"
-    upsert = 'batch.upsert("hourly_orders", hourly)'
-    seconds = 'hourly.withColumn("window_start", F.unix_timestamp("window_start"))'
-    path.write_text(GOOD.replace(upsert, f'batch.upsert("hourly_orders", {seconds})'))
-    registry.current.cache_clear()
+    seconds = 'batch.upsert("hourly_orders", hourly.withColumn("window_start", F.unix_timestamp("window_start")))'
     lake = Lake(tmp_path / "lake")
-    ingest_lines(lake, "orders", order_lines([("ann", 120, "10:05:00")], 1))
-    line = path.read_text().splitlines().index(f'    batch.upsert("hourly_orders", {seconds})') + 1
-    with pytest.raises(PipelineCodeError) as e:
-        run(lake, "orders")
-    assert str(e.value) == (
-        f"{path}:{line}: hourly_orders's column window_start is a bigint in the rows process gave, declared TIMESTAMP: "
+    at, e = refused_run(use_folder, lake, 'batch.upsert("hourly_orders", hourly)', seconds, order_lines(RUNS[0][:1], 1))
+    assert str(e) == (
+        f"{at}: hourly_orders's column window_start is a bigint in the rows process gave, declared TIMESTAMP: "
         "a number is not a time (Spark casts one as seconds, the commit would read microseconds); convert it with "
         "F.timestamp_seconds, F.timestamp_millis or F.date_from_unix_date (pipeline orders)"
     )

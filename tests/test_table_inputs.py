@@ -220,6 +220,22 @@ def test_an_append_only_table_compacted_by_optimize_counts_each_row_once(spark, 
     assert "reprocess order_totals --input orders --from-version 6" in message
 
 
+def test_two_rows_of_a_key_in_one_version_of_a_table_without_its_feed_are_refused(spark, pipelines, tmp_path):
+    """Without a Change Data Feed a keyed table's rows are ordered by the versions that added them: two rows of one
+    key in one commit have no order, and each key's latest row had been either, whichever Spark met last, exit 0."""
+    path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
+    orders_job.create(spark, path, change_feed=False)
+    write_pipeline(pipelines, path)
+    rng = random.Random(40)
+    rows = [orders_job.order(1, rng), orders_job.order(1, rng), orders_job.order(2, rng)]
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES {', '.join(rows)}")
+    with pytest.raises(BadInputError) as refused:  # exit 2: the input, not the pipeline's code
+        run(lake, "order_totals")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith('input orders: key {"order_id":"o1"} has two rows at version 1')
+    assert outputs(lake) == ([], [])  # nothing published
+
+
 def test_a_table_whose_change_data_feed_was_turned_off_is_refused_naming_that_version(spark, pipelines, tmp_path):
     """The refusal had said the table had no feed since version 0, where it had one until the version that turned it
     off."""

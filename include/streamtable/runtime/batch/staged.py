@@ -25,7 +25,7 @@ from types import FrameType
 from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.types import BooleanType, NumericType
 
-from streamtable.core.errors import PipelineCodeError, StreamtableError, UndeclaredNameError
+from streamtable.core.errors import BadInputError, PipelineCodeError, StreamtableError, UndeclaredNameError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.schema import spark_ddl
@@ -258,13 +258,15 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
     except StreamtableError:
         raise
     except Exception as e:
+        text = INTERNAL_ALIAS.sub(r"\1", str(e).strip())  # `v`.`plan` in Spark's hints: operators' own aliases
+        first = text.splitlines()[0] if text else ""
+        raised = RAISED.search(first)  # a check's own message (an operator's `F.raise_error`): said as it is
+        if raised and raised.group(1).startswith("input "):  # an input it cannot read as declared: not the code's
+            raise BadInputError(raised.group(1)) from None
         file = inspect.getsourcefile(pipeline.process)
         line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == file), None)
         if line is None:
             raise
-        text = INTERNAL_ALIAS.sub(r"\1", str(e).strip())  # `v`.`plan` in Spark's hints: operators' own aliases
-        first = text.splitlines()[0] if text else ""
-        raised = RAISED.search(first)  # a check's own message (an operator's `F.raise_error`): said as it is
         what = raised.group(1) if raised else f"{type(e).__name__}: {first}"
         raise PipelineCodeError(f"{file}:{line}: {what} (pipeline {pipeline.name})") from e
 

@@ -60,8 +60,9 @@ def fold_changelog(changelog: DataFrame, table: Table, start: int, present: Spar
     records = changelog.select(*keys, row.alias("_row"), F.struct(COMMIT_VERSION, LINE).alias("_o"), COMMIT_VERSION)
     touched = records.where(F.col(COMMIT_VERSION) >= start).select(*keys).distinct()
     history = null_safe_join(records, touched, keys, "left_semi")
-    after = history.groupBy(*keys).agg(F.max_by("_row", "_o").alias(NEW))
-    before = history.where(F.col(COMMIT_VERSION) < start).groupBy(*keys).agg(F.max_by("_row", "_o").alias(OLD))
+    after = history.groupBy(*keys).agg(_latest(table, F.col("_row"), F.col("_o")).alias(NEW))
+    earlier = history.where(F.col(COMMIT_VERSION) < start)
+    before = earlier.groupBy(*keys).agg(_latest(table, F.col("_row"), F.col("_o")).alias(OLD))
     return _changed(null_safe_join(after, before, keys, "left").select(*keys, OLD, NEW))
 
 
@@ -69,8 +70,32 @@ def latest_rows(changelog: DataFrame, table: Table, present: SparkColumn) -> Dat
     """A keyed input changelog's current rows (one per key: its latest record, unless that deletes the key)."""
     keys = require_keys(table)
     row = F.when(present & ~_tombstone(table), F.struct(*[c.name for c in table.columns]))
-    latest = changelog.groupBy(*keys).agg(F.max_by(row, F.struct(COMMIT_VERSION, LINE)).alias("_row"))
+    latest = changelog.groupBy(*keys).agg(_latest(table, row, F.struct(COMMIT_VERSION, LINE)).alias("_row"))
     return latest.where(F.col("_row").isNotNull()).select("_row.*")
+
+
+def _latest(table: Table, row: SparkColumn, order: SparkColumn) -> SparkColumn:
+    """The aggregate of a key's records: its row of the greatest order ((version, line)); the batch fails, in one line,
+    when two different rows share it: a Delta table of another job without its Change Data Feed orders its rows by the
+    version that added them only (two rows of one key in one commit, or compacted into one file by OPTIMIZE)."""
+    if not table.external:  # a changelog streamtable keeps orders its records by (version, line): no two share one
+        return F.max_by(row, order)
+    spread = F.xxhash64(row)
+    first, other = F.max_by(row, F.struct(order, spread)), F.max_by(row, F.struct(order, -spread))
+    key = F.to_json(F.struct(*table.keys))
+    version = F.max(order.getField(COMMIT_VERSION)).cast("string")
+    ambiguous = F.concat(
+        F.lit(f"input {table.name}: key "),
+        key,
+        F.lit(" has two rows at version "),
+        version,
+        F.lit(
+            " (one commit added both, or an OPTIMIZE compacted them into one file), and without the table's Change "
+            "Data Feed nothing says which is the later: refused; give each key one row per version, or the table "
+            "its Change Data Feed"
+        ),
+    )
+    return F.when(~first.eqNullSafe(other), F.raise_error(ambiguous)).otherwise(first)
 
 
 def as_inserts(rows: DataFrame, table: Table) -> DataFrame:

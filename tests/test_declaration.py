@@ -13,10 +13,11 @@ import pytest
 from helpers import pipelines_folder
 from streamtable.core import registry
 from streamtable.core.errors import DeclarationChangedError
+from streamtable.core.records import InWindows
 from streamtable.core.window_checks import definition
 from streamtable.operators.session_windows import SessionWindows
 from streamtable.operators.stream_join import JoinWindow
-from streamtable.operators.windows import DEFINITION
+from streamtable.operators.windows import DEFINITION, Windows
 from streamtable.runtime.batch.changed_code import same_windows
 from streamtable.runtime.commands.declaration import differences, shape
 from streamtable.runtime.observe.explain import explain
@@ -335,7 +336,8 @@ def test_a_longer_grace_under_a_live_output_is_refused_and_a_shorter_one_applied
 
 def test_a_grace_is_compared_with_the_one_recorded_and_none_recorded_by_an_earlier_release_is_no_change():
     """Sessions and join windows carry their grace as windows do: a longer one is refused, a shorter one applied, and
-    a batch of a release that recorded no grace (the windows alone) takes any."""
+    a batch of a release that recorded no grace (the windows alone) takes any. The time column read (`time=`) is
+    compared too."""
     ctx = SimpleNamespace(pipeline=SimpleNamespace(name="p"))
 
     def rows(made: str) -> SimpleNamespace:
@@ -349,6 +351,20 @@ def test_a_grace_is_compared_with_the_one_recorded_and_none_recorded_by_an_earli
         assert same_windows(ctx, "t", rows(long), {"t": longer.described}) == long
         with pytest.raises(DeclarationChangedError, match=r"grace 0:05:00, and process now gives them a longer grace"):
             same_windows(ctx, "t", rows(long), {"t": short})
+
+    # the time column windows and sessions read (`time=`): another one would assign the records another way
+    hours = Windows(hour, hour, five)
+    paid, placed = (definition(hours.described, five, t) for t in ("paid_at", "placed_at"))
+    with pytest.raises(
+        DeclarationChangedError, match=r"of paid_at, and process now computes it with them of placed_at"
+    ):
+        same_windows(ctx, "t", rows(placed), {"t": paid})
+    assert same_windows(ctx, "t", rows(placed), {"t": definition(hours.described, five)}) == placed
+    assert InWindows(hour, hour, five).unlike("t", paid) == (
+        "t was computed with windows 1:00:00 long, one every 1:00:00 and grace 0:05:00 of paid_at, but its Records "
+        "declares InWindows(1:00:00, 1:00:00, 0:05:00) of event_time: declare the windows process aggregates it in"
+    )
+    assert InWindows(hour, hour, five, time="paid_at").unlike("t", paid) is None
 
 
 def test_a_session_gap_changed_under_a_live_output_is_refused(streamtable_driver, tmp_path):

@@ -81,13 +81,18 @@ class InWindows:
     def unlike(self, output: str, recorded: str) -> str | None:
         """Why these are not the windows that made `output` (`recorded`: the definition its batches recorded,
         `core.window_checks`), or None when they are: explain would list records under windows the output has not."""
-        made, grace = definition_parts(recorded)
-        if made == described_windows(self.size, self.advance) and grace in (None, self.grace):
+        made, grace, time = definition_parts(recorded)
+        if (
+            made == described_windows(self.size, self.advance)
+            and grace in (None, self.grace)
+            and time in (None, self.time)
+        ):
             return None
         with_grace = "" if grace is None else f" and grace {grace}"
+        of, mine = (f" of {time}", f" of {self.time}") if time and time != self.time else ("", "")
         return (
-            f"{output} was computed with {made}{with_grace}, but its Records declares InWindows({self.size}, "
-            f"{self.advance}, {self.grace}): declare the windows process aggregates it in"
+            f"{output} was computed with {made}{with_grace}{of}, but its Records declares InWindows({self.size}, "
+            f"{self.advance}, {self.grace}){mine}: declare the windows process aggregates it in"
         )
 
 

@@ -6,10 +6,12 @@ committed batch records of what made its rows (a *definition*: `runtime.batch.ch
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import NamedTuple
 
 from streamtable.core.errors import OperatorArgumentError
 
 GRACE = "; grace "  # in a definition, before the grace in microseconds (none in one of an earlier release)
+TIME = "; time "  # ... then before the time column its windows or sessions read (none: an earlier release, a join)
 
 
 def not_negative(given: str, **durations: timedelta) -> None:
@@ -35,13 +37,22 @@ def described_windows(size: timedelta, advance: timedelta) -> str:
     return f"windows {size} long, one every {advance}"
 
 
-def definition(described: str, grace: timedelta) -> str:
+def definition(described: str, grace: timedelta, time: str | None = None) -> str:
     """What made aggregated rows, as their metadata and each committed batch record it: the windows, sessions or join
-    window (`described`) and their grace (`definition_parts` reads it back)."""
-    return f"{described}{GRACE}{grace // timedelta(microseconds=1)}"
+    window (`described`), their grace and the time column they read, if known (`definition_parts` reads it back)."""
+    return f"{described}{GRACE}{grace // timedelta(microseconds=1)}" + (f"{TIME}{time}" if time else "")
 
 
-def definition_parts(recorded: str) -> tuple[str, timedelta | None]:
-    """A `definition`'s windows and grace (None: recorded by a release before the grace was)."""
-    described, _, grace = recorded.partition(GRACE)
-    return described, timedelta(microseconds=int(grace)) if grace else None
+class Made(NamedTuple):
+    """A definition's parts; those a release before them did not record are None."""
+
+    windows: str
+    grace: timedelta | None
+    time: str | None
+
+
+def definition_parts(recorded: str) -> Made:
+    """A `definition`'s windows, grace and time column."""
+    described, _, rest = recorded.partition(GRACE)
+    grace, _, time = rest.partition(TIME)
+    return Made(described, timedelta(microseconds=int(grace)) if grace else None, time or None)

@@ -135,7 +135,7 @@ def aggregate_sessions(
     )
     deletes = changed.where(~F.col("_new") & (F.col(START) != F.col("_merged_start")))
     # (for `Batch.upsert` to record)
-    start = F.col(START).alias(START, metadata={DEFINITION: definition(sessions.described, sessions.grace)})
+    start = F.col(START).alias(START, metadata={DEFINITION: definition(sessions.described, sessions.grace, time)})
     return SessionChanges(upserts.select(*keys, start, END, *values), deletes.select(*keys, START, END, *values), late)
 
 

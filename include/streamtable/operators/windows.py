@@ -174,7 +174,7 @@ def aggregate_in_windows(
     changed = combined_with_current(current, opened, [*keys, "window_start"], aggregates, windows.own).select(
         *keys,
         F.col("window_start").alias(
-            "window_start", metadata={DEFINITION: definition(windows.described, windows.grace)}
+            "window_start", metadata={DEFINITION: definition(windows.described, windows.grace, time)}
         ),
         (F.col("window_start") + interval(windows.size)).alias("window_end"),
         *[a.column for a in aggregates],

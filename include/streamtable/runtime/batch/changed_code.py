@@ -7,7 +7,7 @@ reprocess that rebuilds the output: the change lives in the pipeline's code, whe
   would start without the records before it, a session would join records under another gap, a join store would
   hold records another join window let go. So is a longer grace: a window, session or join record closed under the
   shorter one (its row final, its late records reported) would take records again. A shorter grace only closes them
-  sooner, and is applied.
+  sooner, and is applied. So is another time column read (`time=`): records would fall into windows by another time.
 - **An aggregate into a column added later.** `streamtable run` applies a nullable column added to an output
   (`commands.declaration`): its earlier rows hold null in it, and the generation records it. A plain value is right
   in the rows the next batches write; an aggregate is not: `aggregate`, `add_to_totals`, windows, sessions and
@@ -31,12 +31,12 @@ from streamtable.runtime.context import RunContext
 
 def same_windows(ctx: RunContext, table: str, rows: DataFrame, recorded: Mapping[str, str]) -> str | None:
     """What made `rows` (None: no windows), refused when it is not what made `table`'s committed rows (`recorded`:
-    output -> what made its rows, of the generation's committed batches) or has a longer grace."""
+    output -> what made its rows, of the generation's committed batches), has a longer grace or reads another time."""
     now = windows_of(rows)
     before = recorded.get(table)
     if now is None or before is None:
         return now
-    (was, old_grace), (made, grace) = definition_parts(before), definition_parts(now)
+    (was, old_grace, old_time), (made, grace, time) = definition_parts(before), definition_parts(now)
     name = ctx.pipeline.name
     fix = f"`streamtable reprocess {name} --from-version 0` rebuilds it with the new"
     if was != made:
@@ -47,6 +47,11 @@ def same_windows(ctx: RunContext, table: str, rows: DataFrame, recorded: Mapping
         raise DeclarationChangedError(
             f"{name}: {table} was computed with {was} and grace {old_grace}, and process now gives them a longer "
             f"grace, {grace}: windows closed under the shorter one would take records again; {fix} grace"
+        )
+    if old_time and time and old_time != time:
+        raise DeclarationChangedError(
+            f"{name}: {table} was computed with {was} of {old_time}, and process now computes it with them of "
+            f"{time}: its records would fall into windows by another time; {fix} time"
         )
     return now
 

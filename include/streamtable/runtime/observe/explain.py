@@ -279,7 +279,7 @@ def _graces(committed: list[dict], table: str) -> dict[int, timedelta | None]:
     grace = None
     for batch in sorted(committed, key=lambda b: b["batch_id"]):
         recorded = dict(batch.get("windows") or ()).get(table)
-        grace = definition_parts(recorded)[1] if recorded else grace
+        grace = definition_parts(recorded).grace if recorded else grace
         graces[batch["batch_id"]] = grace
     return graces
 

@@ -390,6 +390,51 @@ def test_a_number_staged_into_a_time_column_is_refused_at_its_line(spark, use_fo
     assert rows(lake, "hourly_orders") == [] and rows(lake, "revenue") == []
 
 
+HALF_PRICES = '''"""half_prices: each product's price halved."""
+
+from streamtable import Column, Pipeline, Type, changelog, table
+
+S, MONEY, TS = Type.STRING, Type.decimal(10, 2), Type.TIMESTAMP
+PRICES = changelog("list_prices", [Column("product", S), Column("price", MONEY), Column("event_time", TS)])
+
+
+def process(batch) -> None:
+    from pyspark.sql import functions as F
+
+    half = batch.new("list_prices").select("product", (F.col("price") * 0.5).alias("price"))
+    batch.upsert("half_prices", half)
+
+
+PIPELINE = Pipeline(
+    name="half_prices",
+    doc=__doc__,
+    streams=("list_prices",),
+    outputs=(table("half_prices", [Column("product", S), Column("price", MONEY)], keys=["product"]),),
+    process=process,
+)
+'''
+
+
+def test_a_double_staged_into_a_decimal_column_is_refused_at_its_line(spark, use_folder, tmp_path):
+    """Half of a 0.25 price computed as `price * 0.5`, a double in Spark, was rounded by the commit half to even:
+    0.12 was published where Spark's cast gives 0.13, exit 0. A float or double staged into a DECIMAL column is
+    refused at the call's line; nothing is published."""
+    path = use_folder / "half_prices.py"
+    path.write_text(HALF_PRICES)
+    registry.current.cache_clear()
+    lake = Lake(tmp_path / "lake")
+    ingest_lines(lake, "list_prices", ['{"product": "tea", "price": "0.25", "event_time": "2026-03-01T10:00:00Z"}'])
+    with pytest.raises(PipelineCodeError) as e:
+        run(lake, "half_prices")
+    line = HALF_PRICES.splitlines().index('    batch.upsert("half_prices", half)') + 1
+    assert str(e.value) == (
+        f"{path}:{line}: half_prices's column price is a double in the rows process gave, declared DECIMAL(10,2): a "
+        "double is not exact (the commit would round it half to even); cast it to the decimal yourself "
+        '(F.col(...).cast("decimal(10,2)") rounds half up, as Spark does) (pipeline half_prices)'
+    )
+    assert rows(lake, "half_prices") == []
+
+
 def test_the_explain_command_printed_for_a_users_table_names_its_folder_and_works_without_the_variable(
     use_folder, tmp_path
 ):

@@ -23,12 +23,12 @@ from functools import reduce
 from types import FrameType
 
 from pyspark.sql import DataFrame, functions as F
-from pyspark.sql.types import BooleanType, NumericType
+from pyspark.sql.types import BooleanType, DataType, DoubleType, FloatType, NumericType
 
 from streamtable.core.errors import BadInputError, PipelineCodeError, StreamtableError, UndeclaredNameError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
-from streamtable.core.schema import spark_ddl
+from streamtable.core.schema import Type, spark_ddl
 from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE, Table
 from streamtable.quality import exact
 from streamtable.runtime.batch.changed_code import refuse_aggregates_into_added_columns, same_windows
@@ -38,7 +38,7 @@ from streamtable.runtime.batch.summary import BatchSummary
 from streamtable.runtime.committed import Consumed, recorded_windows
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.inputs import keyed_changes, other_jobs
-from streamtable.storage import delta_rs, keyed
+from streamtable.storage import delta_rs, external, keyed
 
 log = logging.getLogger("streamtable")
 
@@ -126,6 +126,8 @@ class StagedBatch:
         if input_table.external and self.ctx.external.get(input_name, False):
             rows = self._records.where(F.col(SOURCE) == input_name)
             return keyed_changes.fold_change_feed(rows, input_table, good)
+        if input_table.external:  # its changes are told by the versions of its files: a rewrite may have lost them
+            external.check_rewrites(input_table, self.ctx.pipeline.name, earlier + 1, bound)
         changelog = self.table(input_name).withColumn(other_jobs.REASON, F.lit(None).cast("string"))
         return keyed_changes.fold_changelog(changelog, input_table, earlier + 1, good)
 
@@ -169,7 +171,7 @@ class StagedBatch:
         """Stage rows that replace the rows with the same keys; remove the rows where column `delete` is true, and
         those whose keys are the keys of a row of `deletes` (a key also in `rows` is kept: the upsert wins)."""
         spec = self.ctx.pipeline.output(table)
-        _refuse_numbers_as_times(self.ctx.pipeline, spec, rows)
+        _refuse_inexact_columns(self.ctx.pipeline, spec, rows)
         windows = same_windows(self.ctx, table, rows, self._committed_windows)
         if windows is not None:
             self._windows[table] = windows
@@ -183,7 +185,7 @@ class StagedBatch:
     def append(self, table: str, rows: DataFrame) -> None:
         """Stage rows appended to a stream output."""
         spec = self.ctx.pipeline.output(table)
-        _refuse_numbers_as_times(self.ctx.pipeline, spec, rows)
+        _refuse_inexact_columns(self.ctx.pipeline, spec, rows)
         self._staging.stage(table, "append", rows.select(*[c.name for c in spec.columns]))
 
     def late(self, rows: DataFrame) -> None:
@@ -271,19 +273,35 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
         raise PipelineCodeError(f"{file}:{line}: {what} (pipeline {pipeline.name})") from e
 
 
-def _refuse_numbers_as_times(pipeline: Pipeline, spec: Table, rows: DataFrame) -> None:
-    """Fail at the call's line when `rows` give a TIMESTAMP or DATE column of `spec` numbers or booleans: the commit
-    would read them as microseconds (days) since the epoch, where Spark's cast reads seconds."""
+def _refuse_inexact_columns(pipeline: Pipeline, spec: Table, rows: DataFrame) -> None:
+    """Fail at the call's line when `rows` give a column of `spec` values that its commit would change without a word
+    (`_inexact`)."""
     given = {f.name: f.dataType for f in rows.schema.fields}
     for column in spec.columns:
         kind = given.get(column.name)
-        if column.type.kind in ("timestamp", "date") and isinstance(kind, NumericType | BooleanType):
+        why = _inexact(kind, column.type) if kind is not None else None
+        if kind is not None and why is not None:
             raise PipelineCodeError(
                 f"{_call_site(pipeline)}: {spec.name}'s column {column.name} is a {kind.simpleString()} in the rows "
-                f"process gave, declared {column.type.ddl}: a number is not a time (Spark casts one as seconds, the "
-                "commit would read microseconds); convert it with F.timestamp_seconds, F.timestamp_millis or "
-                f"F.date_from_unix_date (pipeline {pipeline.name})"
+                f"process gave, declared {column.type.ddl}: {why} (pipeline {pipeline.name})"
             )
+
+
+def _inexact(given: DataType, declared: Type) -> str | None:
+    """Why the commit's cast of `given` values to `declared` would change them without a word, and what to do: a
+    number or boolean read as microseconds (days) since the epoch where Spark's cast reads seconds; a float or double
+    rounded half to even into a decimal. None when the cast keeps them or fails loudly."""
+    if declared.kind in ("timestamp", "date") and isinstance(given, NumericType | BooleanType):
+        return (
+            "a number is not a time (Spark casts one as seconds, the commit would read microseconds); convert it "
+            "with F.timestamp_seconds, F.timestamp_millis or F.date_from_unix_date"
+        )
+    if declared.kind == "decimal" and isinstance(given, FloatType | DoubleType):
+        return (
+            f"a {given.simpleString()} is not exact (the commit would round it half to even); cast it to the decimal "
+            f'yourself (F.col(...).cast("{declared.ddl.lower()}") rounds half up, as Spark does)'
+        )
+    return None
 
 
 def _call_site(pipeline: Pipeline) -> str:

@@ -273,13 +273,16 @@ def test_a_name_unknown_without_pipeline_folders_says_where_a_users_pipelines_lo
     registry.current.cache_clear()
 
 
-def test_streamtable_new_refuses_a_name_a_loaded_file_declares(tmp_path):
+def test_streamtable_new_refuses_a_name_a_loaded_file_declares(tmp_path, monkeypatch, capsys):
     """`new word_count` wrote a pipeline named as the built-in, `new shop` in another folder one named as the shop of
     the folder --pipelines names, and `new revenue` one whose output `revenue` the guide's pipeline writes: each file
     was broken as written, its test failing, exit 0. Each is refused in one line naming the declaration; nothing is
     written."""
+    from streamtable.cli.main import main
+
+    monkeypatch.delenv(registry.ENV, raising=False)  # (main's --pipelines sets it: given back after the test)
     mine, other = tmp_path / "mine", tmp_path / "other"
-    assert cli(Lake(tmp_path), "new", "shop", "--dir", str(mine)).returncode == 0
+    assert main(["new", "shop", "--dir", str(mine)]) == 0
     (mine / "orders.py").write_text(GOOD)
     cases = {
         "word_count": ("pipeline 'word_count'", "pipelines/word_count.py:"),
@@ -288,10 +291,12 @@ def test_streamtable_new_refuses_a_name_a_loaded_file_declares(tmp_path):
         "quarantine": ("table 'quarantine'", "streamtable's own"),
     }
     for name, (what, where) in cases.items():
-        proc = cli(Lake(tmp_path), "new", name, "--dir", str(other), "--pipelines", str(mine), check=False)
-        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
-        assert f"{what} is already declared" in proc.stderr and where in proc.stderr, proc.stderr
+        capsys.readouterr()
+        assert main(["new", name, "--dir", str(other), "--pipelines", str(mine)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and f"{what} is already declared" in err and where in err, err
     assert not other.exists()
+    registry.current.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------------- in-process

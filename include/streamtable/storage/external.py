@@ -49,14 +49,14 @@ def path_of(lake: Lake, name: str) -> str:
     return location(table) if table.external else lake.table_path(name)
 
 
-def check_rewrites(table: Table, pipeline: str, start: int) -> None:
-    """Refuse, in one line, a keyed table input read by its files (no Change Data Feed) when a rewrite merged rows of
-    versions before `start` (consumed) with rows of `start` on into one file: its rows' versions, which tell the
-    batch's changes from the rows before them, are lost."""
+def check_rewrites(table: Table, pipeline: str, start: int, last: int | None = None) -> None:
+    """Refuse, in one line, a keyed table input read by its files (no Change Data Feed) when a rewrite of its versions
+    up to `last` (default: its latest) merged rows of versions before `start` (consumed) with rows of `start` on into
+    one file: its rows' versions, which tell the batch's changes from the rows before them, are lost."""
     path = location(table)
     latest = latest_version(table)
-    found = origins(path, 0, latest)
-    for c in commits(path, 0, latest):
+    found = origins(path, 0, latest if last is None else last)
+    for c in commits(path, 0, latest if last is None else last):
         if any(found[name].oldest < start <= found[name].newest for name in c.rewritten if name in found):
             raise BadInputError(
                 f"input {table.name} ({path}): version {c.version} ({c.operation}) rewrote rows this pipeline "

@@ -81,3 +81,22 @@ def test_negative_stock_zero_kept_and_one_run_equals_three_runs(spark, tmp_path)
     for key in want:
         assert explained(one, key) == provenance(batches, key, lambda v: 0), key
         assert explained(three, key) == provenance(batches, key, lambda v: v), key
+
+
+def test_a_key_that_cannot_be_read_names_its_column_and_what_keys_a_stream(tmp_path):
+    """`query unique_orders o1` on a stream answered "'o1' is not a timestamp (key: ...)", naming neither the column
+    nor that a stream's KEY... match its columns in show's order, time first; a table's bad key names its column."""
+    from streamtable.core.errors import BadInputError
+
+    with pytest.raises(BadInputError) as stream:
+        query(tmp_path / "lake", "calls", "o1")
+    assert str(stream.value) == (
+        "calls.ts: 'o1' is not a timestamp (key: not an ISO-8601 time: 'o1'); calls is a stream: KEY... are matched "
+        "to ts, user1, user2, analytics, metrics in that order"
+    )
+    with pytest.raises(BadInputError) as table:
+        query(tmp_path / "lake", "notification_counts", "ann", "soon")
+    assert str(table.value) == (
+        "notification_counts.window_start: 'soon' is not a timestamp (key: not an ISO-8601 time: 'soon'); "
+        "KEY... are notification_counts's key columns user, window_start in that order"
+    )

@@ -91,7 +91,15 @@ def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
     data = _read(lake, spec)
     mask = None
     for column, text in zip(keys, key, strict=False):
-        value = _parse_key(types[column], text)
+        try:
+            value = _parse_key(types[column], text)
+        except BadInputError as e:
+            order = (
+                f"KEY... are {table}'s key columns {', '.join(keys)} in that order"
+                if spec.kind == "table"
+                else f"{table} is a stream: KEY... are matched to {', '.join(keys)} in that order"
+            )
+            raise BadInputError(f"{table}.{column}: {e}; {order}") from None
         term = pc.equal(data[column], pa.scalar(value, data.schema.field(column).type))
         mask = term if mask is None else pc.and_(mask, term)
     if mask is not None:

@@ -26,8 +26,9 @@ from streamtable.cli.subcommands import (
 from streamtable.core.settings import __version__
 
 DESCRIPTION = (  # what --help says first
-    "The `streamtable` command (its contract: docs/README.md): ingest, run, serve, status, reprocess, reset, show, "
-    "query,"
+    "The `streamtable` command (its contract: docs/README.md): ingest records into inputs; run, serve, reprocess, "
+    "reset, compact and validate a pipeline; show, query and explain tables; status of pipelines; list them "
+    "(pipelines) or start one (new). Pipelines of your own: --pipelines DIR or STREAMTABLE_PIPELINES."
 )
 LOG_LEVELS = ("error", "warning", "info", "debug")
 

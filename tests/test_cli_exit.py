@@ -26,6 +26,17 @@ def test_a_command_without_spark_exits_with_its_code_and_is_not_finalised(lake):
     assert bad.stderr.count("\n") == 1, bad.stderr
 
 
+def test_reading_a_lake_that_does_not_exist_says_so_on_stderr_after_an_empty_answer(lake):
+    """A wrong --lake or working directory (the default is ./lake) is not read as tables without rows."""
+    said = f"streamtable: no lake at {lake.root} (--lake DIR, else STREAMTABLE_LAKE, else ./lake): nothing was "
+    for argv in (("show", "user_clicks"), ("query", "clicks_per_region", "asia"), ("status", "word_count")):
+        proc = cli(lake, *argv)
+        assert proc.stderr.startswith(said) and proc.stderr.count("\n") == 1, proc.stderr
+        assert argv[0] == "status" or proc.stdout == ""
+    ingest(lake, "user_clicks", [{"user": "ann", "clicks": 1, "event_time": "2026-01-01T10:00:00Z"}])
+    assert cli(lake, "show", "user_clicks").stderr == ""
+
+
 FAILING_PIPELINE = '''"""boom: a pipeline whose process fails in Spark (a column that is not there)."""
 from streamtable import Column, Pipeline, Type, changelog, table
 

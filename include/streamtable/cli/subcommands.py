@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from streamtable.core.errors import BadInputError, QualityGateError
 from streamtable.core.exits import BAD_INPUT, OK, PIPELINE_CODE
@@ -17,6 +20,21 @@ GATED_COMMANDS = ("run", "serve", "reprocess", "validate")  # the commands that 
 
 def _lake(args: argparse.Namespace) -> Lake:
     return Lake(resolve_lake(args.lake))
+
+
+@contextmanager
+def _reading(args: argparse.Namespace) -> Iterator[Lake]:
+    """The lake a reading command reads; when a local one did not exist, its answer is followed by a line on stderr,
+    so a wrong --lake or working directory (the default is ./lake) does not read as tables without rows."""
+    lake = _lake(args)
+    absent = not lake.on_object_store and not os.path.isdir(lake.root)
+    yield lake
+    if absent:
+        print(
+            f"streamtable: no lake at {lake.root} (--lake DIR, else STREAMTABLE_LAKE, else ./lake): nothing was "
+            "ingested or run there",
+            file=sys.stderr,
+        )
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -105,11 +123,11 @@ def cmd_status(args: argparse.Namespace) -> None:
     from streamtable.core.registry import get_pipeline, pipelines
     from streamtable.runtime.observe.status import pipeline_status
 
-    lake = _lake(args)
     names = [get_pipeline(args.pipeline).name] if args.pipeline else sorted(pipelines())
-    statuses = [pipeline_status(lake, name).as_dict() for name in names]  # all read before any line: a table that
-    for status in statuses:  # cannot be read fails the command with its one line, not after a partial answer
-        print(json.dumps(status))
+    with _reading(args) as lake:
+        statuses = [pipeline_status(lake, name).as_dict() for name in names]  # all read before any line: a table
+        for status in statuses:  # that cannot be read fails the command with its one line, not a partial answer
+            print(json.dumps(status))
 
 
 def cmd_reprocess(args: argparse.Namespace) -> None:
@@ -164,22 +182,25 @@ def verdict(pipeline: str, reports: list) -> dict:
 def cmd_show(args: argparse.Namespace) -> None:
     from streamtable.storage.reader import json_lines, rows
 
-    for line in json_lines(rows(_lake(args), args.table)):
-        print(line)
+    with _reading(args) as lake:
+        for line in json_lines(rows(lake, args.table)):
+            print(line)
 
 
 def cmd_query(args: argparse.Namespace) -> None:
     from streamtable.storage.reader import json_lines, query
 
-    for line in json_lines(query(_lake(args), args.table, *args.key)):
-        print(line)
+    with _reading(args) as lake:
+        for line in json_lines(query(lake, args.table, *args.key)):
+            print(line)
 
 
 def cmd_explain(args: argparse.Namespace) -> None:
     from streamtable.runtime.observe.explain import explain
 
-    for line in explain(_lake(args), args.table, *args.key, limit=args.limit or None, records=args.records):
-        print(json.dumps(line, ensure_ascii=False))
+    with _reading(args) as lake:
+        for line in explain(lake, args.table, *args.key, limit=args.limit or None, records=args.records):
+            print(json.dumps(line, ensure_ascii=False))
 
 
 def cmd_emit_ticks(args: argparse.Namespace) -> None:

@@ -421,22 +421,41 @@ PIPELINE = Pipeline(
 '''
 
 
-def test_a_double_staged_into_a_decimal_column_is_refused_at_its_line(spark, use_folder, tmp_path):
+@pytest.mark.parametrize(
+    ("money", "price", "why"),
+    [
+        (
+            "Type.decimal(10, 2)",
+            '"0.25"',
+            "declared DECIMAL(10,2): a double is not exact (the commit would round it half to even); cast it to the "
+            'decimal yourself (F.col(...).cast("decimal(10,2)") rounds half up, as Spark does)',
+        ),
+        (
+            "Type.LONG",
+            "5",
+            "declared BIGINT: a double is not an integer (a merge-on-read commit would drop its fraction, another "
+            'would fail on it); make it one yourself (F.round(...).cast("bigint"), or F.floor)',
+        ),
+    ],
+    ids=["decimal", "long"],
+)
+def test_a_double_staged_into_a_decimal_or_integer_column_is_refused_at_its_line(
+    spark, use_folder, tmp_path, money, price, why
+):
     """Half of a 0.25 price computed as `price * 0.5`, a double in Spark, was rounded by the commit half to even:
-    0.12 was published where Spark's cast gives 0.13, exit 0. A float or double staged into a DECIMAL column is
-    refused at the call's line; nothing is published."""
+    0.12 was published where Spark's cast gives 0.13, exit 0; half of 5 into a BIGINT was published as 2 by a
+    merge-on-read commit (Spark's MERGE drops the fraction), exit 0. A float or double staged into a DECIMAL or an
+    integer column is refused at the call's line; nothing is published."""
     path = use_folder / "half_prices.py"
-    path.write_text(HALF_PRICES)
+    path.write_text(HALF_PRICES.replace("Type.decimal(10, 2)", money))
     registry.current.cache_clear()
     lake = Lake(tmp_path / "lake")
-    ingest_lines(lake, "list_prices", ['{"product": "tea", "price": "0.25", "event_time": "2026-03-01T10:00:00Z"}'])
+    ingest_lines(lake, "list_prices", [f'{{"product": "tea", "price": {price}, "event_time": "2026-03-01T10:00:00Z"}}'])
     with pytest.raises(PipelineCodeError) as e:
         run(lake, "half_prices")
     line = HALF_PRICES.splitlines().index('    batch.upsert("half_prices", half)') + 1
     assert str(e.value) == (
-        f"{path}:{line}: half_prices's column price is a double in the rows process gave, declared DECIMAL(10,2): a "
-        "double is not exact (the commit would round it half to even); cast it to the decimal yourself "
-        '(F.col(...).cast("decimal(10,2)") rounds half up, as Spark does) (pipeline half_prices)'
+        f"{path}:{line}: half_prices's column price is a double in the rows process gave, {why} (pipeline half_prices)"
     )
     assert rows(lake, "half_prices") == []
 

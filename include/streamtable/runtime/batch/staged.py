@@ -290,7 +290,8 @@ def _refuse_inexact_columns(pipeline: Pipeline, spec: Table, rows: DataFrame) ->
 def _inexact(given: DataType, declared: Type) -> str | None:
     """Why the commit's cast of `given` values to `declared` would change them without a word, and what to do: a
     number or boolean read as microseconds (days) since the epoch where Spark's cast reads seconds; a float or double
-    rounded half to even into a decimal. None when the cast keeps them or fails loudly."""
+    rounded half to even into a decimal, or cut to an integer by Spark's MERGE (delta-rs's cast fails on it). None
+    when the cast keeps them or fails loudly."""
     if declared.kind in ("timestamp", "date") and isinstance(given, NumericType | BooleanType):
         return (
             "a number is not a time (Spark casts one as seconds, the commit would read microseconds); convert it "
@@ -300,6 +301,11 @@ def _inexact(given: DataType, declared: Type) -> str | None:
         return (
             f"a {given.simpleString()} is not exact (the commit would round it half to even); cast it to the decimal "
             f'yourself (F.col(...).cast("{declared.ddl.lower()}") rounds half up, as Spark does)'
+        )
+    if declared.kind in ("int", "long") and isinstance(given, FloatType | DoubleType):
+        return (
+            f"a {given.simpleString()} is not an integer (a merge-on-read commit would drop its fraction, another "
+            f'would fail on it); make it one yourself (F.round(...).cast("{declared.ddl.lower()}"), or F.floor)'
         )
     return None
 

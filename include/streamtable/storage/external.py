@@ -55,8 +55,9 @@ def check_rewrites(table: Table, pipeline: str, start: int, last: int | None = N
     one file: its rows' versions, which tell the batch's changes from the rows before them, are lost."""
     path = location(table)
     latest = latest_version(table)
-    found = origins(path, 0, latest if last is None else last)
-    for c in commits(path, 0, latest if last is None else last):
+    upto = latest if last is None else last
+    found = origins(path, 0, upto)
+    for c in commits(path, 0, upto):
         if any(found[name].oldest < start <= found[name].newest for name in c.rewritten if name in found):
             raise BadInputError(
                 f"input {table.name} ({path}): version {c.version} ({c.operation}) rewrote rows this pipeline "

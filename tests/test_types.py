@@ -101,6 +101,11 @@ def test_arrays_maps_and_structs_nest_to_any_depth_and_name_the_wrong_value():
     assert refused(Type.map(DEC), '{"k": 1.55}') == "c.k 1.55 does not fit a decimal(3,1) exactly"
     assert "should be a array<long>" in refused(Type.array(Type.LONG), '{"a": 1}')
     assert "should be a map<string, long>" in refused(Type.map(Type.LONG), "[1]")
+    # a key named twice has no one value: the record is refused, at any depth, never read as its last value
+    assert refused(Type.map(Type.LONG), '{"k": 1, "k": 2}') == 'malformed JSON: the key "k" appears twice in one object'
+    spec = changelog("t", [Column("c", Type.LONG)], time_column=None)  # type: ignore[arg-type]
+    with pytest.raises(RecordError, match='the key "c" appears twice'):
+        parse_record(spec, '{"c": 1, "c": 2}')
     # every typed value is one pyarrow takes for the declared type
     row = {"c": value}
     assert pa.Table.from_pylist([row], schema=arrow_schema((Column("c", deep),))).to_pylist(maps_as_pydicts="strict")

@@ -32,11 +32,21 @@ def _no_constant(name: str) -> object:
 
 
 def parse_json(text: str) -> object:
-    """JSON text as `typed_value` takes it: numbers with a fraction or exponent as exact `Decimal`s, no NaN/Infinity.
+    """JSON text as `typed_value` takes it: numbers with a fraction or exponent as exact `Decimal`s, no NaN/Infinity,
+    no object that names a key twice (which of its values is meant is unknowable, so it is never guessed).
 
     Raises ValueError (malformed JSON) or RecursionError (nested too deeply).
     """
-    return json.loads(text, parse_float=Decimal, parse_constant=_no_constant)
+    return json.loads(text, parse_float=Decimal, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    found: dict[str, object] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {json.dumps(key)} appears twice in one object")
+        found[key] = value
+    return found
 
 
 def typed_value(name: str, type_: Type, value: object) -> object:

@@ -319,6 +319,32 @@ def test_the_guide_pipeline_runs_run_by_run_as_its_model(spark, use_folder, tmp_
     assert sorted(got["late"]) == sorted(want["late"]) and want["late"], "some orders are late"
 
 
+def test_helper_modules_beside_the_pipelines_import_and_travel_to_the_executors(spark, use_folder, tmp_path):
+    """A `_`-prefixed module of the folder is the pipelines' own library: importable by its name, at the file's top or
+    inside `process`, and shipped with the job, as the pipeline files are (the Python workers cannot import it)."""
+    (use_folder / "_sizes.py").write_text("def is_large(amount):\n    return amount >= 100\n")
+    (use_folder / "_bands").mkdir()
+    (use_folder / "_bands" / "__init__.py").write_text(
+        "def band(amount):\n    return 'large' if amount >= 100 else 'small'\n"
+    )
+    top = GOOD.replace(
+        "from datetime import timedelta\n", "from datetime import timedelta\n\nfrom _sizes import is_large\n", 1
+    )
+    top = re.sub(r"def is_large\(amount\):\n.*?\n\n\n", "", top, count=1, flags=re.S)
+    lazy = top.replace(
+        '    large = orders.where(large_udf("amount"))',
+        '    from _bands import band\n\n    large = orders.where(large_udf("amount") & (F.udf(band)("amount") > "l"))',
+    )
+    assert lazy.count("from _") == 2 and "def is_large" not in lazy
+    (use_folder / "orders.py").write_text(lazy)
+    registry.current.cache_clear()
+    lake = Lake(tmp_path / "lake")
+    ingest_lines(lake, "orders", order_lines(RUNS[0], 1))
+    run(lake, "orders")
+    want = orders_model([RUNS[0]])
+    assert outputs(lake)["large_orders"] == want["large_orders"] and want["large_orders"]
+
+
 def test_an_error_in_process_names_the_line_of_the_users_file(spark, use_folder, tmp_path):
     path = use_folder / "orders.py"
     path.write_text(GOOD.replace('.select("order_id", "customer", "amount", "event_time")', '.select("client")'))

@@ -3,6 +3,8 @@
 Every `*.py` file of a folder named by `--pipelines DIR` or `STREAMTABLE_PIPELINES` (folders separated
 by `:`) is imported, in name order, and its module-level `Pipeline`s and input tables (`changelog(...)`)
 are registered beside the built-in ones (the modules of `streamtable.pipelines`). Loading runs no Spark.
+Files starting with `_` are not loaded but importable by the others (`from _helpers import band`: the folder is on
+`sys.path`, as Airflow's DAG folder is), and travel with the Spark job as the pipeline files do.
 A file that cannot be imported, or that declares something inconsistent, is *broken*: it is reported in one
 line naming the file and, where Python knows it, the line, and none of its declarations is registered; the
 other files' declarations are (a pipeline that reads an input of a broken file is then broken too). Files load
@@ -49,6 +51,7 @@ class Registry:
     errors: list[str] = field(default_factory=list)
     broken: set[str] = field(default_factory=set)  # the files (paths) that are broken
     user_modules: list[ModuleType] = field(default_factory=list)
+    folders: list[Path] = field(default_factory=list)  # the user's folders, importable (their `_` helper modules)
 
     def pipeline(self, name: str) -> Pipeline:
         """The pipeline called `name`, or UnknownPipelineError listing the pipelines."""
@@ -136,6 +139,9 @@ def load(user_folders: Sequence[Path]) -> Registry:
         if not folder.is_dir():
             registry.errors.append(f"{folder}: not a folder of pipeline files ({ENV} or --pipelines)")
             continue
+        registry.folders.append(folder.resolve())
+        if str(folder.resolve()) not in sys.path:  # `import _helpers` in a pipeline file, as Airflow's DAG folder
+            sys.path.append(str(folder.resolve()))
         for path in sorted(folder.glob("*.py")):
             if path.name.startswith(("_", "test_")):
                 continue

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import os
 import sys
 import threading
+from types import ModuleType
 
 from pyspark.sql import SparkSession
 
@@ -114,14 +117,54 @@ def _pass_on_stderr(read: int) -> None:
 
 
 def ship_user_code() -> None:
-    """Pickle the functions of the user's pipeline files by value, so they travel with the Spark job.
+    """Pickle the functions of the user's pipeline files and helper modules by value, so they travel with the job.
 
     Executors (a cluster's, or the local Python workers) cannot import those files by name: the user's
-    folder is not on their machines, and each file is loaded under a name of its own.
+    folder is not on their machines, and each pipeline file is loaded under a name of its own. A helper module
+    imported later (inside `process`) is shipped as it is imported.
     """
     from pyspark import cloudpickle
 
-    from streamtable.core.registry import current
-
-    for module in current().user_modules:
+    loaded = registry.current()
+    _SHIPPED_ON_IMPORT.folders = [str(f) for f in loaded.folders]
+    if _SHIPPED_ON_IMPORT not in sys.meta_path:
+        sys.meta_path.insert(0, _SHIPPED_ON_IMPORT)
+    helpers = [m for m in list(sys.modules.values()) if _SHIPPED_ON_IMPORT.holds(getattr(m, "__file__", None))]
+    for module in (*loaded.user_modules, *helpers):
         cloudpickle.register_pickle_by_value(module)
+
+
+class _ShippedOnImport(importlib.abc.MetaPathFinder):
+    """Finds a top-level module in the user's folders and has its functions pickled by value once it is imported."""
+
+    def __init__(self) -> None:
+        self.folders: list[str] = []
+
+    def holds(self, file: str | None) -> bool:
+        return file is not None and any(file.startswith(folder + os.sep) for folder in self.folders)
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        """The spec `import name` finds along sys.path, when it is in a user's folder (its submodules are shipped with
+        it); else None, for the usual finders."""
+        spec = importlib.machinery.PathFinder.find_spec(name) if path is None and self.folders else None
+        if spec is None or spec.loader is None or not self.holds(spec.origin):
+            return None
+        spec.loader = _ShippingLoader(spec.loader)
+        return spec
+
+
+class _ShippingLoader(importlib.abc.Loader):
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        from pyspark import cloudpickle
+
+        cloudpickle.register_pickle_by_value(module)  # it is in sys.modules already, as registering asks
+        self.loader.exec_module(module)
+
+
+_SHIPPED_ON_IMPORT = _ShippedOnImport()

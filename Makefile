@@ -80,8 +80,10 @@ wheel:
 demo: setup
 	@DEMO_LAKE="$(DEMO_LAKE)" bash scripts/demo.sh
 
+# Every test's worker, start, wall and CPU seconds, a JSON line each (tests/conftest.py: how to sum them per file)
+TEST_TIMES ?= $(ROOT)/build/test-times.jsonl
 test: setup
-	$(PY) -m pytest $(WORKERS) $(PYTEST_ARGS)
+	STREAMTABLE_TEST_TIMES=$(TEST_TIMES) $(PY) -m pytest $(WORKERS) $(PYTEST_ARGS)
 
 # The campaign of generated pipelines (issue 36; docs/your-own-pipeline.md, "The campaign"): N cases from SEED.
 SEED ?= 1

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,3 +170,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)
+
+
+# `make test` records every test here (STREAMTABLE_TEST_TIMES, one JSON line each): its xdist worker, when it started,
+# its wall seconds, and the CPU seconds of the worker and of the children it waited for (a daemon's or an orphaned
+# JVM's are not seen: scripts/cpu_profile.py counts them all). Seconds per file, most first:
+#   python3 -c 'import json,collections as c;t=c.Counter();[t.update({r["test"].split("::")[0]:r["wall_s"]}) for r in
+#   map(json.loads,open("build/test-times.jsonl"))];[print(f"{s:7.1f} {f}") for f,s in t.most_common()]'
+TEST_TIMES = os.environ.get("STREAMTABLE_TEST_TIMES")
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A new record per run: the controller (or a run without xdist) empties the file before any test runs."""
+    if TEST_TIMES and "PYTEST_XDIST_WORKER" not in os.environ:
+        Path(TEST_TIMES).parent.mkdir(parents=True, exist_ok=True)
+        Path(TEST_TIMES).write_text("")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    started, wall, cpu = time.time(), time.monotonic(), _cpu_seconds()
+    yield
+    if TEST_TIMES:
+        record = {
+            "test": item.nodeid,
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            "started": round(started, 2),
+            "wall_s": round(time.monotonic() - wall, 2),
+            "cpu_s_waited": round(_cpu_seconds() - cpu, 2),
+        }
+        with open(TEST_TIMES, "a") as out:  # one short write per line: the workers' lines do not interleave
+            out.write(json.dumps(record) + "\n")

@@ -3,7 +3,7 @@
 The documented options are the parameters of the public API's signatures (what docs/reference.md is generated from):
 `from streamtable import ...`, `streamtable.expect`, and the `Batch` a pipeline's `process` gets, with the forms of the
 options whose values choose a behaviour (`schedule`, `how`) and every column type. What the campaign draws is read
-from the pipeline files it writes (200 seeds, Spark-free: drawing a case runs nothing): each call of a
+from the pipeline files it writes (300 seeds, Spark-free: drawing a case runs nothing): each call of a
 public name, its arguments bound to the signature. An option left out is named in NOT_DRAWN with the reason.
 """
 
@@ -20,7 +20,7 @@ import streamtable
 from streamtable import expect
 from streamtable.core.batch import Batch
 
-SEEDS = range(1, 200)
+SEEDS = range(1, 300)
 # Names whose parameters are not options a pipeline file chooses: made by the package (Table, Rule, Expectation, Batch
 # itself, JoinedWithin, SessionChanges), read back after a run (rows, query), or tooling (Records and its parts).
 # Type's options are its forms (Type.STRING, Type.decimal(p, s), ...): the column types test checks those.

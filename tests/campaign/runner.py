@@ -77,17 +77,20 @@ def prepare(case: Case, folder: Path) -> list[list[tuple[Ingest, Path]]]:
 
 
 def write_versions(case: Case, folder: Path, run: int) -> None:
-    """The other jobs' commits before run `run` of a table-input case (delta-rs, Change Data Feed on): `case.versions`
+    """The other jobs' commits before run `run` of a table-input case (delta-rs, Change Data Feed on unless the case is
+    `without_feed`): `case.versions`
     is one input's runs of commits (its table at `job`), or per input (its table at `job_INPUT`)."""
     versions = getattr(case, "versions", [])
     per_input = versions if isinstance(versions, dict) else {"": versions}
     for name, runs in per_input.items():
         if run < len(runs):
             inp = case.inputs[name] if name else next(iter(case.inputs.values()))
-            _commit(inp, str(folder / ("job_" + name if name else "job")), runs[run])
+            _commit(
+                inp, str(folder / ("job_" + name if name else "job")), runs[run], getattr(case, "without_feed", False)
+            )
 
 
-def _commit(inp, path: str, commits: list) -> None:
+def _commit(inp, path: str, commits: list, without_feed: bool) -> None:
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
@@ -98,7 +101,9 @@ def _commit(inp, path: str, commits: list) -> None:
             continue
         data = pa.Table.from_pylist([{n: arrow_value(t, r[n]) for n, t, _ in inp.columns} for r in payload], schema)
         if not Path(path, "_delta_log").exists():
-            write_deltalake(path, data, configuration={"delta.enableChangeDataFeed": "true"})
+            write_deltalake(path, data, configuration={"delta.enableChangeDataFeed": str(not without_feed).lower()})
+        elif kind == "append":
+            write_deltalake(path, data, mode="append")
         else:
             (
                 DeltaTable(path)

@@ -14,32 +14,49 @@ from campaign.values import BASE, KEYABLE, NUMERIC, SCALARS, TIME_NAMES, T, draw
 JOB_PATH = "@@JOB@@"  # the other job's table: the runner puts the case folder's path here
 
 
-def draw_versions(rng: random.Random, row, ids) -> tuple[list[list[tuple[str, list]]], dict[str, dict]]:
-    """Another job's commits to a keyed table, run by run (`("upsert", rows)` or `("delete", ids)`: a MERGE or a
-    DELETE each), 1 to 3 runs of 1 or 2 commits; and the table's rows by id once they are all committed."""
+def draw_versions(
+    rng: random.Random, row, ids, writes: str = "upsert"
+) -> tuple[list[list[tuple[str, list]]], dict[str, dict]]:
+    """Another job's commits to a keyed table, run by run, 1 to 3 runs of 1 or 2 commits; and the table's rows by id
+    once they are all committed. `writes="upsert"`: a MERGE on the id (`("upsert", rows)`) or a DELETE (`("delete",
+    ids)`) each; `"append"`: its table is a log of records, each commit appending a key's new record (`("append",
+    rows)`), a delete drawn left out (the same draws, so a seed's other choices stay as they were)."""
     state: dict[str, dict] = {}
     versions_per_run: list[list[tuple[str, list]]] = []
     first = [row(next(ids)) for _ in range(rng.randint(1, 6))]
-    versions_per_run.append([("upsert", first)])
+    versions_per_run.append([(writes, first)])
     state.update({r["id"]: r for r in first})
     for _ in range(rng.randint(0, 2)):
         run_versions = []
         for _ in range(rng.randint(1, 2)):
             if state and rng.random() < 0.35:
                 gone = rng.sample(sorted(state), k=rng.randint(1, min(2, len(state))))
+                if writes == "append":
+                    continue
                 run_versions.append(("delete", gone))
                 for g in gone:
                     del state[g]
             else:
                 changed = [row(i) for i in rng.sample(sorted(state), k=min(len(state), rng.randint(0, 2)))]
                 changed += [row(next(ids)) for _ in range(rng.randint(0 if changed else 1, 2))]
-                run_versions.append(("upsert", changed))
+                run_versions.append((writes, changed))
                 state.update({r["id"]: r for r in changed})
         versions_per_run.append(run_versions)
     return versions_per_run, state
 
 
-def table_totals(rng: random.Random, seed: int) -> Case:
+def table_records(rng: random.Random, seed: int) -> Case:
+    """`table_totals` over a table the other job keeps as a log of records (appends, no MERGE), with or without its
+    Change Data Feed: per key its latest record, whichever way the table is stored."""
+    without_feed = rng.random() < 0.5
+    case = table_totals(rng, seed, writes="append")
+    case.family = "table_records"
+    case.without_feed = without_feed  # type: ignore[attr-defined]
+    case.notes.append("appends, " + ("no Change Data Feed" if without_feed else "Change Data Feed on"))
+    return case
+
+
+def table_totals(rng: random.Random, seed: int, writes: str = "upsert") -> Case:
     p = f"c{seed}"
     group_t, group_null = draw_type(rng, KEYABLE), rng.random() < 0.3
     value_t, value_null = draw_type(rng, NUMERIC), rng.random() < 0.4
@@ -64,7 +81,7 @@ def table_totals(rng: random.Random, seed: int) -> Case:
             tname: times(rng, 1, 3_600_000)[0],
         }
 
-    versions_per_run, state = draw_versions(rng, row, ids)
+    versions_per_run, state = draw_versions(rng, row, ids, writes)
     groups: dict[object, list] = defaultdict(list)
     for r in state.values():
         groups[r["grp"]].append(r["amount"])
@@ -222,4 +239,4 @@ PIPELINE = Pipeline(
     return case
 
 
-FAMILIES = {"table_totals": table_totals, "table_joins": table_joins}
+FAMILIES = {"table_totals": table_totals, "table_joins": table_joins, "table_records": table_records}

@@ -22,14 +22,8 @@ from streamtable.core.schema import arrow_schema, widens
 from streamtable.core.tables import QUARANTINE, Table
 from streamtable.storage.delta_rs import delta_table, open_table, retrying, staged_rows, write
 from streamtable.storage.lake import Lake
-from streamtable.storage.other_job_log import (
-    CHANGE_FEED,
-    Commit,
-    commits,
-    exists,
-    oldest_version,
-    origins,
-)
+from streamtable.storage.other_job_log import CHANGE_FEED, Commit, Origin, commits, exists, oldest_version
+from streamtable.storage.other_job_summary import feed_story, live_origins
 
 
 def location(table: Table) -> str:
@@ -49,31 +43,47 @@ def path_of(lake: Lake, name: str) -> str:
     return location(table) if table.external else lake.table_path(name)
 
 
-def check_rewrites(table: Table, pipeline: str, start: int, last: int | None = None) -> None:
+def check_rewrites(
+    lake: Lake, table: Table, pipeline: str, start: int, last: int | None = None, delta: DeltaTable | None = None
+) -> None:
     """Refuse, in one line, a keyed table input read by its files (no Change Data Feed) when a rewrite of its versions
-    up to `last` (default: its latest) merged rows of versions before `start` (consumed) with rows of `start` on into
-    one file: its rows' versions, which tell the batch's changes from the rows before them, are lost."""
+    from `start` up to `last` (default: its latest) merged rows of versions before `start` (consumed) with rows of
+    `start` on into one file: its rows' versions, which tell the batch's changes from the rows before them, are lost.
+
+    Versions before `start` are not read again: the origins of the files live before it are kept in the lake
+    (`other_job_summary`), and a rewrite before `start` made files of versions before it only.
+    """
     path = location(table)
-    latest = latest_version(table)
-    upto = latest if last is None else last
-    found = origins(path, 0, upto)
-    for c in commits(path, 0, upto):
+    delta = delta or opened(table)
+    upto = delta.version() if last is None else last
+
+    def refuse_merged(c: Commit, found: dict[str, Origin]) -> None:
         if any(found[name].oldest < start <= found[name].newest for name in c.rewritten if name in found):
             raise BadInputError(
                 f"input {table.name} ({path}): version {c.version} ({c.operation}) rewrote rows this pipeline "
                 f"consumed together with rows of version {start} on, and without the table's Change Data Feed "
                 f"({CHANGE_FEED}) they cannot be told apart: refused, it would be misread; "
-                f"`streamtable reprocess {pipeline} --input {table.name} --from-version {latest}` reads the table "
-                "anew"
+                f"`streamtable reprocess {pipeline} --input {table.name} --from-version {latest_version(table)}` "
+                "reads the table anew"
             )
+
+    live_origins(lake, delta, path, upto, refuse_merged, start)
+
+
+def file_versions(lake: Lake, table: Table, version: int) -> dict[str, tuple[int, int]]:
+    """The base name of each data file live at `version` of the table -> (the newest version that brought its rows,
+    that version's commit time in ms), from the summary the lake keeps and the commits after it."""
+    path = location(table)
+    found = live_origins(lake, opened(table), path, version)
+    return {name: (o.newest, o.timestamp) for name, o in found.items()}
 
 
 def latest_version(table: Table) -> int:
     """The table's latest version, or BadInputError when there is no Delta table at its path."""
-    return _opened(table).version()
+    return opened(table).version()
 
 
-def _opened(table: Table) -> DeltaTable:
+def opened(table: Table) -> DeltaTable:
     """The input's Delta table; BadInputError when there is none at its path, or when its protocol needs a feature
     no reader here supports (delta-rs refuses to open it: a retry cannot succeed)."""
     path = location(table)
@@ -92,13 +102,15 @@ def _opened(table: Table) -> DeltaTable:
     return delta
 
 
-def check(table: Table, start: int, stream: bool) -> bool:
-    """Check that `table` can be read as declared from version `start`; return whether to read its Change Data Feed.
+def check(lake: Lake, table: Table, start: int, stream: bool, delta: DeltaTable | None = None) -> bool:
+    """Check that `table` (`delta`, when open) can be read as declared from version `start`; return whether to read its
+    Change Data Feed. Read from the log's first version (a table input), what the log says is kept in the lake
+    (`other_job_summary`): a run reads the commits after the last one read.
 
     Raises BadInputError with one line naming the table (and the column or version) when it cannot.
     """
     path = location(table)
-    delta = _opened(table)
+    delta = delta or opened(table)
     where = f"input {table.name} ({path})"
     _check_protocol(delta, where)
     schema = pa.schema(delta.schema().to_arrow())
@@ -112,18 +124,11 @@ def check(table: Table, start: int, stream: bool) -> bool:
                 f"which does not widen losslessly to {column.type.value}"
             )
     latest = delta.version()
-    start = min(max(start, oldest_version(path)), latest)
-    feed = _feed_at(path, start)  # the Change Data Feed is on at every version from `start` read so far
-    feed_from = start if feed else None  # ... since this version (for the message)
-    changed: Commit | None = None
-    off: Commit | None = None  # the version that turned the feed off, when one did after `start`
-    for c in commits(path, start, latest):
-        if c.change_feed is not None and c.version > start:
-            off = c if feed and not c.change_feed else off
-            feed = feed and c.change_feed
-            feed_from = (feed_from if feed_from is not None else c.version) if c.change_feed else None
-        if c.changes_rows and changed is None:
-            changed = c
+    oldest = oldest_version(path)
+    start = min(max(start, oldest), latest)
+    kept = lake if start == oldest else None  # a story from a later version is not read again: not kept
+    story = feed_story(kept, delta, path, start, latest, lambda: _feed_at(path, start))
+    feed, changed, off = story.feed, story.changed, story.off
     if changed is not None:
         what = f"version {changed.version} ({changed.operation}) updates or deletes rows"
         if stream:
@@ -140,7 +145,7 @@ def check(table: Table, start: int, stream: bool) -> bool:
                 "would be misread"
             )
         if not feed:
-            since = f" (it is on since version {feed_from})" if feed_from is not None else ""
+            since = f" (it is on since version {story.feed_from})" if story.feed_from is not None else ""
             raise BadInputError(
                 f"{where}: {what}, but the table has no Change Data Feed ({CHANGE_FEED}) since version {start}"
                 f"{since}: refused, it would be misread"
@@ -148,12 +153,12 @@ def check(table: Table, start: int, stream: bool) -> bool:
     return feed and bool(table.keys)
 
 
-def check_history(table: Table, pipeline: str, first: int, stream: bool) -> None:
+def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: DeltaTable | None = None) -> None:
     """Refuse, in one line, what a streaming read of the table from version `first` would fail on after starting
     (a many-line Spark error) or read short: a version that drops or renames a column (Delta's streaming read cannot
     cross it), a version the log retention removed, or a data file VACUUM removed (after a rewrite compacted it)."""
     path = location(table)
-    delta = _opened(table)
+    delta = delta or opened(table)
     latest = delta.version()
     if first > latest:
         return

@@ -27,6 +27,7 @@ class Commit:
     added: tuple[str, ...]  # the base names of the data files it added
     rewritten: tuple[str, ...]  # ... of those, the ones it made of other files' rows (dataChange false: OPTIMIZE)
     replaced: tuple[str, ...]  # the base names of the files whose rows it rewrote (removed with dataChange false)
+    removed: tuple[str, ...]  # the base names of every data file it removed (a data change or a rewrite)
     brought: tuple[str, ...]  # the paths (in the table) of the data files it added as a data change: its new rows
     columns: tuple[str, ...] | None  # the column names of the schema its metaData action sets; None: unchanged
     changes_rows: bool  # it removed a data file as a data change: an update, a delete or an overwrite
@@ -54,6 +55,7 @@ def commit(path: str, version: int) -> Commit:
             tuple(_base(a["add"]) for a in actions if "add" in a),
             tuple(_base(a["add"]) for a in actions if "add" in a and not a["add"].get("dataChange", True)),
             tuple(_base(a["remove"]) for a in actions if "remove" in a and not a["remove"].get("dataChange", True)),
+            tuple(_base(a["remove"]) for a in actions if "remove" in a),
             tuple(unquote(a["add"]["path"]) for a in actions if "add" in a and a["add"].get("dataChange", True)),
             _columns(metadata),
             any("remove" in a and a["remove"].get("dataChange", True) for a in actions),
@@ -93,16 +95,22 @@ def origins(path: str, first: int, last: int) -> dict[str, Origin]:
     """
     found: dict[str, Origin] = {}
     for c in commits(path, first, last):
-        sources = [found[name] for name in c.replaced if name in found]
-        spanned = Origin(
-            min((o.oldest for o in sources), default=c.version),
-            max((o.newest for o in sources), default=c.version),
-            max(sources, key=lambda o: o.newest).timestamp if sources else c.timestamp,
-        )
-        rewritten = set(c.rewritten)
-        for name in c.added:
-            found[name] = spanned if name in rewritten else Origin(c.version, c.version, c.timestamp)
+        add_origins(found, c)
     return found
+
+
+def add_origins(found: dict[str, Origin], c: Commit) -> None:
+    """Map the data files commit `c` added to the versions that brought their rows, in `found` (the origins of the
+    files the commits before it added)."""
+    sources = [found[name] for name in c.replaced if name in found]
+    spanned = Origin(
+        min((o.oldest for o in sources), default=c.version),
+        max((o.newest for o in sources), default=c.version),
+        max(sources, key=lambda o: o.newest).timestamp if sources else c.timestamp,
+    )
+    rewritten = set(c.rewritten)
+    for name in c.added:
+        found[name] = spanned if name in rewritten else Origin(c.version, c.version, c.timestamp)
 
 
 def file_versions(path: str, first: int, last: int) -> dict[str, tuple[int, int]]:

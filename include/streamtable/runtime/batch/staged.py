@@ -103,7 +103,7 @@ class StagedBatch:
                 .select(*columns)
             )
         change_feed = self.ctx.external.get(input_name, False)
-        records = other_jobs.read_table(self.spark, input_table, change_feed, bound)
+        records = other_jobs.read_table(self.spark, self.ctx.lake, input_table, change_feed, bound)
         self._skipped[input_name] = (other_jobs.quarantined(records, input_table), bound)
         return records.where(F.col(other_jobs.REASON).isNull()).select(*columns)
 
@@ -127,7 +127,7 @@ class StagedBatch:
             rows = self._records.where(F.col(SOURCE) == input_name)
             return keyed_changes.fold_change_feed(rows, input_table, good)
         if input_table.external:  # its changes are told by the versions of its files: a rewrite may have lost them
-            external.check_rewrites(input_table, self.ctx.pipeline.name, earlier + 1, bound)
+            external.check_rewrites(self.ctx.lake, input_table, self.ctx.pipeline.name, earlier + 1, bound)
         changelog = self.table(input_name).withColumn(other_jobs.REASON, F.lit(None).cast("string"))
         return keyed_changes.fold_changelog(changelog, input_table, earlier + 1, good)
 
@@ -141,7 +141,9 @@ class StagedBatch:
         if bound is None:
             rows = self.spark.createDataFrame([], spark_ddl(input_table.columns))
         elif input_table.external:
-            rows = other_jobs.read_rows(self.spark, input_table, bound, self.ctx.external.get(input_name, False))
+            rows = other_jobs.read_rows(
+                self.spark, self.ctx.lake, input_table, bound, self.ctx.external.get(input_name, False)
+            )
             rows = rows.where(F.col(other_jobs.REASON).isNull()).select(*columns)
         else:
             rows = keyed_changes.latest_rows(self.table(input_name), input_table, F.lit(True))

@@ -26,13 +26,16 @@ from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, LINE, QUARANTI
 from streamtable.runtime.committed import Consumed
 from streamtable.runtime.inputs.keyed_changes import BEFORE, CHANGE, latest_rows
 from streamtable.storage import external, other_job_log
+from streamtable.storage.lake import Lake
 
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
 FILE = "_file"  # the data file a row of an append-only table was read from (mapped to its version per batch)
 ONE_BATCH = str(2**31 - 1)  # maxFilesPerTrigger: a run reads everything available as one micro-batch
 
 
-def prepare(pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]) -> tuple[dict[str, bool], dict[str, int]]:
+def prepare(
+    lake: Lake, pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]
+) -> tuple[dict[str, bool], dict[str, int]]:
     """Check the pipeline's external inputs before its query starts, after what its generation `consumed`.
 
     Returns each one's way of reading (whether through its Change Data Feed), and, for each input read by its files,
@@ -48,17 +51,17 @@ def prepare(pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]) ->
             continue
         stream = name in pipeline.streams
         start = consumed[name] + 1 if name in consumed else starting.get(name, 0)
-        external.latest_version(table)  # one line if there is no table
+        delta = external.opened(table)  # one line if there is no table; opened once for the checks
         if not stream and name not in consumed:  # its first batch takes its rows whole: older versions are not read
             start = max(start, other_job_log.oldest_version(external.location(table)))
-        change_feed[name] = external.check(table, start if stream else 0, stream)
-        external.check_history(table, pipeline.name, start, stream)  # what its streaming read from `start` cannot read
+        change_feed[name] = external.check(lake, table, start if stream else 0, stream, delta)
+        external.check_history(table, pipeline.name, start, stream, delta)  # what a read from `start` cannot read
         if not change_feed[name]:
             first[name] = start
             if not stream and table.keys:  # its rows are records: its changes are told from them by version
                 require_whole_log(table)
                 if name in consumed:
-                    external.check_rewrites(table, pipeline.name, start)
+                    external.check_rewrites(lake, table, pipeline.name, start, delta=delta)
     return change_feed, first
 
 
@@ -107,19 +110,19 @@ def _readable(table: Table, starting_version: int) -> int:
     return max(starting_version, other_job_log.oldest_version(external.location(table)))
 
 
-def read_rows(spark: SparkSession, table: Table, version: int, change_feed: bool) -> DataFrame:
+def read_rows(spark: SparkSession, lake: Lake, table: Table, version: int, change_feed: bool) -> DataFrame:
     """The external input's rows at `version`, declared columns only, with `_reason`: Delta's snapshot (deletion
     vectors and column mapping applied); for a keyed table read by its files (no Change Data Feed), whose rows are
     records, each key's latest record, as its changes in later batches take them (a key appended again is updated)."""
     if table.keys and not change_feed:
-        records = read_table(spark, table, False, version)
+        records = read_table(spark, lake, table, False, version)
         latest = latest_rows(records, table, F.col(REASON).isNull())
         return latest.withColumn(REASON, F.lit(None).cast("string"))
     rows = spark.read.format("delta").option("versionAsOf", version).load(external.location(table))
     return with_reasons(_typed(rows, table), table)
 
 
-def read_table(spark: SparkSession, table: Table, change_feed: bool, version: int) -> DataFrame:
+def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool, version: int) -> DataFrame:
     """The whole external input up to `version`, as records with their versions; BadInputError, in one line, when
     the table's log no longer holds them all."""
     path = external.location(table)
@@ -142,7 +145,7 @@ def read_table(spark: SparkSession, table: Table, change_feed: bool, version: in
         .withColumn(COMMIT_VERSION, F.lit(None).cast("bigint"))
         .withColumn(COMMITTED_AT, F.lit(None).cast("timestamp"))
     )
-    versioned = with_versions(spark, tagged, {table.name: other_job_log.file_versions(path, 0, version)})
+    versioned = with_versions(spark, tagged, {table.name: external.file_versions(lake, table, version)})
     return with_reasons(versioned, table).drop(SOURCE)
 
 

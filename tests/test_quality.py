@@ -304,11 +304,14 @@ def test_declaring_rules_does_not_import_great_expectations():
 
 
 def test_what_gx_imports_for_expectations_streamtable_never_declares_is_imported_on_first_use():
-    """GX's import leaves altair and scipy.stats to their first use, which gets the real module."""
+    """GX's import leaves altair and scipy.stats to their first use, which gets the real module; a driver's look for
+    the user's modules to ship (every module's file) is no use of them."""
     code = """
 import sys
 from streamtable.quality.gx_import import IMPORTED_ON_FIRST_USE, gx
+from streamtable.runtime.spark import ship_user_code
 gx()
+ship_user_code()
 stand_ins = [type(sys.modules[name]).__name__ for name in IMPORTED_ON_FIRST_USE]
 from great_expectations.expectations.core import expect_column_kl_divergence_to_be_less_than as kl
 entropy = kl.stats.entropy([0.5, 0.5], [0.9, 0.1])

@@ -129,9 +129,16 @@ def ship_user_code() -> None:
     _SHIPPED_ON_IMPORT.folders = [str(f) for f in loaded.folders]
     if _SHIPPED_ON_IMPORT not in sys.meta_path:
         sys.meta_path.insert(0, _SHIPPED_ON_IMPORT)
-    helpers = [m for m in list(sys.modules.values()) if _SHIPPED_ON_IMPORT.holds(getattr(m, "__file__", None))]
+    helpers = [m for m in list(sys.modules.values()) if _SHIPPED_ON_IMPORT.holds(module_file(m))]
     for module in (*loaded.user_modules, *helpers):
         cloudpickle.register_pickle_by_value(module)
+
+
+def module_file(module: object) -> str | None:
+    """A module's `__file__`, read from its namespace: asking a stand-in for a module GX imports on first use
+    (quality/gx_import.py) would import that module (scipy.stats and altair: about 1.2 CPU-s of every driver)."""
+    file = getattr(module, "__dict__", {}).get("__file__")
+    return file if isinstance(file, str) else None
 
 
 class _ShippedOnImport(importlib.abc.MetaPathFinder):

@@ -371,6 +371,21 @@ def aggregate_in_windows(
     return results
 
 
+def ktable_changes(before: dict[Any, Any], records: Iterable[tuple[Any, Any]]) -> dict[Any, tuple[Any, Any]]:
+    """Kafka's KTable changes of one batch: `before`, the table's rows by key before it; `records`, the batch's
+    records in order, (key, row), a None row deleting its key (a tombstone). Per key a record touched, unless it
+    has no row before and none after: (its row before the batch or None, its row after it or None)."""
+    after = dict(before)
+    touched = []
+    for key, row in records:
+        touched.append(key)
+        if row is None:
+            after.pop(key, None)
+        else:
+            after[key] = row
+    return {k: (before.get(k), after.get(k)) for k in touched if (before.get(k), after.get(k)) != (None, None)}
+
+
 def table_aggregate(rows: Iterable[dict], group_by: list[str], sums: list[str]) -> dict[tuple, tuple]:
     """Kafka's KTable groupBy().aggregate(adder, subtractor) as it must stand, from the table's latest snapshot.
 

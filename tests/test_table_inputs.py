@@ -24,11 +24,16 @@ import orders_job
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import DataFrame, functions as F
 
+import reference
 from helpers import CLI, cli
+from streamtable import Column, Type
 from streamtable.core import registry
 from streamtable.core.errors import BadInputError, DeclarationChangedError
+from streamtable.core.tables import COMMIT_VERSION, Table
 from streamtable.runtime.commands.lifecycle import reprocess, run
+from streamtable.runtime.inputs.keyed_changes import CHANGE, fold_change_feed
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.storage.delta_rs import log_entry, table_version
 from streamtable.storage.external import CHANGE_FEED
@@ -288,6 +293,108 @@ def test_a_table_whose_log_retention_removed_consumed_versions_is_read_on(spark,
     assert "\n" not in str(refused.value)
     assert f"input orders ({records}): its records from version 0 on" in str(refused.value)
     assert "no longer all in its log, which starts at version 1" in str(refused.value)
+
+
+ORDER_COLUMNS = ("order_id", "customer", "status", "amount", "paid_at")
+ORDER_SCHEMA = pa.schema(
+    list(
+        zip(
+            ORDER_COLUMNS,
+            (pa.string(), pa.string(), pa.string(), pa.decimal128(18, 2), pa.timestamp("us", "UTC")),
+            strict=True,
+        )
+    )
+)
+
+
+def orders(*rows: tuple[str, str, str, str]) -> pa.Table:
+    """Order rows (order_id, customer, status, amount) as the other job appends them."""
+    paid = datetime(2026, 3, 1, 10, tzinfo=UTC)
+    return pa.Table.from_pylist(
+        [dict(zip(ORDER_COLUMNS, (*r[:3], Decimal(r[3]), paid), strict=True)) for r in rows], ORDER_SCHEMA
+    )
+
+
+def ktable(commits: list[pa.Table], deleted: tuple[str, ...] = ()) -> list[dict]:
+    """Kafka's KTable of the rows appended, commit by commit: per key, its latest record (`deleted` keys gone)."""
+    latest = {r["order_id"]: r for commit in commits for r in commit.to_pylist()}
+    return [r for key, r in latest.items() if key not in deleted]
+
+
+def from_reference(table_rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The two outputs as the reference model's KTable aggregate of `table_rows` gives them."""
+    customers = reference.table_aggregate(table_rows, ["customer"], ["amount"])
+    statuses = reference.table_aggregate(table_rows, ["status"], [])
+    return (
+        [{"customer": c, "orders": n, "revenue": total} for (c,), (n, total) in sorted(customers.items())],
+        [{"status": s, "orders": n} for (s,), (n,) in sorted(statuses.items())],
+    )
+
+
+FEED = [  # one batch of a Change Data Feed: (item, price, change type, version)
+    ("a", 5, "insert", 4),  # a appended again: its update
+    ("b", 2, "delete", 4),  # b's two rows (2 appended after 8) deleted by one version: its row is 2
+    ("b", 8, "delete", 4),
+    ("c", 6, "insert", 4),  # c appended again, then its rows deleted, in one batch
+    ("c", 6, "delete", 5),
+    ("c", 3, "delete", 5),
+    ("d", 7, "insert", 4),  # a new key
+    ("e", 1, "insert", 4),  # a new key inserted and deleted in one batch
+    ("e", 1, "delete", 5),
+    ("f", 4, "update_preimage", 5),  # an update: its pre-image is its row, nothing looked up
+    ("f", 5, "update_postimage", 5),
+]
+
+
+def test_a_change_feed_folds_a_row_appended_with_a_held_key_into_its_update(spark):
+    """`fold_change_feed` against the reference's KTable: an insert of a key the table held has the held row (looked
+    up for the keys that need it only) as its old row, as has a key two of whose rows one version removed; two
+    different rows of a key one version brought are refused in one line."""
+    columns = (Column("item", Type.STRING), Column("price", Type.LONG, nullable=True))
+    prices = Table("prices", columns, "input", keys=("item",), time_column=None, path=str(Path.cwd()))
+    held = {"a": 1, "b": 2, "c": 3, "f": 4}  # the table's rows (per key, its latest) before the batch
+    asked: list[str] = []
+
+    def held_rows(keys: DataFrame) -> DataFrame:
+        asked.extend(r["item"] for r in keys.collect())
+        return spark.createDataFrame(list(held.items()), "item STRING, price BIGINT").join(keys, "item", "left_semi")
+
+    def folded(feed: list[tuple]) -> dict:
+        rows = spark.createDataFrame(feed, f"item STRING, price BIGINT, {CHANGE} STRING, {COMMIT_VERSION} BIGINT")
+        changes = fold_change_feed(rows.withColumn("_reason", F.lit(None)), prices, F.lit(True), held_rows)
+        return {r["item"]: (r["old"] and r["old"]["price"], r["new"] and r["new"]["price"]) for r in changes.collect()}
+
+    order = sorted(FEED, key=lambda f: (f[3], f[2] not in ("update_preimage", "delete")))
+    records = [(item, None if change == "delete" else price) for item, price, change, _ in order]
+    kept = [r for r, f in zip(records, order, strict=True) if f[2] != "update_preimage"]
+    assert folded(FEED) == reference.ktable_changes(held, kept)
+    assert sorted(asked) == ["a", "b", "c", "d", "e"]
+
+    with pytest.raises(Exception, match=r'input prices: key \{"item":"g"\} has two rows at version 6 of its Change'):
+        folded([("g", 1, "insert", 6), ("g", 2, "insert", 6)])
+
+
+def test_a_key_appended_again_is_its_update_with_the_change_data_feed_as_without(spark, pipelines, tmp_path):
+    """A row appended with a key the table held (an append where a MERGE was meant) was a second row of that key with
+    the table's Change Data Feed on, counted beside the first, and the key's update with it off: two answers of one
+    table, exit 0. Both now give Kafka's KTable (per key, its latest record), as the reference model does."""
+    first = orders(("o1", "ann", "new", "10.00"), ("o2", "bob", "new", "20.00"))
+    again = orders(("o1", "cy", "paid", "15.00"))  # o1 appended again: its update
+    later = orders(("o1", "dee", "shipped", "7.00"), ("o3", "ann", "new", "5.00"))  # o1 once more, a batch later
+    seen = {}
+    for feed in ("true", "false"):
+        path, lake = str(tmp_path / f"orders_{feed}"), Lake(tmp_path / f"lake_{feed}")
+        write_deltalake(path, first, configuration={CHANGE_FEED: feed})
+        write_deltalake(path, again, mode="append")
+        write_pipeline(pipelines, path)
+        run(lake, "order_totals")  # the first batch, after both: o1 once, as its latest record
+        assert outputs(lake) == from_reference(ktable([first, again])), feed
+        write_deltalake(path, later, mode="append")
+        # its first batch takes the rows of version 1; the next, o1's old row is the one appended at version 1
+        assert reprocess(lake, "order_totals", 2, input_name="orders").published
+        seen[feed] = outputs(lake)
+        assert seen[feed] == from_reference(ktable([first, again, later])), feed
+    assert seen["true"] == seen["false"]  # (a key inserted and deleted in one batch: the test of the fold above)
 
 
 @pytest.mark.slow

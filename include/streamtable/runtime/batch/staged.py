@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Collection
 from datetime import datetime
 from decimal import Decimal
-from functools import reduce
+from functools import partial, reduce
 from types import FrameType
 
 from pyspark.sql import DataFrame, functions as F
@@ -125,7 +125,9 @@ class StagedBatch:
         good = F.col(other_jobs.REASON).isNull()
         if input_table.external and self.ctx.external.get(input_name, False):
             rows = self._records.where(F.col(SOURCE) == input_name)
-            return keyed_changes.fold_change_feed(rows, input_table, good)
+            # (an insert's old row, if any, is the key's row as of the version the runs before consumed)
+            held = partial(other_jobs.read_written_rows, self.spark, input_table, earlier)
+            return keyed_changes.fold_change_feed(rows, input_table, good, held)
         if input_table.external:  # its changes are told by the versions of its files: a rewrite may have lost them
             external.check_rewrites(self.ctx.lake, input_table, self.ctx.pipeline.name, earlier + 1, bound)
         changelog = self.table(input_name).withColumn(other_jobs.REASON, F.lit(None).cast("string"))
@@ -140,6 +142,8 @@ class StagedBatch:
         columns = [c.name for c in input_table.columns]
         if bound is None:
             rows = self.spark.createDataFrame([], spark_ddl(input_table.columns))
+        elif input_table.external and self.ctx.external.get(input_name, False):  # (a lookup: keyed first)
+            return other_jobs.read_written_rows(self.spark, input_table, bound, keys_of).select(*columns)
         elif input_table.external:
             rows = other_jobs.read_rows(
                 self.spark, self.ctx.lake, input_table, bound, self.ctx.external.get(input_name, False)

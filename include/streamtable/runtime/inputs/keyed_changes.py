@@ -4,19 +4,20 @@ as of the version the batch consumed.
 A keyed input is a table: per key, its latest record. Its changes come from the versions a batch consumed:
 - a Delta table of another job read through its Change Data Feed: the feed's rows (`insert`, `update_preimage`,
   `update_postimage`, `delete`), folded per key: the old row is the one before the batch's first change of the key
-  (a pre-image, or a deleted row's values; none when the first change is an insert), the new row the one after its
-  last (none when it is a delete);
+  (a pre-image, or a deleted row's values; when that change inserts a row, the key's row before the batch, looked up:
+  a row appended with a key the table held is its update), the new row the one after its last (none when it is a
+  delete);
 - an input changelog streamtable keeps: records appended per key; a record whose columns other than its keys and
   time are all null deletes its key (a Kafka tombstone). The old row is the key's latest record before the batch,
   the new row its latest record in it.
 A row that breaks the input's rules is absent from the table, as a skipped record is absent from a stream. The first
 batch of an input in a generation (after a reprocess, or once the input was added) sees the table's rows at the
-version it consumed as inserts: a new KTable's state arrives whole.
+version it consumed as inserts, one per key (its latest): a new KTable's state arrives whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import reduce
 
 from pyspark.sql import Column as SparkColumn, DataFrame, functions as F
@@ -26,6 +27,7 @@ from streamtable.core.tables import COMMIT_VERSION, LINE, Table
 
 CHANGE = "_change"  # a Change Data Feed row's `_change_type`, kept for the fold
 OLD, NEW = "old", "new"
+OLDEST, NEWEST = "_oldest", "_newest"  # the span of versions a row of another job's table may have been written at
 BEFORE = ("update_preimage", "delete")  # change types that carry a row as it was before the change
 
 
@@ -35,22 +37,60 @@ def require_keys(table: Table) -> list[str]:
     return list(table.keys)
 
 
-def fold_change_feed(rows: DataFrame, table: Table, present: SparkColumn) -> DataFrame:
+def fold_change_feed(
+    rows: DataFrame, table: Table, present: SparkColumn, held: Callable[[DataFrame], DataFrame]
+) -> DataFrame:
     """Change Data Feed rows of one batch (declared columns, `_change`, `_commit_version`) as one change per key;
-    `present` is false for rows that break the input's rules (absent from the table)."""
+    `present` is false for rows that break the input's rules (absent from the table).
+
+    A key's old row is the one its first change in the batch removed, or, when that change inserted a row (a row
+    appended with a key the table held: its update) or removed two different rows, the key's row before the batch:
+    `held` of those keys (a keyed lookup). Its new row is the one its last change brought; two different rows brought
+    by one version have no order, and fail the batch in one line."""
     keys = require_keys(table)
     row = F.when(present, F.struct(*[c.name for c in table.columns]))
     before = F.col(CHANGE).isin(*BEFORE)
     # within a version a key's pre-image (or delete) comes before its post-image (or insert)
     events = rows.select(
         *keys,
-        F.struct(before.alias("before"), row.alias("row")).alias("_e"),
+        F.struct(before.alias("before"), row.alias("row"), F.xxhash64(row).alias("id")).alias("_e"),
         F.struct(COMMIT_VERSION, ~before).alias("_o"),
+        COMMIT_VERSION,
+    ).withColumn("_id", F.col("_e.id"))
+    spreads = (F.col("_id"), -F.col("_id"))  # the two ends of a tie: two different rows at one place differ in id
+    folded = events.groupBy(*keys).agg(
+        *[F.min_by("_e", F.struct("_o", spread)).alias(f"_first{i}") for i, spread in enumerate(spreads)],
+        *[F.max_by("_e", F.struct("_o", spread)).alias(f"_last{i}") for i, spread in enumerate(spreads)],
+        F.max(COMMIT_VERSION).alias("_version"),
     )
-    folded = events.groupBy(*keys).agg(F.min_by("_e", "_o").alias("_first"), F.max_by("_e", "_o").alias("_last"))
-    old = F.when(F.col("_first.before"), F.col("_first.row"))
-    new = F.when(~F.col("_last.before"), F.col("_last.row"))
-    return _changed(folded.select(*keys, old.alias(OLD), new.alias(NEW)))
+    unclear = ~F.col("_first0.before") | (F.col("_first0.id") != F.col("_first1.id"))
+    brought = F.when(F.col("_last0.id") != F.col("_last1.id"), F.raise_error(_two_rows(table))).otherwise(
+        F.col("_last0.row")
+    )
+    new = F.when(~F.col("_last0.before"), brought)
+    needed = folded.where(unclear)
+    if needed.isEmpty():  # (no lookup: the table is not read)
+        return _changed(
+            folded.select(*keys, F.when(F.col("_first0.before"), F.col("_first0.row")).alias(OLD), new.alias(NEW))
+        )
+    found = held(needed.select(*keys)).select(*keys, F.struct(*[c.name for c in table.columns]).alias("_held"))
+    with_held = null_safe_join(folded, found, keys, "left")
+    old = F.when(unclear, F.col("_held")).otherwise(F.col("_first0.row"))
+    return _changed(with_held.select(*keys, old.alias(OLD), new.alias(NEW)))
+
+
+def _two_rows(table: Table) -> SparkColumn:
+    """The refusal of a key two of whose rows one version of a table's Change Data Feed brought."""
+    return F.concat(
+        F.lit(f"input {table.name}: key "),
+        F.to_json(F.struct(*table.keys)),
+        F.lit(" has two rows at version "),
+        F.col("_version").cast("string"),
+        F.lit(
+            " of its Change Data Feed (one commit inserted or updated both), and nothing says which is the later: "
+            "refused; give each key one row per version"
+        ),
+    )
 
 
 def fold_changelog(changelog: DataFrame, table: Table, start: int, present: SparkColumn) -> DataFrame:
@@ -71,6 +111,33 @@ def latest_rows(changelog: DataFrame, table: Table, present: SparkColumn) -> Dat
     keys = require_keys(table)
     row = F.when(present & ~_tombstone(table), F.struct(*[c.name for c in table.columns]))
     latest = changelog.groupBy(*keys).agg(_latest(table, row, F.struct(COMMIT_VERSION, LINE)).alias("_row"))
+    return latest.where(F.col("_row").isNotNull()).select("_row.*")
+
+
+def latest_written(rows: DataFrame, table: Table, present: SparkColumn) -> DataFrame:
+    """A Delta table's rows (with `_oldest` and `_newest`: the span of versions each may have been written at,
+    `storage.row_versions`) as one row per key: the key's row written last, unless it breaks the input's rules; the
+    batch fails, in one line, when two different rows of a key are not ordered by their spans."""
+    keys = require_keys(table)
+    row = F.when(present, F.struct(*[c.name for c in table.columns]))
+    written = F.struct(F.col(NEWEST).alias("newest"), F.col(OLDEST).alias("oldest"), F.xxhash64(row).alias("id"))
+    per_key = rows.groupBy(*keys).agg(
+        F.max_by(row, written).alias("_row"), F.max(written).alias("_top"), F.collect_list(written).alias("_all")
+    )
+    top = F.col("_top")
+    unordered = F.exists("_all", lambda w: (w["id"] != top["id"]) & (w["newest"] >= top["oldest"]))
+    refused = F.concat(
+        F.lit(f"input {table.name}: key "),
+        F.to_json(F.struct(*keys)),
+        F.lit(" has two rows at version "),
+        top["newest"].cast("string"),
+        F.lit(
+            " or before (one commit added both, or an OPTIMIZE, or an UPDATE, DELETE or MERGE without deletion "
+            "vectors, rewrote them into one file), and the table's files do not say which is the later: refused; "
+            "give each key one row (the other job's MERGE on its keys)"
+        ),
+    )
+    latest = per_key.select(F.when(unordered, F.raise_error(refused)).otherwise(F.col("_row")).alias("_row"))
     return latest.where(F.col("_row").isNotNull()).select("_row.*")
 
 

@@ -24,8 +24,16 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, LINE, QUARANTINE, SOURCE, Table
 from streamtable.runtime.committed import Consumed
-from streamtable.runtime.inputs.keyed_changes import BEFORE, CHANGE, latest_rows
-from streamtable.storage import external, other_job_log
+from streamtable.runtime.inputs.keyed_changes import (
+    BEFORE,
+    CHANGE,
+    NEWEST,
+    OLDEST,
+    latest_rows,
+    latest_written,
+    of_keys,
+)
+from streamtable.storage import external, other_job_log, row_versions
 from streamtable.storage.lake import Lake
 
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
@@ -120,6 +128,28 @@ def read_rows(spark: SparkSession, lake: Lake, table: Table, version: int, chang
         return latest.withColumn(REASON, F.lit(None).cast("string"))
     rows = spark.read.format("delta").option("versionAsOf", version).load(external.location(table))
     return with_reasons(_typed(rows, table), table)
+
+
+def read_written_rows(spark: SparkSession, table: Table, version: int, keys_of: DataFrame | None = None) -> DataFrame:
+    """A keyed table input's rows at `version` when it is read through its Change Data Feed, one per key, with
+    `_reason` (null): Delta's snapshot (deletion vectors and column mapping applied), and of a key's rows (a row
+    appended with a key the table held is its update) the one written last, as the spans of versions of the files
+    holding them tell (`storage.row_versions`). With `keys_of`, only the rows of its keys (a lookup)."""
+    path = external.location(table)
+    first = other_job_log.oldest_version(path)
+    spans = row_versions.spans(path, first, version)
+    mapping = spark.createDataFrame(
+        [(name, oldest, newest) for name, (oldest, newest) in spans.items()],
+        f"_m_file STRING, {OLDEST} BIGINT, {NEWEST} BIGINT",
+    )
+    rows = spark.read.format("delta").option("versionAsOf", version).load(path)
+    base = F.regexp_extract(F.col("_metadata.file_path"), r"[^/]*$", 0)
+    typed = of_keys(_typed(rows, table, base.alias("_m_base")), keys_of, table.keys)
+    spanned = typed.join(F.broadcast(mapping), F.col("_m_base") == F.col("_m_file"), "left")
+    older = F.lit(first - 1)  # a file added before the log's first version
+    spanned = spanned.withColumn(OLDEST, F.coalesce(OLDEST, older)).withColumn(NEWEST, F.coalesce(NEWEST, older))
+    latest = latest_written(with_reasons(spanned, table), table, F.col(REASON).isNull())
+    return latest.withColumn(REASON, F.lit(None).cast("string"))
 
 
 def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool, version: int) -> DataFrame:

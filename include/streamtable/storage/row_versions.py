@@ -1,0 +1,32 @@
+"""When the rows of another job's Delta table were written, as far as its log tells by file: for each data file of a
+version, the span of versions (oldest, newest) its rows were written at. Spark-free: the log's commits
+(`other_job_log`), read once per process.
+
+A file a commit added with new rows holds rows of that version; one an OPTIMIZE made (a rewrite) spans the files it
+compacted; one a commit that updated or deleted rows added without deletion vectors (copy-on-write) holds the rows it
+changed and copies of rows it kept, of any earlier version: it spans them all. A file added again (its deletion vector
+changed) keeps its span: the vector only hides rows.
+"""
+
+from __future__ import annotations
+
+from streamtable.storage.other_job_log import commits
+
+Span = tuple[int, int]  # the oldest and the newest version a file's rows may have been written at
+
+
+def spans(path: str, first: int, last: int) -> dict[str, Span]:
+    """The base name of each data file versions `first`..`last` added -> its rows' span of versions; a file added
+    before `first` is not in it (its rows are older than `first`)."""
+    found: dict[str, Span] = {}
+    for c in commits(path, first, last):
+        older = (first - 1, first - 1)  # a file added before `first`
+        compacted = [found.get(name, older) for name in c.replaced] or [(c.version, c.version)]
+        rewrite = (min(s[0] for s in compacted), max(s[1] for s in compacted))
+        rewritten = set(c.rewritten)
+        for name in c.added:
+            if name in rewritten:
+                found[name] = rewrite
+            elif name not in found:  # (a file added again: a deletion vector changed, its rows did not)
+                found[name] = (first - 1, c.version) if c.changes_rows else (c.version, c.version)
+    return found

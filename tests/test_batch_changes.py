@@ -6,8 +6,15 @@ plain-Python fold of the same records."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
+
+import pyarrow as pa
+from deltalake import write_deltalake
 
 from helpers import pipelines_folder
+from streamtable.core.registry import get_input
+from streamtable.core.schema import arrow_schema
+from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES
 
 PIPELINE = """
 from pyspark.sql import functions as F
@@ -88,6 +95,26 @@ def test_changes_and_rows_of_a_keyed_changelog_equal_a_plain_fold(streamtable_dr
         if records:
             assert seen == folds
             assert {r["item"]: r["price"] for r in driver.output("price_rows") if r["batch"] == batch} == rows
+
+
+def test_a_table_inputs_records_without_their_time_from_an_earlier_release_go_to_quarantine(
+    streamtable_driver, tmp_path
+):
+    """Before the time column was required, a record without it was ingested; a table input took it as its key's
+    latest record (price 9), where a stream input's run quarantines it at read. A table input's does too now, and
+    the key keeps the record before it, as if ingest had quarantined it."""
+    driver = streamtable_driver("price_changes", pipelines=pipelines_folder(tmp_path, "prices", PIPELINE))
+    columns = arrow_schema(get_input("prices").stored_columns)
+    earlier = columns.set(columns.get_field_index("event_time"), columns.field("event_time").with_nullable(True))
+    then = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [{"item": "a", "price": 1, "event_time": then, "_line": 1}, {"item": "a", "price": 9, "_line": 2}]
+    path = driver.lake.table_path("prices")
+    write_deltalake(path, pa.Table.from_pylist(rows, earlier), configuration=INPUT_TABLE_PROPERTIES)
+    driver.pipe("prices", [{"item": "b", "price": 2, "event_time": "2026-01-01T00:01:00Z"}])
+    driver.run()
+    assert {r["item"]: r["price"] for r in driver.output("price_rows")} == {"a": 1, "b": 2}
+    [bad] = driver.quarantine()
+    assert (bad["table"], bad["reason"], json.loads(bad["raw"])["price"]) == ("prices", "event_time is null", 9)
 
 
 OPEN_ITEMS = """

@@ -54,11 +54,11 @@ def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame
         .drop("_change_type")
         .withColumn(SOURCE, F.lit(name))
     )
-    time = get_input(name).time_column if name in ctx.pipeline.streams else None
+    time = get_input(name).time_column if name in ctx.pipeline.inputs else None
     if time is None:
         return records
     # an earlier release took records without their time (a nullable time column): quarantined here, as ingest now
-    # does, they reach no window, session or total (`Batch.new`)
+    # does, they reach no window, session or total (`Batch.new`), nor a table input's rows (`Batch.table`)
     return records.withColumn(other_jobs.REASON, F.when(F.col(time).isNull(), F.lit(f"{time} is null")))
 
 

@@ -14,6 +14,7 @@ import random
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -32,9 +33,10 @@ from streamtable import Column, Type
 from streamtable.core import registry
 from streamtable.core.errors import BadInputError, DeclarationChangedError
 from streamtable.core.tables import COMMIT_VERSION, Table
-from streamtable.runtime.commands.lifecycle import reprocess, run
+from streamtable.runtime.commands.lifecycle import reprocess, run, run_continuously
 from streamtable.runtime.inputs.keyed_changes import CHANGE, fold_change_feed
 from streamtable.runtime.observe.status import pipeline_status
+from streamtable.runtime.query import streaming
 from streamtable.storage.delta_rs import log_entry, table_version
 from streamtable.storage.external import CHANGE_FEED
 from streamtable.storage.lake import Lake
@@ -395,6 +397,37 @@ def test_a_key_appended_again_is_its_update_with_the_change_data_feed_as_without
         seen[feed] = outputs(lake)
         assert seen[feed] == from_reference(ktable([first, again, later])), feed
     assert seen["true"] == seen["false"]  # (a key inserted and deleted in one batch: the test of the fold above)
+
+
+def test_a_column_renamed_while_serve_runs_is_refused_in_the_line_run_gives(spark, pipelines, tmp_path, monkeypatch):
+    """The other job renamed a column while `serve` ran: Spark's streaming read failed on it, and serve ended with
+    Spark's error (exit 1), where `run` refuses in one line (exit 2) before Spark starts. Serve now ends with run's
+    line."""
+    path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
+    orders_job.create(spark, path, column_mapping=True)
+    write_pipeline(pipelines, path)
+    orders_job.insert(spark, path, range(0, 3), random.Random(41))
+    monkeypatch.setattr(streaming, "HEARTBEAT_EVERY_S", 0.2)  # serve sees its query end at once
+
+    def rename_once_served() -> None:
+        while table_version(lake.table_path("orders_per_status")) is None or not rows(lake, "orders_per_status"):
+            time.sleep(0.2)
+        spark.sql(f"ALTER TABLE delta.`{path}` RENAME COLUMN status TO state")
+        time.sleep(120)
+        signal.raise_signal(signal.SIGTERM)  # (serve went on: it stops, and the test fails)
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    threading.Thread(target=rename_once_served, daemon=True).start()
+    try:
+        with pytest.raises(BadInputError) as served:
+            run_continuously(lake, "order_totals", "1 second", 60)
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    with pytest.raises(BadInputError) as ran:
+        run(lake, "order_totals")
+    assert str(served.value) == str(ran.value) and "\n" not in str(ran.value)
+    assert "column status is not in the table" in str(ran.value)
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from functools import reduce
 
 from pyspark.sql import DataFrame, functions as F
 
+from streamtable.core.errors import StreamtableError
 from streamtable.core.registry import get_input
 from streamtable.core.tables import HEARTBEAT, SOURCE
 from streamtable.core.timefmt import system_clock
@@ -184,8 +185,14 @@ def serve(
     while query.isActive and (query.lastProgress or {}).get("batchId", -1) < handler.last_batch:
         time.sleep(0.1)  # ... and for Spark to record it in the checkpoint's commit log
     query.stop()
-    await_query(query, handler)
-    deadline.cancel()
+    try:
+        await_query(query, handler)
+    except Exception as e:
+        if not isinstance(e, StreamtableError):  # Spark's read failed: a table of another job changed under the query
+            read_other_jobs(ctx, {})  # (a column renamed, say): its one line, as `run` says it before it starts
+        raise
+    finally:
+        deadline.cancel()
     report.lineage = ctx.lineage()
     return report
 

@@ -130,35 +130,46 @@ def airflow_home_with(migrated_db: Path, home: Path) -> Path:
 
 
 # The longest files first, so that `-n 3 --dist loadfile --no-loadscope-reorder` (make test) starts them at once and
-# ends with the short ones on every worker. xdist hands the files out in this order, each to the next free worker; the
-# first, the integration test (ten minutes, mostly waiting on Airflow and a stall timeout), keeps one worker while the
-# others take the DAG runs and the kills.
+# ends with the short ones on every worker. xdist hands the files out in this order, each to the next free worker (and
+# one more file to a worker whose file has two tests or fewer left); the first, the integration test (about six minutes,
+# mostly waiting on Airflow and a stall timeout), keeps one worker while the others take the DAG runs and the kills.
+# The order is by each file's seconds in CI's run of 099f202 (its 40 slowest tests, about 4 s for each of the others);
+# the files left out take seconds to a minute each. `make test` records every file's seconds (TEST_TIMES, below).
 LONGEST_FIRST = (
     "test_stream_integration.py",
-    "test_crash_recovery.py",
-    "test_reference.py",
-    "test_reprocess_dags.py",
     "test_s3_pipelines.py",  # one long test: every command of every pipeline back to back, then the s3 check
-    "test_two_hosts.py",
-    "test_user_pipelines.py",
-    "test_s3_lake.py",
-    "test_fault_campaign.py",
-    "test_table_inputs.py",
-    "test_cli_exit.py",
-    "test_campaign.py",
-    "test_explain.py",
-    "test_external_delta.py",
-    "test_ingest.py",
-    "test_install.py",
-    "test_airflow_ui.py",
-    "test_serve.py",
-    "test_docs.py",
-    "test_presence_notifications.py",
+    "test_reprocess_dags.py",
     "test_dags.py",
+    "test_table_inputs.py",
+    "test_user_pipelines.py",
+    "test_docs.py",
+    "test_crash_recovery.py",
+    "test_install.py",
     "test_bench.py",
+    "test_fault_campaign.py",
+    "test_folder_ingest.py",
+    "test_ingest.py",
+    "test_two_hosts.py",
+    "test_serve.py",
+    "test_s3_lake.py",
+    "test_campaign.py",
+    "test_stream_supervision.py",
+    "test_windows.py",
+    "test_quality.py",
+    "test_gate.py",
+    "test_call_analytics.py",
+    "test_merge_on_read.py",
+    "test_presence_notifications.py",
+    "test_clicks_per_region.py",
+    "test_keyed_lookup.py",
+    "test_airflow_ui.py",
+    "test_browser_captcha.py",
+    "test_kafka_ingest.py",
     "test_disk_faults.py",
-    "test_table_changes.py",
-    "test_time_columns.py",
+    "test_explain.py",
+    "test_cli_exit.py",
+    "test_external_delta.py",
+    "test_play_sessions.py",
 )
 
 

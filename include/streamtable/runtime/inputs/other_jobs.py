@@ -15,6 +15,7 @@ A table is read one of two ways, as `storage.external.check` decides before the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import reduce
 
 from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession, functions as F
@@ -38,6 +39,7 @@ from streamtable.storage.lake import Lake
 
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
 FILE = "_file"  # the data file a row of an append-only table was read from (mapped to its version per batch)
+LISTED_KEYS = 10_000  # a lookup of up to this many keys in a table of another job lists them for Delta's file skipping
 ONE_BATCH = str(2**31 - 1)  # maxFilesPerTrigger: a run reads everything available as one micro-batch
 
 
@@ -143,6 +145,10 @@ def read_written_rows(spark: SparkSession, table: Table, version: int, keys_of: 
         f"_m_file STRING, {OLDEST} BIGINT, {NEWEST} BIGINT",
     )
     rows = spark.read.format("delta").option("versionAsOf", version).load(path)
+    if keys_of is not None:
+        declared = _typed(rows, table).schema  # (a column of another type than declared compares otherwise: unlisted)
+        same = [k for k in table.keys if rows.schema[k].dataType == declared[k].dataType]
+        rows = rows.where(listed_keys(keys_of, same))
     base = F.regexp_extract(F.col("_metadata.file_path"), r"[^/]*$", 0)
     typed = of_keys(_typed(rows, table, base.alias("_m_base")), keys_of, table.keys)
     spanned = typed.join(F.broadcast(mapping), F.col("_m_base") == F.col("_m_file"), "left")
@@ -150,6 +156,21 @@ def read_written_rows(spark: SparkSession, table: Table, version: int, keys_of: 
     spanned = spanned.withColumn(OLDEST, F.coalesce(OLDEST, older)).withColumn(NEWEST, F.coalesce(NEWEST, older))
     latest = latest_written(with_reasons(spanned, table), table, F.col(REASON).isNull())
     return latest.withColumn(REASON, F.lit(None).cast("string"))
+
+
+def listed_keys(keys_of: DataFrame, keys: Sequence[str]) -> SparkColumn:
+    """A filter that keeps at least the rows whose `keys` (key columns) are those of `keys_of`, as literals, so that
+    Delta skips the files whose statistics exclude them (new keys appended past an old file's range, say): each key
+    column in its values; no filter (true) when `keys_of` has more than LISTED_KEYS distinct keys."""
+    found = keys_of.select(*keys).distinct().limit(LISTED_KEYS + 1).collect() if keys else []
+    if not keys or len(found) > LISTED_KEYS:
+        return F.lit(True)
+    kept = F.lit(True)
+    for k in keys:
+        values = {r[k] for r in found}
+        listed = F.col(k).isin(sorted(v for v in values if v is not None))
+        kept = kept & (listed | F.col(k).isNull() if None in values else listed)
+    return kept
 
 
 def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool, version: int) -> DataFrame:

@@ -14,14 +14,16 @@ import subprocess
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import streamtable
 from helpers import BIN, DAGS, ROOT, airflow_env, cli, last_json, run_python
 from streamtable.core import registry
-from streamtable.core.errors import BadInputError, PipelineCodeError
+from streamtable.core.errors import INPUT_REFUSED, BadInputError, PipelineCodeError
 from streamtable.ingest.files import ingest_lines
+from streamtable.runtime.batch.staged import run_process
 from streamtable.runtime.commands.lifecycle import run
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.lake import Lake
@@ -356,6 +358,24 @@ def test_an_error_in_process_names_the_line_of_the_users_file(spark, use_folder,
     assert str(e.value).endswith("(pipeline orders)")
     assert "`o`." not in str(e.value) and "`customer`" in str(e.value), "Spark's hint, without internal aliases"
     assert rows(lake, "revenue") == []
+
+
+def test_only_streamtables_marked_input_checks_raised_in_spark_are_the_inputs_fault():
+    """An input check raised inside Spark (F.raise_error) carries streamtable's mark: the input's fault, exit 2. The
+    user's own F.raise_error is their code's, at its line (exit 5), even when its text reads like an input's."""
+
+    def failing(text: str) -> SimpleNamespace:
+        def process(batch) -> None:
+            raise Exception(f"[USER_RAISED_EXCEPTION] {text} SQLSTATE: P0001")  # Spark's text of F.raise_error
+
+        return SimpleNamespace(name="p", process=process)
+
+    with pytest.raises(BadInputError, match=r"^input orders: key 1 has two rows$"):
+        run_process(failing(f"{INPUT_REFUSED}input orders: key 1 has two rows"), None)
+    with pytest.raises(
+        PipelineCodeError, match=rf"^{re.escape(__file__)}:\d+: input amount below zero \(pipeline p\)$"
+    ):
+        run_process(failing("input amount below zero"), None)
 
 
 def refused_run(folder: Path, lake: Lake, old: str, new: str, lines: list[str]) -> tuple[str, PipelineCodeError]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+INPUT_REFUSED = "streamtable refused an input: "  # leads the text of an input check raised inside Spark (F.raise_error)
+
 
 class StreamtableError(Exception):
     """Base of every error streamtable reports to a user."""

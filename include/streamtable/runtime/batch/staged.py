@@ -25,7 +25,13 @@ from types import FrameType
 from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.types import BooleanType, DataType, DoubleType, FloatType, NumericType
 
-from streamtable.core.errors import BadInputError, PipelineCodeError, StreamtableError, UndeclaredNameError
+from streamtable.core.errors import (
+    INPUT_REFUSED,
+    BadInputError,
+    PipelineCodeError,
+    StreamtableError,
+    UndeclaredNameError,
+)
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.schema import Type, spark_ddl
@@ -271,8 +277,8 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
         text = INTERNAL_ALIAS.sub(r"\1", str(e).strip())  # `v`.`plan` in Spark's hints: operators' own aliases
         first = text.splitlines()[0] if text else ""
         raised = RAISED.search(first)  # a check's own message (an operator's `F.raise_error`): said as it is
-        if raised and raised.group(1).startswith("input "):  # an input it cannot read as declared: not the code's
-            raise BadInputError(raised.group(1)) from None
+        if raised and raised.group(1).startswith(INPUT_REFUSED):  # an input it cannot read as declared: not the code's
+            raise BadInputError(raised.group(1).removeprefix(INPUT_REFUSED)) from None
         file = inspect.getsourcefile(pipeline.process)
         line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == file), None)
         if line is None:

@@ -22,7 +22,7 @@ from functools import reduce
 
 from pyspark.sql import Column as SparkColumn, DataFrame, functions as F
 
-from streamtable.core.errors import OperatorArgumentError
+from streamtable.core.errors import INPUT_REFUSED, OperatorArgumentError
 from streamtable.core.tables import COMMIT_VERSION, LINE, Table
 
 CHANGE = "_change"  # a Change Data Feed row's `_change_type`, kept for the fold
@@ -64,9 +64,14 @@ def fold_change_feed(
         F.max(COMMIT_VERSION).alias("_version"),
     )
     unclear = ~F.col("_first0.before") | (F.col("_first0.id") != F.col("_first1.id"))
-    brought = F.when(F.col("_last0.id") != F.col("_last1.id"), F.raise_error(_two_rows(table))).otherwise(
-        F.col("_last0.row")
+    two_rows = refuse_key(
+        table,
+        F.to_json(F.struct(*keys)),
+        F.col("_version").cast("string"),
+        " of its Change Data Feed (one commit inserted or updated both), and nothing says which is the later: refused; "
+        "give each key one row per version",
     )
+    brought = F.when(F.col("_last0.id") != F.col("_last1.id"), two_rows).otherwise(F.col("_last0.row"))
     new = F.when(~F.col("_last0.before"), brought)
     needed = folded.where(unclear)
     if needed.isEmpty():  # (no lookup: the table is not read)
@@ -79,18 +84,13 @@ def fold_change_feed(
     return _changed(with_held.select(*keys, old.alias(OLD), new.alias(NEW)))
 
 
-def _two_rows(table: Table) -> SparkColumn:
-    """The refusal of a key two of whose rows one version of a table's Change Data Feed brought."""
-    return F.concat(
-        F.lit(f"input {table.name}: key "),
-        F.to_json(F.struct(*table.keys)),
-        F.lit(" has two rows at version "),
-        F.col("_version").cast("string"),
-        F.lit(
-            " of its Change Data Feed (one commit inserted or updated both), and nothing says which is the later: "
-            "refused; give each key one row per version"
-        ),
+def refuse_key(table: Table, key: SparkColumn, version: SparkColumn, why: str) -> SparkColumn:
+    """Fails the batch in one line: key `key` (JSON) of input `table` has two rows at `version` that nothing orders
+    (`why`: how, and what to do). Marked as an input's refusal (exit 2), not an error of the pipeline's code."""
+    message = F.concat(
+        F.lit(f"{INPUT_REFUSED}input {table.name}: key "), key, F.lit(" has two rows at version "), version, F.lit(why)
     )
+    return F.raise_error(message)
 
 
 def fold_changelog(changelog: DataFrame, table: Table, start: int, present: SparkColumn) -> DataFrame:
@@ -126,18 +126,15 @@ def latest_written(rows: DataFrame, table: Table, present: SparkColumn) -> DataF
     )
     top = F.col("_top")
     unordered = F.exists("_all", lambda w: (w["id"] != top["id"]) & (w["newest"] >= top["oldest"]))
-    refused = F.concat(
-        F.lit(f"input {table.name}: key "),
+    refused = refuse_key(
+        table,
         F.to_json(F.struct(*keys)),
-        F.lit(" has two rows at version "),
         top["newest"].cast("string"),
-        F.lit(
-            " or before (one commit added both, or an OPTIMIZE, or an UPDATE, DELETE or MERGE without deletion "
-            "vectors, rewrote them into one file), and the table's files do not say which is the later: refused; "
-            "give each key one row (the other job's MERGE on its keys)"
-        ),
+        " or before (one commit added both, or an OPTIMIZE, or an UPDATE, DELETE or MERGE without deletion vectors, "
+        "rewrote them into one file), and the table's files do not say which is the later: refused; give each key "
+        "one row (the other job's MERGE on its keys)",
     )
-    latest = per_key.select(F.when(unordered, F.raise_error(refused)).otherwise(F.col("_row")).alias("_row"))
+    latest = per_key.select(F.when(unordered, refused).otherwise(F.col("_row")).alias("_row"))
     return latest.where(F.col("_row").isNotNull()).select("_row.*")
 
 
@@ -151,18 +148,15 @@ def _latest(table: Table, row: SparkColumn, order: SparkColumn) -> SparkColumn:
     first, other = F.max_by(row, F.struct(order, spread)), F.max_by(row, F.struct(order, -spread))
     key = F.to_json(F.struct(*table.keys))
     version = F.max(order.getField(COMMIT_VERSION)).cast("string")
-    ambiguous = F.concat(
-        F.lit(f"input {table.name}: key "),
+    ambiguous = refuse_key(
+        table,
         key,
-        F.lit(" has two rows at version "),
         version,
-        F.lit(
-            " (one commit added both, or an OPTIMIZE compacted them into one file), and without the table's Change "
-            "Data Feed nothing says which is the later: refused; give each key one row per version, or the table "
-            "its Change Data Feed"
-        ),
+        " (one commit added both, or an OPTIMIZE compacted them into one file), and without the table's Change Data "
+        "Feed nothing says which is the later: refused; give each key one row per version, or the table its Change "
+        "Data Feed",
     )
-    return F.when(~first.eqNullSafe(other), F.raise_error(ambiguous)).otherwise(first)
+    return F.when(~first.eqNullSafe(other), ambiguous).otherwise(first)
 
 
 def as_inserts(rows: DataFrame, table: Table) -> DataFrame:

@@ -196,11 +196,33 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _machine_busy() -> tuple[float, float]:
+    """Seconds the machine's processors were busy, and all their seconds, since it started (Linux /proc/stat)."""
+    ticks = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    hertz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / hertz, sum(ticks) / hertz
+
+
+_SESSION: dict[str, float] = {}
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """A new record per run: the controller (or a run without xdist) empties the file before any test runs."""
     if TEST_TIMES and "PYTEST_XDIST_WORKER" not in os.environ:
         Path(TEST_TIMES).parent.mkdir(parents=True, exist_ok=True)
         Path(TEST_TIMES).write_text("")
+        _SESSION["busy"], _SESSION["all"] = _machine_busy()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many of the machine's processors were busy, on average, while the tests ran (what more workers or less
+    waiting could use: CI is CPU-bound when it is near all of them)."""
+    if "busy" in _SESSION:
+        busy, every = _machine_busy()
+        cores = os.cpu_count() or 1
+        share = (busy - _SESSION["busy"]) / max(every - _SESSION["all"], 1e-9)
+        terminalreporter.write_line(f"machine: {share * cores:.2f} of {cores} processors busy while the tests ran")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -110,10 +110,16 @@ class StagedBatch:
                 .withColumn(COMMIT_VERSION, F.lit(None).cast("bigint"))
                 .select(*columns)
             )
-        change_feed = self.ctx.external.get(input_name, False)
-        records = other_jobs.read_table(self.spark, self.ctx.lake, input_table, change_feed, bound)
-        self._skipped[input_name] = (other_jobs.quarantined(records, input_table), bound)
+        records = self._read_whole(input_table, bound)
         return records.where(F.col(other_jobs.REASON).isNull()).select(*columns)
+
+    def _read_whole(self, input_table: Table, bound: int) -> DataFrame:
+        """A Delta table of another job's records up to version `bound`, with `_reason`; those that break the input's
+        rules are staged for `quarantine`."""
+        change_feed = self.ctx.external.get(input_table.name, False)
+        records = other_jobs.read_table(self.spark, self.ctx.lake, input_table, change_feed, bound)
+        self._skipped[input_table.name] = (other_jobs.quarantined(records, input_table), bound)
+        return records
 
     def consumed(self, input_name: str) -> DataFrame:
         """The changelog of an input up to the newest version consumed by this run or an earlier one (`table`)."""
@@ -138,6 +144,8 @@ class StagedBatch:
             return keyed_changes.fold_change_feed(rows, input_table, good, held)
         if input_table.external:  # its changes are told by the versions of its files: a rewrite may have lost them
             external.check_rewrites(self.ctx.lake, input_table, self.ctx.pipeline.name, earlier + 1, bound)
+            # a record that breaks the input's rules is its key's latest, absent: as in its rows, and with the feed
+            return keyed_changes.fold_changelog(self._read_whole(input_table, bound), input_table, earlier + 1, good)
         changelog = self.table(input_name).withColumn(other_jobs.REASON, F.lit(None).cast("string"))
         return keyed_changes.fold_changelog(changelog, input_table, earlier + 1, good)
 

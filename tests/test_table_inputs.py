@@ -32,9 +32,9 @@ from helpers import CLI, cli
 from streamtable import Column, Type
 from streamtable.core import registry
 from streamtable.core.errors import BadInputError, DeclarationChangedError
-from streamtable.core.tables import COMMIT_VERSION, Table
+from streamtable.core.tables import COMMIT_VERSION, LINE, Table
 from streamtable.runtime.commands.lifecycle import reprocess, run, run_continuously
-from streamtable.runtime.inputs.keyed_changes import CHANGE, fold_change_feed
+from streamtable.runtime.inputs.keyed_changes import CHANGE, fold_change_feed, fold_changelog, latest_rows
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.runtime.query import streaming
 from streamtable.storage.delta_rs import log_entry, table_version
@@ -375,6 +375,30 @@ def test_a_change_feed_folds_a_row_appended_with_a_held_key_into_its_update(spar
 
     with pytest.raises(Exception, match=r'input prices: key \{"item":"g"\} has two rows at version 6 of its Change'):
         folded([("g", 1, "insert", 6), ("g", 2, "insert", 6)])
+
+
+def test_a_row_of_nulls_is_a_row_with_the_feed_as_without(spark):
+    """Without its Change Data Feed a keyed table's rows are read as records, and one whose values were all null
+    deleted its key, as a changelog's tombstone does, where the feed takes it as the key's row: an inner join lost the
+    key, or kept it, as the other job stored its table. Both now take it as a row."""
+    columns = (Column("item", Type.STRING), Column("price", Type.LONG, nullable=True))
+    prices = Table("prices", columns, "input", keys=("item",), time_column=None, path=str(Path.cwd()))
+    records = spark.createDataFrame(
+        [("a", 1, 0), ("a", None, 1)], f"item STRING, price BIGINT, {COMMIT_VERSION} BIGINT"
+    )
+    records = records.withColumn(LINE, F.lit(0).cast("bigint"))
+    feed = spark.createDataFrame(
+        [("a", None, "insert", 1)], f"item STRING, price BIGINT, {CHANGE} STRING, {COMMIT_VERSION} BIGINT"
+    )
+    held = spark.createDataFrame([("a", 1)], "item STRING, price BIGINT")
+
+    def seen(changes: DataFrame) -> list:
+        return [(r["old"] and r["old"].asDict(), r["new"] and r["new"].asDict()) for r in changes.collect()]
+
+    without = seen(fold_changelog(records, prices, 1, F.lit(True)))
+    assert without == seen(fold_change_feed(feed, prices, F.lit(True), lambda keys: held))
+    assert without == [({"item": "a", "price": 1}, {"item": "a", "price": None})]
+    assert [r.asDict() for r in latest_rows(records, prices, F.lit(True)).collect()] == [{"item": "a", "price": None}]
 
 
 def test_a_key_appended_again_is_its_update_with_the_change_data_feed_as_without(spark, pipelines, tmp_path):

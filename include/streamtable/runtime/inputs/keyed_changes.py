@@ -7,9 +7,10 @@ A keyed input is a table: per key, its latest record. Its changes come from the 
   (a pre-image, or a deleted row's values; when that change inserts a row, the key's row before the batch, looked up:
   a row appended with a key the table held is its update), the new row the one after its last (none when it is a
   delete);
-- an input changelog streamtable keeps: records appended per key; a record whose columns other than its keys and
-  time are all null deletes its key (a Kafka tombstone). The old row is the key's latest record before the batch,
-  the new row its latest record in it.
+- an input changelog streamtable keeps, or a Delta table of another job without its Change Data Feed (append-only,
+  its rows ordered by the versions that added them): records appended per key; a changelog's record whose columns
+  other than its keys and time are all null deletes its key (a Kafka tombstone; another job's row is a row). The old
+  row is the key's latest record before the batch, the new row its latest record in it.
 A row that breaks the input's rules is absent from the table, as a skipped record is absent from a stream. The first
 batch of an input in a generation (after a reprocess, or once the input was added) sees the table's rows at the
 version it consumed as inserts, one per key (its latest): a new KTable's state arrives whole.
@@ -185,9 +186,10 @@ def null_safe_join(left: DataFrame, right: DataFrame, keys: Sequence[str], how: 
 
 
 def _tombstone(table: Table) -> SparkColumn:
-    """A changelog record that deletes its key: every column but the keys and the time is null (none: never)."""
+    """A changelog record that deletes its key: every column but the keys and the time is null (none: never). A Delta
+    table of another job has none: a row whose values are null is a row, as its Change Data Feed says (its deletes)."""
     values = [c.name for c in table.columns if c.name not in table.keys and c.name != table.time_column]
-    if not values:
+    if not values or table.external:
         return F.lit(False)
     return reduce(lambda a, b: a & b, [F.col(v).isNull() for v in values])
 

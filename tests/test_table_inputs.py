@@ -37,6 +37,7 @@ from streamtable.runtime.commands.lifecycle import reprocess, run, run_continuou
 from streamtable.runtime.inputs.keyed_changes import CHANGE, fold_change_feed, fold_changelog, latest_rows
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.runtime.query import streaming
+from streamtable.storage import row_versions
 from streamtable.storage.delta_rs import log_entry, table_version
 from streamtable.storage.external import CHANGE_FEED
 from streamtable.storage.lake import Lake
@@ -399,6 +400,20 @@ def test_a_row_of_nulls_is_a_row_with_the_feed_as_without(spark):
     assert without == seen(fold_change_feed(feed, prices, F.lit(True), lambda keys: held))
     assert without == [({"item": "a", "price": 1}, {"item": "a", "price": None})]
     assert [r.asDict() for r in latest_rows(records, prices, F.lit(True)).collect()] == [{"item": "a", "price": None}]
+
+
+def test_the_rows_a_delete_copied_into_a_new_file_keep_the_versions_they_were_written_at(tmp_path):
+    """A DELETE without deletion vectors (delta-rs's) copies the rows it keeps into a new file; those rows had been
+    taken as of any version up to the DELETE, so a key appended again after them had no order with them (refused).
+    They now span the versions of the files they were copied from; an UPDATE's new file spans up to its own version."""
+    path = str(tmp_path / "orders")
+    write_deltalake(path, orders(("o1", "ann", "new", "10.00"), ("o2", "bob", "new", "20.00")))  # version 0
+    write_deltalake(path, orders(("o1", "cy", "paid", "15.00")), mode="append")  # 1: o1's update
+    DeltaTable(path).delete("order_id = 'o2'")  # 2: o1's first row copied into a new file
+    DeltaTable(path).update(updates={"status": "'paid'"}, predicate="order_id = 'o1' AND customer = 'cy'")  # 3
+    live = {Path(uri).name for uri in DeltaTable(path).file_uris()}
+    found = {name: span for name, span in row_versions.spans(path, 0, 3).items() if name in live}
+    assert sorted(found.values()) == [(0, 0), (1, 3)]
 
 
 def test_a_key_appended_again_is_its_update_with_the_change_data_feed_as_without(spark, pipelines, tmp_path):

@@ -3,9 +3,9 @@ version, the span of versions (oldest, newest) its rows were written at. Spark-f
 (`other_job_log`), read once per process.
 
 A file a commit added with new rows holds rows of that version; one an OPTIMIZE made (a rewrite) spans the files it
-compacted; one a commit that updated or deleted rows added without deletion vectors (copy-on-write) holds the rows it
-changed and copies of rows it kept, of any earlier version: it spans them all. A file added again (its deletion vector
-changed) keeps its span: the vector only hides rows.
+compacted; one a commit that updated or deleted rows added without deletion vectors (copy-on-write) holds copies of
+the rows it kept from the files it removed, and those it changed (of its own version, unless it is a DELETE): it spans
+them. A file added again (its deletion vector changed) keeps its span: the vector only hides rows.
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ def spans(path: str, first: int, last: int) -> dict[str, Span]:
         compacted = [found.get(name, older) for name in c.replaced] or [(c.version, c.version)]
         rewrite = (min(s[0] for s in compacted), max(s[1] for s in compacted))
         rewritten = set(c.rewritten)
+        copied = [found.get(name, older) for name in c.removed if name not in c.added] or [(first - 1, c.version)]
+        kept = (min(s[0] for s in copied), max(s[1] for s in copied) if c.operation == "DELETE" else c.version)
         for name in c.added:
             if name in rewritten:
                 found[name] = rewrite
             elif name not in found:  # (a file added again: a deletion vector changed, its rows did not)
-                found[name] = (first - 1, c.version) if c.changes_rows else (c.version, c.version)
+                found[name] = kept if c.changes_rows else (c.version, c.version)
     return found

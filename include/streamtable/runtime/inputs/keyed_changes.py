@@ -131,9 +131,9 @@ def latest_written(rows: DataFrame, table: Table, present: SparkColumn) -> DataF
         table,
         F.to_json(F.struct(*keys)),
         top["newest"].cast("string"),
-        " or before (one commit added both, or an OPTIMIZE, or an UPDATE, DELETE or MERGE without deletion vectors, "
-        "rewrote them into one file), and the table's files do not say which is the later: refused; give each key "
-        "one row (the other job's MERGE on its keys)",
+        " or before (one commit added both, an OPTIMIZE compacted them, or an UPDATE or MERGE without deletion "
+        "vectors copied one into a new file), and the table's files do not say which is the later: refused; give each "
+        "key one row (the other job's MERGE on its keys)",
     )
     latest = per_key.select(F.when(unordered, refused).otherwise(F.col("_row")).alias("_row"))
     return latest.where(F.col("_row").isNotNull()).select("_row.*")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import uuid
 from datetime import UTC, datetime
@@ -214,6 +215,15 @@ def test_an_append_only_table_reads_as_its_records_ingested_once_each(spark, bas
     assert quarantined(lake, "ext_orders") == got  # still once after the reprocess
     run(lake, "ext_totals")  # and the run after it continues where the reprocess stopped
     assert rows(lake, "ext_revenue") == [{"customer": "ann", "amount": 35}, {"customer": "bob", "amount": 200}]
+
+    # the other job deletes its table and makes it anew at the path, to version 2 again: not the versions consumed
+    shutil.rmtree(path)
+    for version in ORDERS[:2] + ORDERS[:1]:
+        write(spark, path, ORDERS_DDL, order_rows(version))
+    with pytest.raises(BadInputError, match=r"^input ext_orders \(.*\): the table there is not the one pipeline"):
+        run(lake, "ext_totals")  # (Spark's own check was a many-line STREAM_FAILED, exit 1)
+    assert reprocess(lake, "ext_totals", 0).published  # what the refusal names
+    assert rows(lake, "ext_revenue") == [{"customer": "ann", "amount": 275}, {"customer": "bob", "amount": 60}]
 
 
 def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_path):

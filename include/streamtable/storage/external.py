@@ -22,7 +22,7 @@ from streamtable.core.schema import arrow_schema, widens
 from streamtable.core.tables import QUARANTINE, Table
 from streamtable.storage.delta_rs import delta_table, open_table, retrying, staged_rows, write
 from streamtable.storage.lake import Lake
-from streamtable.storage.other_job_log import CHANGE_FEED, Commit, Origin, commits, exists, oldest_version
+from streamtable.storage.other_job_log import CHANGE_FEED, Commit, Origin, commits, exists, oldest_version, read_from
 from streamtable.storage.other_job_summary import feed_story, live_origins
 
 
@@ -99,6 +99,7 @@ def opened(table: Table) -> DeltaTable:
         raise
     if delta is None:
         raise BadInputError(f"input {table.name}: there is no Delta table at {path}")
+    read_from(path, str(delta.metadata().id))  # (a UUID, typed int by deltalake)
     return delta
 
 
@@ -151,6 +152,18 @@ def check(lake: Lake, table: Table, start: int, stream: bool, delta: DeltaTable 
                 f"{since}: refused, it would be misread"
             )
     return feed and bool(table.keys)
+
+
+def check_same_table(table: Table, pipeline: str, read_id: str | None, delta: DeltaTable) -> None:
+    """BadInputError, in one line, when the table at the input's path is not the one the pipeline read (`read_id`, the
+    id its streaming read recorded): deleted and made anew there, its versions are not the ones consumed."""
+    now = str(delta.metadata().id)  # (a UUID, typed int by deltalake)
+    if read_id is not None and now != read_id:
+        raise BadInputError(
+            f"input {table.name} ({location(table)}): the table there is not the one pipeline {pipeline} read (its id "
+            f"was {read_id}, is {now}: it was deleted and made anew), so its versions are not the ones consumed: "
+            f"`streamtable reprocess {pipeline} --from-version 0` reads it anew"
+        )
 
 
 def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: DeltaTable | None = None) -> None:

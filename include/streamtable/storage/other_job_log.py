@@ -35,6 +35,16 @@ class Commit:
 
 
 _COMMITS: dict[tuple[str, int], Commit] = {}  # commits never change: each is read once per process
+_TABLE_IDS: dict[str, str] = {}  # the id of the table at each path the commits above were read from
+
+
+def read_from(path: str, table_id: str) -> None:
+    """Note that the table at `path` is now the one of `table_id`: the commits read of another one (deleted and made
+    anew at the path) are forgotten, as a commit never changes but a table can be replaced."""
+    if _TABLE_IDS.get(path, table_id) != table_id:
+        for key in [k for k in _COMMITS if k[0] == path]:
+            del _COMMITS[key]
+    _TABLE_IDS[path] = table_id
 
 
 def commit(path: str, version: int) -> Commit:

@@ -15,7 +15,7 @@ A table is read one of two ways, as `storage.external.check` decides before the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import reduce
 
 from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession, functions as F
@@ -44,9 +44,10 @@ ONE_BATCH = str(2**31 - 1)  # maxFilesPerTrigger: a run reads everything availab
 
 
 def prepare(
-    lake: Lake, pipeline: Pipeline, consumed: Consumed, starting: dict[str, int]
+    lake: Lake, pipeline: Pipeline, consumed: Consumed, starting: dict[str, int], read_ids: Mapping[str, str]
 ) -> tuple[dict[str, bool], dict[str, int]]:
-    """Check the pipeline's external inputs before its query starts, after what its generation `consumed`.
+    """Check the pipeline's external inputs before its query starts, after what its generation `consumed` (of the
+    tables whose ids are `read_ids`).
 
     Returns each one's way of reading (whether through its Change Data Feed), and, for each input read by its files,
     the first version its next batch can hold (what the generation consumed + 1, else where its source starts):
@@ -62,6 +63,7 @@ def prepare(
         stream = name in pipeline.streams
         start = consumed[name] + 1 if name in consumed else starting.get(name, 0)
         delta = external.opened(table)  # one line if there is no table; opened once for the checks
+        external.check_same_table(table, pipeline.name, read_ids.get(name), delta)
         if not stream and name not in consumed:  # its first batch takes its rows whole: older versions are not read
             start = max(start, other_job_log.oldest_version(external.location(table)))
         change_feed[name] = external.check(lake, table, start if stream else 0, stream, delta)

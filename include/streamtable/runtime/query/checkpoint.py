@@ -84,6 +84,16 @@ def recorded(lake: Lake, pipeline: Pipeline, generation: int) -> Epoch | None:
     )
 
 
+def table_ids(lake: Lake, pipeline: Pipeline, generation: int) -> dict[str, str]:
+    """Per source, the id of the Delta table its newest batch read (the offsets' `reservoirId`): a table deleted and
+    made anew at its path has another id."""
+    epoch = recorded(lake, pipeline, generation)
+    if epoch is None:
+        return {}
+    last = _last_offsets(lake, join(lake.generation_dir(pipeline.name, generation), epoch.checkpoint)) or []
+    return {name: o["reservoirId"] for name, o in zip(epoch.sources, last, strict=False) if o and "reservoirId" in o}
+
+
 def save(lake: Lake, pipeline: str, generation: int, epoch: Epoch) -> None:
     lake.store.write_json(join(lake.generation_dir(pipeline, generation), QUERY), epoch.as_json())
 

@@ -126,7 +126,8 @@ def read_other_jobs(ctx: RunContext, starting: dict[str, int]) -> dict[str, int]
     its files, the first version its next batch can hold (`inputs.other_jobs.prepare`)."""
     if not any(get_input(name).external for name in ctx.pipeline.inputs):
         return {}  # (and no read of what the generation consumed)
-    change_feed, first = other_jobs.prepare(ctx.lake, ctx.pipeline, ctx.consumed(), starting)
+    read_ids = checkpoint.table_ids(ctx.lake, ctx.pipeline, ctx.generation)
+    change_feed, first = other_jobs.prepare(ctx.lake, ctx.pipeline, ctx.consumed(), starting, read_ids)
     ctx.external.update(change_feed)
     return first
 

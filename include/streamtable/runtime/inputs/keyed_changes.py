@@ -54,7 +54,7 @@ def fold_change_feed(
     # within a version a key's pre-image (or delete) comes before its post-image (or insert)
     events = rows.select(
         *keys,
-        F.struct(before.alias("before"), row.alias("row"), F.xxhash64(row).alias("id")).alias("_e"),
+        F.struct(before.alias("before"), row.alias("row"), row_id(table, row).alias("id")).alias("_e"),
         F.struct(COMMIT_VERSION, ~before).alias("_o"),
         COMMIT_VERSION,
     ).withColumn("_id", F.col("_e.id"))
@@ -121,7 +121,7 @@ def latest_written(rows: DataFrame, table: Table, present: SparkColumn) -> DataF
     batch fails, in one line, when two different rows of a key are not ordered by their spans."""
     keys = require_keys(table)
     row = F.when(present, F.struct(*[c.name for c in table.columns]))
-    written = F.struct(F.col(NEWEST).alias("newest"), F.col(OLDEST).alias("oldest"), F.xxhash64(row).alias("id"))
+    written = F.struct(F.col(NEWEST).alias("newest"), F.col(OLDEST).alias("oldest"), row_id(table, row).alias("id"))
     per_key = rows.groupBy(*keys).agg(
         F.max_by(row, written).alias("_row"), F.max(written).alias("_top"), F.collect_list(written).alias("_all")
     )
@@ -145,8 +145,8 @@ def _latest(table: Table, row: SparkColumn, order: SparkColumn) -> SparkColumn:
     version that added them only (two rows of one key in one commit, or compacted into one file by OPTIMIZE)."""
     if not table.external:  # a changelog streamtable keeps orders its records by (version, line): no two share one
         return F.max_by(row, order)
-    spread = F.xxhash64(row)
-    first, other = F.max_by(row, F.struct(order, spread)), F.max_by(row, F.struct(order, -spread))
+    spread = row_id(table, row)
+    first, other = F.max_by(row, F.struct(order, spread)), F.max_by(spread, F.struct(order, -spread))
     key = F.to_json(F.struct(*table.keys))
     version = F.max(order.getField(COMMIT_VERSION)).cast("string")
     ambiguous = refuse_key(
@@ -157,7 +157,7 @@ def _latest(table: Table, row: SparkColumn, order: SparkColumn) -> SparkColumn:
         "Feed nothing says which is the later: refused; give each key one row per version, or the table its Change "
         "Data Feed",
     )
-    return F.when(~first.eqNullSafe(other), ambiguous).otherwise(first)
+    return F.when(F.max_by(spread, F.struct(order, spread)) != other, ambiguous).otherwise(first)
 
 
 def as_inserts(rows: DataFrame, table: Table) -> DataFrame:
@@ -183,6 +183,12 @@ def null_safe_join(left: DataFrame, right: DataFrame, keys: Sequence[str], how: 
         return joined
     rest = [F.col(f"_r.{c}") for c in right.columns if c not in keys]
     return joined.select(*[F.col(f"_l.{c}") for c in left.columns], *rest)
+
+
+def row_id(table: Table, row: SparkColumn) -> SparkColumn:
+    """A hash of an input's row, equal for equal rows (a different one for different rows, but for a collision): of
+    its JSON text when a column holds a map, which Spark does not hash (two equal maps in another order then differ)."""
+    return F.xxhash64(F.to_json(row) if any("MAP<" in c.type.ddl for c in table.columns) else row)
 
 
 def _tombstone(table: Table) -> SparkColumn:

@@ -700,10 +700,12 @@ def test_the_guide_pipeline_runs_under_airflow_dag_test(airflow_home, use_folder
 
 
 @pytest.mark.slow
-def test_the_guide_pipeline_on_the_standalone_cluster_ships_its_udf(use_folder, tmp_path):
+def test_the_guide_pipeline_on_the_standalone_cluster_ships_its_udf(spark, use_folder, tmp_path):
     """The executors of a standalone cluster run the guide's UDF: its code travels with the job (pickled by value).
 
-    The user's files are loaded under names of their own, which an executor could not import.
+    The user's files are loaded under names of their own, which an executor could not import. The run on the cluster
+    goes on from a first run in this process (its outputs, its windows' state and watermark: the cluster's batch has a
+    late order), as a second run goes on from any first; a cold start on a cluster is the integration test's.
     """
     cluster = {
         **os.environ,
@@ -719,9 +721,11 @@ def test_the_guide_pipeline_on_the_standalone_cluster_ships_its_udf(use_folder, 
     try:
         lake = Lake(tmp_path / "lake")
         env = {"STREAMTABLE_SPARK_MASTER": started.stdout.strip().splitlines()[-1]}
-        for n, records in enumerate((RUNS[0], RUNS[1] + RUNS[2])):  # two runs: the second has a late order
-            ingest_lines(lake, "orders", order_lines(records, 10 * n))
-            cli(lake, "run", "orders", "--pipelines", str(use_folder), env=env)
+        ingest_lines(lake, "orders", order_lines(RUNS[0], 0))
+        assert run(lake, "orders").batches == 1
+        ingest_lines(lake, "orders", order_lines(RUNS[1] + RUNS[2], 10))  # a late order among them
+        on_the_cluster = json.loads(cli(lake, "run", "orders", "--pipelines", str(use_folder), env=env).stdout)
+        assert on_the_cluster["records"] == len(RUNS[1] + RUNS[2]), on_the_cluster
         got, want = outputs(lake), orders_model([RUNS[0], RUNS[1] + RUNS[2]])
         assert got["revenue"] == want["revenue"] and got["large_orders"] == want["large_orders"]
         assert sorted(got["late"]) == sorted(want["late"])

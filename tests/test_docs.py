@@ -136,6 +136,9 @@ RUN_ELSEWHERE = {
     ".venv/bin/python bench/dv_commit.py --keys 1000000 10000000 --events 1000 --batches 5": (
         "nothing: a benchmark prototype of minutes (docs/benchmarks.md has its figures)"
     ),
+    ".venv/bin/python bench/other_job_versions.py --versions 100 1000 5000 --rounds 3": (
+        "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
+    ),
 }
 # Exit codes other than 0 that a line run here must give.
 EXIT_CODES = {

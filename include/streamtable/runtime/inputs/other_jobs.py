@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from functools import reduce
 
 from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession, functions as F
+from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from streamtable.core.errors import BadInputError
 from streamtable.core.pipeline import Pipeline
@@ -39,6 +40,7 @@ from streamtable.storage.lake import Lake
 
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
 FILE = "_file"  # the data file a row of an append-only table was read from (mapped to its version per batch)
+TIMES = (TimestampType, TimestampNTZType)
 LISTED_KEYS = 10_000  # a lookup of up to this many keys in a table of another job lists them for Delta's file skipping
 ONE_BATCH = str(2**31 - 1)  # maxFilesPerTrigger: a run reads everything available as one micro-batch
 
@@ -150,7 +152,8 @@ def read_written_rows(spark: SparkSession, table: Table, version: int, keys_of: 
     if keys_of is not None:
         declared = _typed(rows, table).schema  # (a column of another type than declared compares otherwise: unlisted)
         same = [k for k in table.keys if rows.schema[k].dataType == declared[k].dataType]
-        rows = rows.where(listed_keys(keys_of, same))
+        # (nor a time: a collected timestamp is a naive local time, ambiguous in a clock's repeated hour)
+        rows = rows.where(listed_keys(keys_of, [k for k in same if not isinstance(declared[k].dataType, TIMES)]))
     base = F.regexp_extract(F.col("_metadata.file_path"), r"[^/]*$", 0)
     typed = of_keys(_typed(rows, table, base.alias("_m_base")), keys_of, table.keys)
     spanned = typed.join(F.broadcast(mapping), F.col("_m_base") == F.col("_m_file"), "left")

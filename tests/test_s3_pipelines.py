@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -182,15 +183,19 @@ def test_serve_on_an_s3_lake_takes_a_batch_and_stops_on_sigterm(env):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 240
+        # serve prints a line for each batch once it is committed: wait for the first, then `show` reads it from s3
+        assert serve.stdout is not None
+        ready, _, _ = select.select([serve.stdout], [], [], 240)
+        first = serve.stdout.readline() if ready else ""
+        assert first, f"serve printed no batch in 240 s (exit {serve.poll()})"
+        assert json.loads(first)["progress"]["input_rows"] == 1, first
+        deadline = time.monotonic() + 60
         counts: dict[str, int] = {}
         while time.monotonic() < deadline and counts != {"a": 2, "b": 1}:
-            assert serve.poll() is None, serve.communicate()[1][-3000:]
             shown = subprocess.run(
                 [CLI, "show", "word_counts", "--lake", lake], env=env, capture_output=True, text=True, timeout=60
             )
             counts = {r["word"]: r["count"] for r in map(json.loads, shown.stdout.splitlines())}
-            time.sleep(1)
         assert counts == {"a": 2, "b": 1}
     finally:
         serve.send_signal(signal.SIGTERM)

@@ -27,7 +27,7 @@ from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.lake import Lake
-from streamtable.storage.reader import rows
+from streamtable.storage.reader import query, rows
 
 PIPELINES = """
 from pyspark.sql import functions as F
@@ -267,6 +267,9 @@ def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_pat
         {"region": "europe", "clicks": 110},
     ]
     assert table_version(str(path)) == 2
+    # its rows are a table's: shown by its keys, and a key looked up as in an output (it had matched the time column)
+    assert [r["user"] for r in rows(lake, "ext_regions")] == ["alice", "carol"]
+    assert [r["region"] for r in query(lake, "ext_regions", "alice")] == ["europe"]
 
 
 def test_updates_or_deletes_without_change_data_feed_or_in_a_stream_are_refused(spark, base, tmp_path):

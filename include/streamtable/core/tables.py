@@ -141,9 +141,16 @@ class Table:
         return self.path is not None
 
     @property
+    def keyed_rows(self) -> bool:
+        """Whether its rows are a table's, looked up by its keys: an output, or a Delta table of another job declared
+        with keys (an input changelog's rows are its records, keyed or not)."""
+        return self.kind == "table" or (self.external and bool(self.keys))
+
+    @property
     def sort_columns(self) -> tuple[str, ...]:
-        """Columns `show` sorts by: the keys of a table, else the time column then the others."""
-        if self.kind == "table":
+        """Columns `show` sorts by and `query` and `explain` match KEY... to: the keys of a table (`keyed_rows`), else
+        the time column then the others."""
+        if self.keyed_rows:
             return self.keys
         rest = tuple(c.name for c in self.columns if c.name != self.time_column)
         return ((self.time_column,) if self.time_column else ()) + rest

@@ -84,7 +84,7 @@ def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
     """
     lake = lake if isinstance(lake, Lake) else Lake(resolve_lake(str(lake)))
     spec = table_spec(table)
-    keys = spec.keys if spec.kind == "table" else spec.sort_columns
+    keys = spec.sort_columns
     if len(key) > len(keys):
         raise BadInputError(f"{table} is keyed by {', '.join(keys)}: got {len(key)} values")
     types = {c.name: c.type for c in spec.columns}
@@ -96,7 +96,7 @@ def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
         except BadInputError as e:
             order = (
                 f"KEY... are {table}'s key columns {', '.join(keys)} in that order"
-                if spec.kind == "table"
+                if spec.keyed_rows
                 else f"{table} is a stream: KEY... are matched to {', '.join(keys)} in that order"
             )
             raise BadInputError(f"{table}.{column}: {e}; {order}") from None

@@ -58,7 +58,7 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
     """
     lake = lake if isinstance(lake, Lake) else Lake(resolve_lake(str(lake)))
     spec = table_spec(table)
-    keys = spec.keys if spec.kind == "table" else spec.sort_columns
+    keys = spec.sort_columns
     if not key:
         raise BadInputError(f"explain {table} needs a KEY: {table} is keyed by {', '.join(keys)}")
     if len(key) > len(keys):

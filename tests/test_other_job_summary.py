@@ -18,7 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from streamtable import Column, Type, delta_table
 from streamtable.core.errors import BadInputError
-from streamtable.storage import external, other_job_log
+from streamtable.storage import external, other_job_log, row_versions
 from streamtable.storage.external import CHANGE_FEED
 from streamtable.storage.lake import Lake
 
@@ -133,3 +133,17 @@ def test_a_table_made_again_at_the_same_path_is_read_from_its_own_log(tmp_path, 
     new_process(reads)
     assert external.file_versions(lake, table, 7) == live_from_scratch(path, 7)
     assert len(list((tmp_path / "lake" / "_other_jobs").iterdir())) == 2  # each table's summaries by its own id
+
+
+def test_the_spans_of_a_tables_files_go_on_from_the_last_run(tmp_path, reads):
+    path, lake = tmp_path / "regions", Lake(tmp_path / "lake")
+    table = delta_table("regions", path=str(path), columns=COLUMNS, keys=["user"])
+    append(path, 0, 10, configuration={CHANGE_FEED: "true"})
+    DeltaTable(str(path)).update(updates={"region": "'us'"}, predicate="user = 'u3'")  # version 10: a copy-on-write
+    assert external.file_spans(lake, table, 0, 10) == row_versions.spans(str(path), 0, 10)
+    append(path, 11, 3)  # versions 11..13
+    DeltaTable(str(path)).optimize.compact()  # version 14
+    new_process(reads)
+    found = external.file_spans(lake, table, 0, 14)
+    assert set(reads) <= {10, 11, 12, 13, 14}, sorted(reads)
+    assert found == row_versions.spans(str(path), 0, 14)

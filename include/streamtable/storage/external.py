@@ -23,7 +23,8 @@ from streamtable.core.tables import QUARANTINE, Table
 from streamtable.storage.delta_rs import delta_table, open_table, retrying, staged_rows, write
 from streamtable.storage.lake import Lake
 from streamtable.storage.other_job_log import CHANGE_FEED, Commit, Origin, commits, exists, oldest_version, read_from
-from streamtable.storage.other_job_summary import feed_story, live_origins
+from streamtable.storage.other_job_summary import feed_story, file_spans as summary_spans, live_origins
+from streamtable.storage.row_versions import Span
 
 
 def location(table: Table) -> str:
@@ -68,6 +69,12 @@ def check_rewrites(
             )
 
     live_origins(lake, delta, path, upto, refuse_merged, start)
+
+
+def file_spans(lake: Lake, table: Table, first: int, version: int) -> dict[str, Span]:
+    """`row_versions.spans` of the table's versions `first`..`version`, from the summary the lake keeps and the
+    commits after it."""
+    return summary_spans(lake, opened(table), location(table), first, version)
 
 
 def file_versions(lake: Lake, table: Table, version: int) -> dict[str, tuple[int, int]]:

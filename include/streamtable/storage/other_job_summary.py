@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
+from typing import TypeVar
 
 from deltalake import DeltaTable
 
 from streamtable.core.errors import BadInputError
 from streamtable.storage.lake import Lake
 from streamtable.storage.other_job_log import Commit, Origin, add_origins, commit, commits
+from streamtable.storage.row_versions import Span, add_spans
 from streamtable.storage.store import join
 
 SUMMARIES = "_other_jobs"
+T = TypeVar("T", Origin, Span)
 KEEP = 3  # summaries of one kind kept per table: the newest (older ones are removed once a newer one is written)
 
 
@@ -90,21 +93,50 @@ def live_origins(
     Read from the newest summary kept at or below `last` and the commits after it; with `check`, from one below
     `checked_from`, and `check` sees each commit from `checked_from` on with the origins once it is read.
     """
-    below = last if check is None else min(last, checked_from - 1)
-    kept = _newest(lake, delta, path, "origins", below)
-    version, found = -1, {}
-    if kept is not None:
-        version, value = kept
-        found = {name: Origin(*span) for name, span in value.items()}
-    for c in commits(path, version + 1, last):
+
+    def step(found: dict[str, Origin], c: Commit) -> None:
         add_origins(found, c)  # (a rewrite's new files span those it removes: added first)
         for name in set(c.removed) - set(c.added):
             found.pop(name, None)
         if check is not None and c.version >= checked_from:
             check(c, found)
-    if version < last:
-        _keep(lake, delta, path, "origins", last, {n: [o.oldest, o.newest, o.timestamp] for n, o in found.items()})
+
+    below = last if check is None else min(last, checked_from - 1)
+    kept = _newest(lake, delta, path, "origins", below)
+    found = {name: Origin(*span) for name, span in kept[1].items()} if kept else {}
+    _fold(lake, delta, path, "origins", kept[0] if kept else -1, last, found, step, astuple)
     return found
+
+
+def file_spans(lake: Lake, delta: DeltaTable, path: str, first: int, last: int) -> dict[str, Span]:
+    """`row_versions.spans` of versions `first`..`last` of the table at `path`, from the newest summary kept for
+    `first` at or below `last` and the commits after it."""
+    kind = f"spans-from-{first}"
+    kept = _newest(lake, delta, path, kind, last)
+    found = {name: (span[0], span[1]) for name, span in kept[1].items()} if kept else {}
+    _fold(
+        lake, delta, path, kind, kept[0] if kept else first - 1, last, found, lambda f, c: add_spans(f, c, first), tuple
+    )
+    return found
+
+
+def _fold(
+    lake: Lake,
+    delta: DeltaTable,
+    path: str,
+    kind: str,
+    version: int,
+    last: int,
+    found: dict[str, T],
+    step: Callable[[dict[str, T], Commit], None],
+    plain: Callable[[T], tuple],
+) -> None:
+    """Fold the commits after `version` up to `last` into `found` (what the summary `kind` says at `version`), and
+    keep it as the summary at `last` (each value as the list of its `plain` tuple)."""
+    for c in commits(path, version + 1, last):
+        step(found, c)
+    if version < last:
+        _keep(lake, delta, path, kind, last, {name: list(plain(value)) for name, value in found.items()})
 
 
 def _newest(lake: Lake, delta: DeltaTable, path: str, kind: str, last: int) -> tuple[int, dict] | None:

@@ -10,7 +10,7 @@ them. A file added again (its deletion vector changed) keeps its span: the vecto
 
 from __future__ import annotations
 
-from streamtable.storage.other_job_log import commits
+from streamtable.storage.other_job_log import Commit, commits
 
 Span = tuple[int, int]  # the oldest and the newest version a file's rows may have been written at
 
@@ -20,15 +20,21 @@ def spans(path: str, first: int, last: int) -> dict[str, Span]:
     before `first` is not in it (its rows are older than `first`)."""
     found: dict[str, Span] = {}
     for c in commits(path, first, last):
-        older = (first - 1, first - 1)  # a file added before `first`
-        compacted = [found.get(name, older) for name in c.replaced] or [(c.version, c.version)]
-        rewrite = (min(s[0] for s in compacted), max(s[1] for s in compacted))
-        rewritten = set(c.rewritten)
-        copied = [found.get(name, older) for name in c.removed if name not in c.added] or [(first - 1, c.version)]
-        kept = (min(s[0] for s in copied), max(s[1] for s in copied) if c.operation == "DELETE" else c.version)
-        for name in c.added:
-            if name in rewritten:
-                found[name] = rewrite
-            elif name not in found:  # (a file added again: a deletion vector changed, its rows did not)
-                found[name] = kept if c.changes_rows else (c.version, c.version)
+        add_spans(found, c, first)
     return found
+
+
+def add_spans(found: dict[str, Span], c: Commit, first: int) -> None:
+    """Map the data files commit `c` added to their rows' spans, in `found` (the spans of the files the commits from
+    `first` before it added)."""
+    older = (first - 1, first - 1)  # a file added before `first`
+    compacted = [found.get(name, older) for name in c.replaced] or [(c.version, c.version)]
+    rewrite = (min(s[0] for s in compacted), max(s[1] for s in compacted))
+    rewritten = set(c.rewritten)
+    copied = [found.get(name, older) for name in c.removed if name not in c.added] or [(first - 1, c.version)]
+    kept = (min(s[0] for s in copied), max(s[1] for s in copied) if c.operation == "DELETE" else c.version)
+    for name in c.added:
+        if name in rewritten:
+            found[name] = rewrite
+        elif name not in found:  # (a file added again: a deletion vector changed, its rows did not)
+            found[name] = kept if c.changes_rows else (c.version, c.version)

@@ -140,7 +140,7 @@ class StagedBatch:
         if input_table.external and self.ctx.external.get(input_name, False):
             rows = self._records.where(F.col(SOURCE) == input_name)
             # (an insert's old row, if any, is the key's row as of the version the runs before consumed)
-            held = partial(other_jobs.read_written_rows, self.spark, input_table, earlier)
+            held = partial(other_jobs.read_written_rows, self.spark, self.ctx.lake, input_table, earlier)
             return keyed_changes.fold_change_feed(rows, input_table, good, held)
         if input_table.external:  # its changes are told by the versions of its files: a rewrite may have lost them
             external.check_rewrites(self.ctx.lake, input_table, self.ctx.pipeline.name, earlier + 1, bound)
@@ -159,7 +159,7 @@ class StagedBatch:
         if bound is None:
             rows = self.spark.createDataFrame([], spark_ddl(input_table.columns))
         elif input_table.external and self.ctx.external.get(input_name, False):  # (a lookup: keyed first)
-            return other_jobs.read_written_rows(self.spark, input_table, bound, keys_of).select(*columns)
+            return other_jobs.read_written_rows(self.spark, self.ctx.lake, input_table, bound, keys_of).select(*columns)
         elif input_table.external:
             rows = other_jobs.read_rows(
                 self.spark, self.ctx.lake, input_table, bound, self.ctx.external.get(input_name, False)

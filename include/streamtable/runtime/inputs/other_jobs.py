@@ -35,7 +35,7 @@ from streamtable.runtime.inputs.keyed_changes import (
     latest_written,
     of_keys,
 )
-from streamtable.storage import external, other_job_log, row_versions
+from streamtable.storage import external, other_job_log
 from streamtable.storage.lake import Lake
 
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
@@ -136,14 +136,16 @@ def read_rows(spark: SparkSession, lake: Lake, table: Table, version: int, chang
     return with_reasons(_typed(rows, table), table)
 
 
-def read_written_rows(spark: SparkSession, table: Table, version: int, keys_of: DataFrame | None = None) -> DataFrame:
+def read_written_rows(
+    spark: SparkSession, lake: Lake, table: Table, version: int, keys_of: DataFrame | None = None
+) -> DataFrame:
     """A keyed table input's rows at `version` when it is read through its Change Data Feed, one per key, with
     `_reason` (null): Delta's snapshot (deletion vectors and column mapping applied), and of a key's rows (a row
     appended with a key the table held is its update) the one written last, as the spans of versions of the files
     holding them tell (`storage.row_versions`). With `keys_of`, only the rows of its keys (a lookup)."""
     path = external.location(table)
     first = other_job_log.oldest_version(path)
-    spans = row_versions.spans(path, first, version)
+    spans = external.file_spans(lake, table, first, version)
     mapping = spark.createDataFrame(
         [(name, oldest, newest) for name, (oldest, newest) in spans.items()],
         f"_m_file STRING, {OLDEST} BIGINT, {NEWEST} BIGINT",

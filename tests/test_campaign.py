@@ -24,14 +24,12 @@ from streamtable.core import registry
 # Ticks of a DATE key in a keyed changelog, each joined as of its time with the key's latest DECIMAL(18,2), or null;
 # 365, non_empty and one_of over text and numbers, each broken (an empty text in the pipe, null in a CSV), gated by
 # in_set and between; 148, an outer table_join of two other jobs' keyed tables with an ARRAY of TIMESTAMP values,
-# `keep`, the committed result and a retraction flag of its own name; 9009, aggregate_table of a DOUBLE per BOOLEAN
-# group over a table the other job keeps as a log of appended records with its Change Data Feed on, three runs, keys
-# appended again (a second row of the key before 1c5296c).
+# `keep`, the committed result and a retraction flag of its own name. (table_records runs in `make campaign` only:
+# tests/test_table_inputs.py checks a key appended again, feed on and off, against tests/reference.py.)
 FIRST_FAMILIES = ("totals", "aggregates", "windows", "table_totals")
 DRIVER_CASES = ((6, FIRST_FAMILIES), (8, FIRST_FAMILIES), (36, FIRST_FAMILIES), (24, FIRST_FAMILIES))
 DRIVER_CASES += ((51, ("sessions",)), (37, ("stream_join",)))
 DRIVER_CASES += ((3, ("outer_join",)), (166, ("ticks",)), (365, ("record_rules",)), (148, ("table_joins",)))
-DRIVER_CASES += ((9009, ("table_records",)),)
 # totals of a DECIMAL(10,2) per TIMESTAMP group from a Parquet and a CSV landing folder in one run (one run: the
 # multi-run cases above cost the CLI a process per ingest and run, and the budget is CI's)
 CLI_CASES = ((379, ("totals",)),)

@@ -138,13 +138,17 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
 def dag_tests(env: dict, runs: list[dict], timeout: float = 1800) -> tuple[list[dict], str]:
     """`dag.test()` each run in one subprocess; return each run's state, id, task states and XComs, and the output.
 
-    A run is {"file", "dag_id", "conf", "logical_date", "run_after", "mark_success"}. Each run parses its DAG
-    file again: in one process dag.test() would otherwise carry one run's params over into the next run.
+    A run is {"file", "dag_id", "conf", "logical_date", "run_after", "mark_success", "ingest", "read"}. Each run
+    parses its DAG file again: in one process dag.test() would otherwise carry one run's params over into the next.
+    "ingest" ({TABLE: [records]}) is ingested into the env's STREAMTABLE_LAKE just before the run, and "read" ([TABLE])
+    gives the run's "rows" of those tables just after it, so runs with new input between them share one process
+    (Airflow's import, DAG parse and in-process API cost about 8 CPU-s a process).
     A run refused before it starts (its conf breaks the params' schema) gives {"refused": message}.
     """
     proc = run_python(
         f"""
 import json
+import os
 from datetime import datetime
 from sqlalchemy import select
 from airflow.dag_processing.dagbag import DagBag
@@ -154,6 +158,10 @@ from airflow.utils.session import create_session
 
 results = []
 for spec in json.loads({json.dumps(json.dumps(runs))}):
+    for table, records in spec.get("ingest", {{}}).items():
+        from streamtable.ingest.files import ingest_lines
+        from streamtable.storage.lake import Lake
+        ingest_lines(Lake(os.environ["STREAMTABLE_LAKE"]), table, [json.dumps(r) for r in records])
     dag = DagBag(dag_folder=str({str(DAGS)!r} + "/" + spec["file"])).get_dag(spec["dag_id"])
     kwargs = {{"run_conf": spec.get("conf")}}
     for key in ("logical_date", "run_after"):
@@ -172,6 +180,10 @@ for spec in json.loads({json.dumps(json.dumps(runs))}):
         xcoms = {{f"{{x.task_id}}.{{x.key}}": x.value for x in session.scalars(
             select(XComModel).where(XComModel.dag_id == spec["dag_id"], XComModel.run_id == run.run_id))}}
     results.append({{"state": str(run.state), "run_id": run.run_id, "tasks": states, "xcom": xcoms}})
+    if spec.get("read"):
+        from streamtable.storage.lake import Lake
+        from streamtable.storage.reader import rows
+        results[-1]["rows"] = {{t: rows(Lake(os.environ["STREAMTABLE_LAKE"]), t) for t in spec["read"]}}
 print("RESULT " + json.dumps(results, default=str))
 """,
         env,

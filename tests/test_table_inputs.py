@@ -291,6 +291,14 @@ def test_a_table_whose_log_retention_removed_consumed_versions_is_read_on(spark,
     DeltaTable(path).update(updates={"customer": "'bob'"}, predicate="order_id = 'o1'")
     run(lake, "order_totals")
     assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+    # then the version the pipeline read last goes too (its checkpoint pointed into it: Spark's read failed with
+    # DELTA_LOG_FILE_NOT_FOUND_FOR_STREAMING_SOURCE, exit 1): the run goes on from the version after it
+    DeltaTable(path).update(updates={"customer": "'cy'"}, predicate="order_id = 'o2'")
+    DeltaTable(path).create_checkpoint()
+    DeltaTable(path).cleanup_metadata()
+    assert log_entry(path, 2) is None and log_entry(path, 3) is not None
+    run(lake, "order_totals")
+    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
 
     # without the feed its rows are records read from version 0 on: with that version gone, refused in one line
     records = str(tmp_path / "records")

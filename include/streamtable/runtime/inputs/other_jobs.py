@@ -118,6 +118,11 @@ def read_changes_stream(spark: SparkSession, table: Table, starting_version: int
     return with_reasons(_typed(changes, table, *extra), table)
 
 
+def log_starts_after(table: Table, version: int) -> bool:
+    """Whether `table` is a Delta table of another job whose log no longer holds `version` (log retention)."""
+    return table.external and other_job_log.oldest_version(external.location(table)) > version
+
+
 def _readable(table: Table, starting_version: int) -> int:
     """The streaming read's starting version, no older than the table's log holds: Delta checks that version even
     when the query goes on from its checkpoint (`prepare` refuses a read that needs versions the log lost)."""

@@ -84,14 +84,15 @@ def recorded(lake: Lake, pipeline: Pipeline, generation: int) -> Epoch | None:
     )
 
 
-def table_ids(lake: Lake, pipeline: Pipeline, generation: int) -> dict[str, str]:
-    """Per source, the id of the Delta table its newest batch read (the offsets' `reservoirId`): a table deleted and
-    made anew at its path has another id."""
+def newest_offsets(lake: Lake, pipeline: Pipeline, generation: int) -> dict[str, dict]:
+    """Per source, the end offset of the current epoch's newest batch, where its query goes on from: the id of the
+    Delta table it read (`reservoirId`: a table deleted and made anew at its path has another) and the version it
+    reads on in (`reservoirVersion`, whose log entry Spark reads again)."""
     epoch = recorded(lake, pipeline, generation)
     if epoch is None:
         return {}
     last = _last_offsets(lake, join(lake.generation_dir(pipeline.name, generation), epoch.checkpoint)) or []
-    return {name: o["reservoirId"] for name, o in zip(epoch.sources, last, strict=False) if o and "reservoirId" in o}
+    return {name: offset for name, offset in zip(epoch.sources, last, strict=False) if offset}
 
 
 def save(lake: Lake, pipeline: str, generation: int, epoch: Epoch) -> None:

@@ -100,11 +100,15 @@ def open_epoch(
     if current is None:
         current = checkpoint.Epoch(0, wanted, 0, {n: starting.get(n, 0) for n in wanted if n != HEARTBEAT})
         checkpoint.save(ctx.lake, ctx.pipeline.name, ctx.generation, current)
-    if current.sources == wanted:
+    gone = _positions_gone(ctx) if current.sources == wanted else []
+    if current.sources == wanted and not gone:
         return current, handler_of(current)
     safe, unsafe = checkpoint.change(ctx.pipeline, current.sources, wanted)
     if unsafe:
         raise checkpoint.refuse(ctx.pipeline, ctx.generation, unsafe)
+    safe += [
+        f"the log of input {name} no longer holds the version its last batch read (log retention)" for name in gone
+    ]
     last = max((r["batch_id"] for r in ctx.batches()), default=None)
     if last is not None and handler_of(current).commit_staged(last + 1):
         last += 1
@@ -121,12 +125,25 @@ def open_epoch(
     return epoch, handler_of(epoch)
 
 
+def _positions_gone(ctx: RunContext) -> list[str]:
+    """The tables of other jobs whose log retention removed the version the checkpoint goes on in (the one the
+    pipeline read last): Spark's read cannot go on from there, a new epoch reads on from the version after it (what
+    the pipeline has not consumed was checked to be there by `read_other_jobs`)."""
+    offsets = checkpoint.newest_offsets(ctx.lake, ctx.pipeline, ctx.generation)
+    return [
+        name
+        for name, offset in offsets.items()
+        if name in ctx.pipeline.inputs and other_jobs.log_starts_after(get_input(name), int(offset["reservoirVersion"]))
+    ]
+
+
 def read_other_jobs(ctx: RunContext, starting: dict[str, int]) -> dict[str, int]:
     """Check the Delta tables of other jobs among the inputs and note in `ctx` how each is read; per input read by
     its files, the first version its next batch can hold (`inputs.other_jobs.prepare`)."""
     if not any(get_input(name).external for name in ctx.pipeline.inputs):
         return {}  # (and no read of what the generation consumed)
-    read_ids = checkpoint.table_ids(ctx.lake, ctx.pipeline, ctx.generation)
+    offsets = checkpoint.newest_offsets(ctx.lake, ctx.pipeline, ctx.generation)
+    read_ids = {name: offset["reservoirId"] for name, offset in offsets.items() if "reservoirId" in offset}
     change_feed, first = other_jobs.prepare(ctx.lake, ctx.pipeline, ctx.consumed(), starting, read_ids)
     ctx.external.update(change_feed)
     return first

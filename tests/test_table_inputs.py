@@ -489,19 +489,25 @@ def test_a_column_renamed_while_serve_runs_is_refused_in_the_line_run_gives(spar
     orders_job.insert(spark, path, range(0, 3), random.Random(41))
     monkeypatch.setattr(streaming, "HEARTBEAT_EVERY_S", 0.2)  # serve sees its query end at once
 
+    ended = threading.Event()
+
     def rename_once_served() -> None:
         while table_version(lake.table_path("orders_per_status")) is None or not rows(lake, "orders_per_status"):
-            time.sleep(0.2)
+            if ended.wait(0.2):
+                return
         spark.sql(f"ALTER TABLE delta.`{path}` RENAME COLUMN status TO state")
-        time.sleep(120)
-        signal.raise_signal(signal.SIGTERM)  # (serve went on: it stops, and the test fails)
+        if not ended.wait(120):  # (serve went on: it stops, and the test fails; never once the test is over, when
+            signal.raise_signal(signal.SIGTERM)  # SIGTERM would end the process that runs the next tests)
 
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    threading.Thread(target=rename_once_served, daemon=True).start()
+    renamer = threading.Thread(target=rename_once_served, daemon=True)
+    renamer.start()
     try:
         with pytest.raises(BadInputError) as served:
             run_continuously(lake, "order_totals", "1 second", 60)
     finally:
+        ended.set()
+        renamer.join()
         for s, handler in handlers.items():
             signal.signal(s, handler)
     with pytest.raises(BadInputError) as ran:

@@ -83,7 +83,7 @@ demo: setup
 # Every test's worker, start, wall and CPU seconds, a JSON line each (tests/conftest.py: how to sum them per file)
 TEST_TIMES ?= $(ROOT)/build/test-times.jsonl
 test: setup
-	STREAMTABLE_TEST_TIMES=$(TEST_TIMES) $(PY) -m pytest $(WORKERS) $(PYTEST_ARGS)
+	STREAMTABLE_TEST_TIMES=$(TEST_TIMES) $(PY) -m pytest -m "not extended" $(WORKERS) $(PYTEST_ARGS)
 
 # The campaign of generated pipelines (issue 36; docs/your-own-pipeline.md, "The campaign"): N cases from SEED.
 SEED ?= 1
@@ -95,7 +95,8 @@ campaign: setup
 test-quick: setup
 	$(PY) -m pytest -m "not slow" $(WORKERS) $(PYTEST_ARGS)
 
-test-all: test
+test-all: setup
+	STREAMTABLE_TEST_TIMES=$(TEST_TIMES) $(PY) -m pytest $(WORKERS) $(PYTEST_ARGS)
 
 reference: setup
 	@bash scripts/reference.sh

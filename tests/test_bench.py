@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.extended  # the benchmark tooling, not the product: `make test-all`
 def test_short_suite_answers_agree_and_it_writes_json_and_charts(tmp_path):
     options = "--records --big-clicks 300 --naive-clicks 300"  # the big drain's part, at 300 clicks, and its reprocess
     options += " --latency-pipelines word_count --rates 200 --seconds 3 --stage-batches 0 --cold-runs 0"

@@ -450,6 +450,7 @@ def test_a_table_input_with_a_map_column_is_folded_and_read(spark):
     assert [r["tags"] for r in latest_written(spans, tagged, F.lit(True)).collect()] == [{"x": 1}]
 
 
+@pytest.mark.extended  # the fold against tests/reference.py, feed on and off, is in make test
 def test_a_key_appended_again_is_its_update_with_the_change_data_feed_as_without(spark, pipelines, tmp_path):
     """A row appended with a key the table held (an append where a MERGE was meant) was a second row of that key with
     the table's Change Data Feed on, counted beside the first, and the key's update with it off: two answers of one

@@ -11,6 +11,7 @@ import binascii
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Context, Decimal, InvalidOperation
 
@@ -155,18 +156,28 @@ def to_json(value: object) -> object:
     """A column's value as `show` prints it: a decimal as a string with its scale's digits, a date `YYYY-MM-DD`,
     binary as base64, a time ISO-8601 with milliseconds and `Z`, a map (as pyarrow gives it: pairs) as an object.
     """
-    if isinstance(value, Decimal):
-        return format(value, "f")
-    if isinstance(value, datetime):
-        return format_time(value)
-    if isinstance(value, date):
+    return json_ready(value, _shown_scalar)
+
+
+def json_ready(value: object, scalar: Callable[[object], object]) -> object:
+    """A value as pyarrow gives it, as a JSON value: a date `YYYY-MM-DD`, binary as base64, a struct or a map (a list of
+    (key, value) pairs) as an object, a list as a list; any other value as `scalar` makes it (a time, a decimal)."""
+    if isinstance(value, date) and not isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, dict):
-        return {k: to_json(v) for k, v in value.items()}
+        return {k: json_ready(v, scalar) for k, v in value.items()}
     if isinstance(value, list):
         if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):  # a map's (key, value) pairs
-            return {k: to_json(v) for k, v in value}
-        return [to_json(v) for v in value]
+            return {k: json_ready(v, scalar) for k, v in value}
+        return [json_ready(v, scalar) for v in value]
+    return scalar(value)
+
+
+def _shown_scalar(value: object) -> object:
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, datetime):
+        return format_time(value)
     return value

@@ -36,7 +36,6 @@ looked at again only if it changes.
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import io
@@ -48,7 +47,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import BinaryIO
@@ -59,6 +58,7 @@ from streamtable.core.errors import BadInputError
 from streamtable.core.registry import get_input
 from streamtable.core.schema import Type, widens
 from streamtable.core.tables import Table
+from streamtable.core.values import json_ready
 from streamtable.ingest.files import MAX_LINE_BYTES, IdRegistry, IngestResult, ingest_file, ingest_stream
 from streamtable.ingest.record_parser import parse_json
 
@@ -308,18 +308,14 @@ def _parquet_rows(parquet: pq.ParquetFile, names: list[str] | None) -> Iterator[
 
 def _json_ready(value: object) -> object:
     """A Parquet value (as pyarrow gives it) as a JSON value of the kind a JSON-lines record would hold."""
+    return json_ready(value, _json_scalar)
+
+
+def _json_scalar(value: object) -> object:
+    """A time with its full precision (UTC when it has no zone); any other value as it is (`_json_text` writes a
+    decimal's digits)."""
     if isinstance(value, datetime):
         return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, list):
-        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):  # a map's (key, value) pairs
-            return {k: _json_ready(v) for k, v in value}
-        return [_json_ready(v) for v in value]
     return value
 
 

@@ -638,18 +638,7 @@ def test_the_airflow_variable_names_the_pipeline_folders_over_the_env_and_the_sp
         "AIRFLOW_VAR_STREAMTABLE_PIPELINES": str(folder),
         registry.ENV: str(folder.parent / "not_this_one"),  # a folder that does not exist: an error, were it read
     }
-    proc = run_python(
-        f"""
-import json
-from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(dag_folder={str(DAGS / "streamtable_dags.py")!r})
-run = bag.get_dag("orders").get_task("run")
-print("RESULT " + json.dumps({{"errors": list(bag.import_errors), "env": run.env_vars}}))
-""",
-        env,
-    )
-    result = last_json(proc)
-    assert result["errors"] == [] and result["env"]["STREAMTABLE_PIPELINES"] == str(folder)
+    assert_run_task_gets_the_folder(env, folder)
 
 
 @pytest.mark.slow
@@ -672,6 +661,12 @@ def test_the_variable_set_with_the_airflow_cli_makes_the_folders_dags(fresh_airf
     listed = {line.split()[0] for line in airflow("dags", "list", "-o", "plain").splitlines() if line.strip()}
     assert {"orders", "stream_orders", "reprocess_daily_orders", "clicks_per_region"} <= listed, sorted(listed)
     # and a parse in a process of its own (what `airflow dags test` does) hands the folder to the Spark jobs
+    assert_run_task_gets_the_folder(env, folder)
+
+
+def assert_run_task_gets_the_folder(env: dict[str, str], folder: Path) -> None:
+    """A parse of the DAG file in a process of its own: no import error, and `orders`' run task hands `folder` to its
+    Spark job."""
     proc = run_python(
         f"""
 import json

@@ -218,12 +218,21 @@ def test_an_append_only_table_reads_as_its_records_ingested_once_each(spark, bas
 
     # the other job deletes its table and makes it anew at the path, to version 2 again: not the versions consumed
     shutil.rmtree(path)
+    gone = pipeline_status(lake, "ext_totals")  # status names what the next run refuses, never "caught up"
+    assert gone.behind and gone.inputs[0].refused == f"input ext_orders: there is no Delta table at {path}"
     for version in ORDERS[:2] + ORDERS[:1]:
         write(spark, path, ORDERS_DDL, order_rows(version))
-    with pytest.raises(BadInputError, match=r"^input ext_orders \(.*\): the table there is not the one pipeline"):
+    anew = pipeline_status(lake, "ext_totals")  # its versions 0..2 are not the ones consumed: all of them are behind
+    lag = anew.as_dict()["inputs"][0]
+    assert anew.behind and (lag["consumed_version"], lag["latest_version"], lag["versions_behind"]) == (2, 2, 3)
+    assert lag["records_behind"] == 6
+    with pytest.raises(BadInputError, match=r"^input ext_orders \(.*\): the table there is not the one pipeline") as e:
         run(lake, "ext_totals")  # (Spark's own check was a many-line STREAM_FAILED, exit 1)
+    assert lag["refused"] == str(e.value)
     assert reprocess(lake, "ext_totals", 0).published  # what the refusal names
     assert rows(lake, "ext_revenue") == [{"customer": "ann", "amount": 275}, {"customer": "bob", "amount": 60}]
+    caught_up = pipeline_status(lake, "ext_totals")
+    assert not caught_up.behind and caught_up.inputs[0].refused is None
 
 
 def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_path):

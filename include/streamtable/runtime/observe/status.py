@@ -2,7 +2,9 @@
 
 Spark-free (delta-rs only), so `streamtable status` answers in about a second and Airflow's
 supervisor can poll it. An input's lag is what its changelog holds beyond the newest version the
-pipeline's live generation has committed: Kafka's consumer lag, counted in records and in age.
+pipeline's live generation has committed: Kafka's consumer lag, counted in records and in age. A Delta table of
+another job that the next run would refuse (no table at its path, or another table than the one the generation read:
+deleted and made anew) is named with the run's one line (`refused`), and its versions are all behind.
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from streamtable.core.registry import get_pipeline
+from streamtable.core.errors import BadInputError, DeclarationChangedError
+from streamtable.core.pipeline import Pipeline
+from streamtable.core.registry import get_input, get_pipeline
 from streamtable.core.timefmt import format_time
 from streamtable.runtime.committed import changed_rows, unconsumed_commits
+from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.progress import live_progress
+from streamtable.storage import external
 from streamtable.storage.lake import Lake
 
 
@@ -27,9 +33,10 @@ class InputLag:
     versions_behind: int  # versions after `consumed_version` that add, change or delete rows
     records_behind: int  # the rows those versions add, change or delete
     oldest_unconsumed_at: datetime | None  # commit time of the oldest version not consumed yet
+    refused: str | None = None  # why the next run refuses this input (a Delta table of another job), in its one line
 
     def as_dict(self) -> dict:
-        return {
+        found = {
             "table": self.table,
             "consumed_version": self.consumed_version,
             "latest_version": self.latest_version,
@@ -37,6 +44,7 @@ class InputLag:
             "records_behind": self.records_behind,
             "oldest_unconsumed_at": _time(self.oldest_unconsumed_at),
         }
+        return found | ({"refused": self.refused} if self.refused else {})
 
 
 @dataclass(frozen=True)
@@ -57,8 +65,8 @@ class PipelineStatus:
 
     @property
     def behind(self) -> bool:
-        """Some input holds records the pipeline has not consumed."""
-        return any(i.records_behind for i in self.inputs)
+        """Some input holds records the pipeline has not consumed, or its next run would refuse an input."""
+        return any(i.records_behind or i.refused for i in self.inputs)
 
     @property
     def lag_seconds(self) -> float:
@@ -90,7 +98,10 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
     """The status of one pipeline (raises UnknownPipelineError for a name that is not registered)."""
     spec = get_pipeline(pipeline)
     generation, batches, consumed = live_progress(lake, pipeline)
-    inputs = tuple(_lag(lake, name, consumed.get(name)) for name in spec.inputs)
+    read_ids = _read_ids(lake, spec, generation)
+    inputs = tuple(
+        _lag(lake, name, consumed.get(name), _refusal(spec, name, read_ids.get(name))) for name in spec.inputs
+    )
     return PipelineStatus(
         pipeline,
         generation,
@@ -101,8 +112,34 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
     )
 
 
-def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
-    latest, unconsumed = unconsumed_commits(lake, table, consumed)
+def _read_ids(lake: Lake, pipeline: Pipeline, generation: int) -> dict[str, str]:
+    """Per Delta table of another job among the inputs, the id of the table the generation's query read last (none
+    before its first batch, or for a checkpoint whose declaration changed: `run` names that itself)."""
+    if not any(get_input(name).external for name in pipeline.inputs):
+        return {}
+    try:
+        offsets = checkpoint.newest_offsets(lake, pipeline, generation)
+    except DeclarationChangedError:
+        return {}
+    return {name: offset["reservoirId"] for name, offset in offsets.items() if "reservoirId" in offset}
+
+
+def _refusal(pipeline: Pipeline, name: str, read_id: str | None) -> str | None:
+    """The one line the next run refuses a Delta table of another job with, when it is not there or not the table the
+    generation read (`storage.external.check_same_table`); None for any other input."""
+    table = get_input(name)
+    if not table.external:
+        return None
+    try:
+        external.check_same_table(table, pipeline.name, read_id, external.opened(table))
+    except BadInputError as e:
+        return str(e)
+    return None
+
+
+def _lag(lake: Lake, table: str, consumed: int | None, refused: str | None) -> InputLag:
+    """`table`'s lag after version `consumed`: every version of it when the run refuses it (another table now)."""
+    latest, unconsumed = unconsumed_commits(lake, table, None if refused else consumed)
     records = sum(changed_rows(c) for c in unconsumed)
     oldest = min((c["timestamp"] for c in unconsumed), default=None)
     return InputLag(
@@ -112,6 +149,7 @@ def _lag(lake: Lake, table: str, consumed: int | None) -> InputLag:
         len(unconsumed),
         records,
         datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None,
+        refused,
     )
 
 

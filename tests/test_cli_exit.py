@@ -11,11 +11,16 @@ of its own that must exit 0, finalise nothing, leave nothing in its working dire
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+from datetime import UTC, datetime
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
 from helpers import CLI, FINALISED, cli, ingest, run_entry
+from streamtable.storage.lake import Lake
 
 
 def test_a_command_without_spark_exits_with_its_code_and_is_not_finalised(lake):
@@ -35,6 +40,34 @@ def test_reading_a_lake_that_does_not_exist_says_so_on_stderr_after_an_empty_ans
         assert argv[0] == "status" or proc.stdout == ""
     ingest(lake, "user_clicks", [{"user": "ann", "clicks": 1, "event_time": "2026-01-01T10:00:00Z"}])
     assert cli(lake, "show", "user_clicks").stderr == ""
+
+
+def test_a_table_of_another_job_is_shown_and_queried_where_it_is_without_a_lake(tmp_path):
+    """Its rows live at its own path: a lake not made yet is no reason to say `no lake at DIR` about them."""
+    orders = tmp_path / "other_job" / "orders"
+    rows = [{"order_id": "o1", "amount": 3, "event_time": datetime(2026, 1, 1, tzinfo=UTC)}]
+    write_deltalake(str(orders), pa.Table.from_pylist(rows))
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "orders.py").write_text(OTHER_JOB_ORDERS.format(path=str(orders)))
+    lake, pipelines = Lake(tmp_path / "lake"), ("--pipelines", str(folder))
+    line = '{"order_id": "o1", "amount": 3, "event_time": "2026-01-01T00:00:00.000Z"}\n'
+    for argv in (("show", "their_orders"), ("query", "their_orders", "o1")):
+        proc = cli(lake, *argv, *pipelines)
+        assert (proc.stdout, proc.stderr) == (line, ""), proc.stderr
+    assert not os.path.exists(lake.root)
+
+
+OTHER_JOB_ORDERS = """
+from streamtable import Column, Type, delta_table
+
+ORDERS = delta_table(
+    "their_orders",
+    path={path!r},
+    columns=[Column("order_id", Type.STRING), Column("amount", Type.LONG), Column("event_time", Type.TIMESTAMP)],
+    keys=["order_id"],
+)
+"""
 
 
 FAILING_PIPELINE = '''"""boom: a pipeline whose process fails in Spark (a column that is not there)."""

@@ -23,11 +23,12 @@ def _lake(args: argparse.Namespace) -> Lake:
 
 
 @contextmanager
-def _reading(args: argparse.Namespace) -> Iterator[Lake]:
+def _reading(args: argparse.Namespace, table: str | None = None) -> Iterator[Lake]:
     """The lake a reading command reads; when a local one did not exist, its answer is followed by a line on stderr,
-    so a wrong --lake or working directory (the default is ./lake) does not read as tables without rows."""
+    so a wrong --lake or working directory (the default is ./lake) does not read as tables without rows. A Delta
+    table of another job (`table`) is read where it is, lake or not: no such line."""
     lake = _lake(args)
-    absent = not lake.on_object_store and not os.path.isdir(lake.root)
+    absent = not lake.on_object_store and not os.path.isdir(lake.root) and not _elsewhere(table)
     yield lake
     if absent:
         print(
@@ -35,6 +36,14 @@ def _reading(args: argparse.Namespace) -> Iterator[Lake]:
             "ingested or run there",
             file=sys.stderr,
         )
+
+
+def _elsewhere(table: str | None) -> bool:
+    """Whether `table` is a Delta table of another job, which lives outside the lake (UnknownTableError for a name
+    no pipeline declares)."""
+    from streamtable.storage.reader import table_spec
+
+    return table is not None and table_spec(table).external
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -182,7 +191,7 @@ def verdict(pipeline: str, reports: list) -> dict:
 def cmd_show(args: argparse.Namespace) -> None:
     from streamtable.storage.reader import json_lines, rows
 
-    with _reading(args) as lake:
+    with _reading(args, args.table) as lake:
         for line in json_lines(rows(lake, args.table)):
             print(line)
 
@@ -190,7 +199,7 @@ def cmd_show(args: argparse.Namespace) -> None:
 def cmd_query(args: argparse.Namespace) -> None:
     from streamtable.storage.reader import json_lines, query
 
-    with _reading(args) as lake:
+    with _reading(args, args.table) as lake:
         for line in json_lines(query(lake, args.table, *args.key)):
             print(line)
 

@@ -34,6 +34,7 @@ from streamtable.core import registry
 from streamtable.core.errors import BadInputError, DeclarationChangedError
 from streamtable.core.tables import COMMIT_VERSION, LINE, Table
 from streamtable.runtime.commands.lifecycle import reprocess, run, run_continuously
+from streamtable.runtime.inputs import other_jobs
 from streamtable.runtime.inputs.keyed_changes import (
     CHANGE,
     NEWEST,
@@ -221,9 +222,10 @@ def test_an_append_only_table_compacted_by_optimize_counts_each_row_once(spark, 
     run(lake, "order_totals")  # its first batch takes the table's rows whole: o2 once (it had counted both)
     assert outputs(lake) == expected(list(latest.values()))
     orders_job.optimize(spark, path)  # version 3: the rows of versions 1 and 2, consumed, in one file
-    orders_job.insert(spark, path, range(5, 7), rng)
+    before = orders_job.snapshot(spark, path)
+    orders_job.insert(spark, path, range(4, 7), rng)  # o4 again: its old row is looked up in the compacted file
     run(lake, "order_totals")
-    latest |= {r["order_id"]: r for r in orders_job.snapshot(spark, path) if r["order_id"] in ("o5", "o6")}
+    latest |= {r["order_id"]: r for r in orders_job.snapshot(spark, path) if r not in before}
     assert outputs(lake) == expected(list(latest.values()))
 
     # a compaction of consumed rows with unconsumed ones: which are new is lost, so the run refuses, in one line
@@ -430,6 +432,34 @@ def test_the_rows_a_delete_copied_into_a_new_file_keep_the_versions_they_were_wr
     live = {Path(uri).name for uri in DeltaTable(path).file_uris()}
     found = {name: span for name, span in row_versions.spans(path, 0, 3).items() if name in live}
     assert sorted(found.values()) == [(0, 0), (1, 3)]
+
+
+def test_a_table_without_its_feed_is_looked_up_by_the_keys_a_batch_changed_as_read_whole(spark, tmp_path):
+    """Without its Change Data Feed a keyed table's later batch read the whole table, its cost growing with the table's
+    size for a few changed keys (its changes, and `rows(keys_of=...)`). It now reads the records of those keys only,
+    with the versions and reasons the whole read gives them, and folds them alike."""
+    path = str(tmp_path / "orders")
+    write_deltalake(path, orders(("o1", "ann", "new", "10.00"), ("o2", "bob", "new", "20.00")))  # version 0
+    write_deltalake(path, orders(("o1", "cy", "paid", "15.00"), ("o3", "dee", "new", "5.00")), mode="append")  # 1
+    latest = orders(("o2", None, "new", "3.00"), ("o1", "eve", "shipped", "7.00"))  # 2: o2's breaks the rules
+    write_deltalake(path, latest, mode="append")
+    columns = (Column("order_id", Type.STRING), Column("customer", Type.STRING), Column("status", Type.STRING))
+    columns += (Column("amount", Type.decimal(18, 2)), Column("paid_at", Type.TIMESTAMP))
+    table = Table("orders", columns, "input", keys=("order_id",), time_column="paid_at", path=path)
+    lake, keys = Lake(tmp_path / "lake"), spark.createDataFrame([("o1",), ("o2",)], "order_id STRING")
+    whole = other_jobs.read_table(spark, lake, table, False, 2)
+    looked_up = other_jobs.read_records(spark, lake, table, 2, keys)
+    assert sorted(map(str, looked_up.collect())) == sorted(map(str, whole.where(F.col("order_id") != "o3").collect()))
+    good = F.col(other_jobs.REASON).isNull()
+
+    def changes(records: DataFrame) -> list:
+        folded = fold_changelog(records, table, 2, good).collect()
+        return sorted(
+            (r["order_id"], r["old"] and r["old"]["customer"], r["new"] and r["new"]["customer"]) for r in folded
+        )
+
+    assert changes(looked_up) == changes(whole) == [("o1", "cy", "eve"), ("o2", "bob", None)]
+    assert [r["customer"] for r in latest_rows(looked_up, table, good).collect()] == ["eve"]
 
 
 def test_a_table_input_with_a_map_column_is_folded_and_read(spark):

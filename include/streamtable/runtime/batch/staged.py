@@ -144,8 +144,12 @@ class StagedBatch:
             return keyed_changes.fold_change_feed(rows, input_table, good, held)
         if input_table.external:  # its changes are told by the versions of its files: a rewrite may have lost them
             external.check_rewrites(self.ctx.lake, input_table, self.ctx.pipeline.name, earlier + 1, bound)
-            # a record that breaks the input's rules is its key's latest, absent: as in its rows, and with the feed
-            return keyed_changes.fold_changelog(self._read_whole(input_table, bound), input_table, earlier + 1, good)
+            # the keys this run's records (the files of its versions) touch, and their records of every version (a
+            # lookup); a record that breaks the input's rules is its key's latest, absent: as in its rows, and with
+            # the feed
+            touched = self._records.where(F.col(SOURCE) == input_name).select(*input_table.keys)
+            records = other_jobs.read_records(self.spark, self.ctx.lake, input_table, bound, touched)
+            return keyed_changes.fold_changelog(records, input_table, earlier + 1, good)
         changelog = self.table(input_name).withColumn(other_jobs.REASON, F.lit(None).cast("string"))
         return keyed_changes.fold_changelog(changelog, input_table, earlier + 1, good)
 
@@ -160,6 +164,9 @@ class StagedBatch:
             rows = self.spark.createDataFrame([], spark_ddl(input_table.columns))
         elif input_table.external and self.ctx.external.get(input_name, False):  # (a lookup: keyed first)
             return other_jobs.read_written_rows(self.spark, self.ctx.lake, input_table, bound, keys_of).select(*columns)
+        elif input_table.external and keys_of is not None:  # (a lookup: the records of those keys only)
+            records = other_jobs.read_records(self.spark, self.ctx.lake, input_table, bound, keys_of)
+            rows = keyed_changes.latest_rows(records, input_table, F.col(other_jobs.REASON).isNull()).select(*columns)
         elif input_table.external:
             rows = other_jobs.read_rows(
                 self.spark, self.ctx.lake, input_table, bound, self.ctx.external.get(input_name, False)

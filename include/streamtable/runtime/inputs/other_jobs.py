@@ -188,18 +188,29 @@ def listed_keys(keys_of: DataFrame, keys: Sequence[str]) -> SparkColumn:
 def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool, version: int) -> DataFrame:
     """The whole external input up to `version`, as records with their versions; BadInputError, in one line, when
     the table's log no longer holds them all."""
-    path = external.location(table)
+    if not change_feed:
+        return read_records(spark, lake, table, version)
     require_whole_log(table)
-    if change_feed:
-        changes = (
-            spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", 0)
-            .option("endingVersion", version)
-            .load(path)
-        )
-        return from_change_feed(changes, table)
-    rows = spark.read.format("delta").option("versionAsOf", version).load(path)
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .option("endingVersion", version)
+        .load(external.location(table))
+    )
+    return from_change_feed(changes, table)
+
+
+def read_records(
+    spark: SparkSession, lake: Lake, table: Table, version: int, keys_of: DataFrame | None = None
+) -> DataFrame:
+    """The external input read by its files (no Change Data Feed) up to `version`, as records, each with the newest
+    version that brought its file's rows, and `_reason`. With `keys_of`, only the records of its keys: a lookup, in
+    which Delta skips the files whose statistics exclude them (`listed_keys`)."""
+    require_whole_log(table)
+    rows = spark.read.format("delta").option("versionAsOf", version).load(external.location(table))
+    if keys_of is not None:
+        rows = rows.where(_listed(rows, table, keys_of))
     tagged = (
         _typed(rows, table)
         .withColumn(LINE, F.lit(0).cast("bigint"))
@@ -208,8 +219,17 @@ def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool,
         .withColumn(COMMIT_VERSION, F.lit(None).cast("bigint"))
         .withColumn(COMMITTED_AT, F.lit(None).cast("timestamp"))
     )
+    tagged = of_keys(tagged, keys_of, table.keys)
     versioned = with_versions(spark, tagged, {table.name: external.file_versions(lake, table, version)})
     return with_reasons(versioned, table).drop(SOURCE)
+
+
+def _listed(rows: DataFrame, table: Table, keys_of: DataFrame) -> SparkColumn:
+    """`listed_keys` of the key columns whose stored type is the declared one (a column of another type compares
+    otherwise) and not a time (a collected timestamp is a naive local time, ambiguous in a clock's repeated hour)."""
+    declared = _typed(rows, table).schema
+    same = [k for k in table.keys if rows.schema[k].dataType == declared[k].dataType]
+    return listed_keys(keys_of, [k for k in same if not isinstance(declared[k].dataType, TIMES)])
 
 
 def require_whole_log(table: Table) -> None:

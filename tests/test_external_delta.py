@@ -6,12 +6,14 @@ pipelines are files of a folder of this module, run in-process on the session's 
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
 import subprocess
 import uuid
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,6 +27,8 @@ from streamtable.ingest.files import ingest_lines
 from streamtable.requests import reprocess_arguments
 from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.runtime.observe.status import pipeline_status
+from streamtable.runtime.query import checkpoint
+from streamtable.storage import other_job_log
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import query, rows
@@ -157,7 +161,23 @@ def quarantined(lake: Lake, table: str) -> list[tuple]:
     return sorted(found)
 
 
-def test_an_append_only_table_reads_as_its_records_ingested_once_each(spark, base, tmp_path):
+def read_counts(monkeypatch) -> collections.Counter:
+    """How many times the checkpoint's newest offsets and the oldest version of a table's log are read from now on."""
+    reads: collections.Counter = collections.Counter()
+    for module, name, what in (
+        (checkpoint, "newest_offsets", "checkpoint offsets"),
+        (other_job_log, "_first_in_log", "log start"),
+    ):
+        monkeypatch.setattr(module, name, partial(counted, reads, what, getattr(module, name)))
+    return reads
+
+
+def counted(reads: collections.Counter, what: str, function, *args):
+    reads[what] += 1
+    return function(*args)
+
+
+def test_an_append_only_table_reads_as_its_records_ingested_once_each(spark, base, tmp_path, monkeypatch):
     lake, path = Lake(tmp_path / "lake"), base / "orders"
     write(spark, path, ORDERS_DDL, order_rows(ORDERS[0]))
     write(spark, path, ORDERS_DDL, order_rows(ORDERS[1]))
@@ -213,8 +233,10 @@ def test_an_append_only_table_reads_as_its_records_ingested_once_each(spark, bas
     assert report.published
     assert rows(lake, "ext_revenue") == [{"customer": "ann", "amount": 35}, {"customer": "bob", "amount": 200}]
     assert quarantined(lake, "ext_orders") == got  # still once after the reprocess
+    reads = read_counts(monkeypatch)
     run(lake, "ext_totals")  # and the run after it continues where the reprocess stopped
     assert rows(lake, "ext_revenue") == [{"customer": "ann", "amount": 35}, {"customer": "bob", "amount": 200}]
+    assert reads == {"checkpoint offsets": 1, "log start": 1}  # each read once by the run (before: 2 and 3 times)
 
     # the other job deletes its table and makes it anew at the path, to version 2 again: not the versions consumed
     shutil.rmtree(path)
@@ -233,6 +255,26 @@ def test_an_append_only_table_reads_as_its_records_ingested_once_each(spark, bas
     assert rows(lake, "ext_revenue") == [{"customer": "ann", "amount": 275}, {"customer": "bob", "amount": 60}]
     caught_up = pipeline_status(lake, "ext_totals")
     assert not caught_up.behind and caught_up.inputs[0].refused is None
+
+
+def test_a_tables_log_start_is_read_once_per_run_and_anew_by_the_next_run(tmp_path):
+    """A run checks the table from where its log starts and reads on from there; the other job's log retention moves
+    that start between runs (a table deleted and made anew at the path, at once)."""
+    path, retention = str(tmp_path / "orders"), {"delta.logRetentionDuration": "interval 0 seconds"}
+    write_deltalake(path, pa.table({"k": [1]}), configuration=retention)
+    write_deltalake(path, pa.table({"k": [2]}), mode="append")
+    other_job_log.new_run()
+    other_job_log.read_from(path, str(DeltaTable(path).metadata().id))  # (as a run opens the table first)
+    assert other_job_log.oldest_version(path) == 0
+    DeltaTable(path).create_checkpoint()
+    DeltaTable(path).cleanup_metadata()  # version 0 is gone from the log
+    assert other_job_log.oldest_version(path) == 0  # as this run read it
+    other_job_log.new_run()
+    assert other_job_log.oldest_version(path) == 1
+    shutil.rmtree(path)
+    write_deltalake(path, pa.table({"k": [3]}))
+    other_job_log.read_from(path, str(DeltaTable(path).metadata().id))  # another id: read again
+    assert other_job_log.oldest_version(path) == 0
 
 
 def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_path):

@@ -40,6 +40,8 @@ class RunContext:
     # Delta tables of other jobs among the inputs -> whether they are read through their Change Data Feed
     # (`inputs.other_jobs.prepare` says, before the query starts)
     external: dict[str, bool] = field(default_factory=dict)
+    # ... and where the generation's checkpoint goes on in each (its newest end offset), read once when a run starts
+    positions: dict[str, dict] = field(default_factory=dict)
     kept: KeptChangelogs | None = None  # `serve`: its table inputs' changelogs, kept across its batches
 
     @property

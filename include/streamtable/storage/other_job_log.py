@@ -36,6 +36,7 @@ class Commit:
 
 _COMMITS: dict[tuple[str, int], Commit] = {}  # commits never change: each is read once per process
 _TABLE_IDS: dict[str, str] = {}  # the id of the table at each path the commits above were read from
+_LOG_STARTS: dict[str, int] = {}  # the oldest version in each table's log, read once per run (`new_run`)
 
 
 def read_from(path: str, table_id: str) -> None:
@@ -44,7 +45,14 @@ def read_from(path: str, table_id: str) -> None:
     if _TABLE_IDS.get(path, table_id) != table_id:
         for key in [k for k in _COMMITS if k[0] == path]:
             del _COMMITS[key]
+        _LOG_STARTS.pop(path, None)
     _TABLE_IDS[path] = table_id
+
+
+def new_run() -> None:
+    """A run (or a serve batch) starts: the oldest versions the tables' logs hold are read again, once each, as the
+    other jobs' log retention moves them between runs."""
+    _LOG_STARTS.clear()
 
 
 def commit(path: str, version: int) -> Commit:
@@ -130,8 +138,15 @@ def file_versions(path: str, first: int, last: int) -> dict[str, tuple[int, int]
 
 
 def oldest_version(path: str) -> int:
-    """The oldest version whose commit is still in the table's log (its log retention removes older ones)."""
-    if log_entry(path, 0) is not None:
+    """The oldest version whose commit is still in the table's log (its log retention removes older ones), as the run
+    first read it (`new_run`)."""
+    if path not in _LOG_STARTS:
+        _LOG_STARTS[path] = _first_in_log(path)
+    return _LOG_STARTS[path]
+
+
+def _first_in_log(path: str) -> int:
+    if Store.for_lake(path).exists(f"{path}/_delta_log/{0:020d}.json"):
         return 0
     names = Store.for_lake(path).children(f"{path}/_delta_log")
     return min((int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()), default=0)

@@ -27,6 +27,7 @@ from streamtable.runtime.context import RunContext
 from streamtable.runtime.inputs import other_jobs
 from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.progress import BatchProgress, record
+from streamtable.storage import other_job_log
 from streamtable.storage.offsets import commit_time
 
 log = logging.getLogger("streamtable")
@@ -106,6 +107,8 @@ class BatchHandler:
             if self.stopping:
                 raise Stopping(f"{self.ctx.pipeline.name}: stopping; batch {batch_id} is left to the next start")
             started = datetime.now(UTC)  # real time, not the pipeline's (injectable) wall clock
+            if self.mode == "serve":  # each of its batches is a run: the other jobs' logs are read anew
+                other_job_log.new_run()
             stages = Stages()
             staging = Staging(self.ctx, batch_id)
             staging.discard_earlier()

@@ -27,6 +27,7 @@ from streamtable.runtime.inputs import other_jobs
 from streamtable.runtime.inputs.changelogs import beat, ensure_inputs
 from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.handler import BatchHandler, Clock, OnProgress, RunReport, Stopping
+from streamtable.storage import other_job_log
 from streamtable.storage.store import join, spark_path
 
 log = logging.getLogger("streamtable")
@@ -128,22 +129,26 @@ def open_epoch(
 def _positions_gone(ctx: RunContext) -> list[str]:
     """The tables of other jobs whose log retention removed the version the checkpoint goes on in (the one the
     pipeline read last): Spark's read cannot go on from there, a new epoch reads on from the version after it (what
-    the pipeline has not consumed was checked to be there by `read_other_jobs`)."""
-    offsets = checkpoint.newest_offsets(ctx.lake, ctx.pipeline, ctx.generation)
+    the pipeline has not consumed was checked to be there by `read_other_jobs`, which read the positions)."""
     return [
         name
-        for name, offset in offsets.items()
+        for name, offset in ctx.positions.items()
         if name in ctx.pipeline.inputs and other_jobs.log_starts_after(get_input(name), int(offset["reservoirVersion"]))
     ]
 
 
 def read_other_jobs(ctx: RunContext, starting: dict[str, int]) -> dict[str, int]:
-    """Check the Delta tables of other jobs among the inputs and note in `ctx` how each is read; per input read by
-    its files, the first version its next batch can hold (`inputs.other_jobs.prepare`)."""
-    if not any(get_input(name).external for name in ctx.pipeline.inputs):
+    """Check the Delta tables of other jobs among the inputs and note in `ctx` how each is read and where its
+    checkpoint goes on in it; per input read by its files, the first version its next batch can hold
+    (`inputs.other_jobs.prepare`). Each table's log start is read anew, once for the run (`other_job_log`)."""
+    external = [name for name in ctx.pipeline.inputs if get_input(name).external]
+    if not external:
         return {}  # (and no read of what the generation consumed)
+    other_job_log.new_run()
     offsets = checkpoint.newest_offsets(ctx.lake, ctx.pipeline, ctx.generation)
-    read_ids = {name: offset["reservoirId"] for name, offset in offsets.items() if "reservoirId" in offset}
+    ctx.positions.clear()
+    ctx.positions.update({name: offset for name, offset in offsets.items() if name in external})
+    read_ids = {name: offset["reservoirId"] for name, offset in ctx.positions.items() if "reservoirId" in offset}
     change_feed, first = other_jobs.prepare(ctx.lake, ctx.pipeline, ctx.consumed(), starting, read_ids)
     ctx.external.update(change_feed)
     return first

@@ -382,6 +382,42 @@ def ktable_changes(before: dict[Any, Any], records: Iterable[tuple[Any, Any]]) -
     return {k: (before.get(k), after.get(k)) for k in touched if (before.get(k), after.get(k)) != (None, None)}
 
 
+def written_last_changes(
+    rows: Iterable[tuple[Any, Any, int]], changes: Iterable[tuple[Any, Any, str, int]]
+) -> tuple[dict[Any, tuple[Any, Any]], list[tuple[Any, Any, int]]]:
+    """Kafka's KTable changes of one batch of a table that may hold several rows per key, each key's row its row
+    written last (a row appended with a key the table held is its update). `rows`: the table's rows before the batch,
+    (key, row, version that wrote it); `changes`: the batch's row changes in order, (key, row, change, version), as a
+    Change Data Feed names them: an `insert` or `update_postimage` writes a row at its version, a `delete` or
+    `update_preimage` removes a row equal to it. Per key a change touched, unless it has no row before and none
+    after: (its row written last before the batch or None, after it or None); and the table's rows after it. Two
+    different rows of a key written last at one version have no order: AssertionError."""
+
+    def written_last(table: list[tuple[Any, Any, int]]) -> dict[Any, Any]:
+        latest: dict[Any, tuple[int, Any]] = {}
+        for key, row, version in table:
+            if key in latest and latest[key][0] == version and latest[key][1] != row:
+                latest[key] = (version, _UNORDERED)
+            elif key not in latest or latest[key][0] < version:
+                latest[key] = (version, row)
+        assert all(row is not _UNORDERED for _, row in latest.values()), "two rows of a key written last at once"
+        return {key: row for key, (_, row) in latest.items()}
+
+    after, touched = list(rows), []
+    for key, row, change, version in changes:
+        touched.append(key)
+        if change in ("delete", "update_preimage"):
+            after.remove(next(r for r in after if r[:2] == (key, row)))
+        else:
+            after.append((key, row, version))
+    old, new = written_last(list(rows)), written_last(after)
+    found = {k: (old.get(k), new.get(k)) for k in touched}
+    return {k: change for k, change in found.items() if change != (None, None)}, after
+
+
+_UNORDERED = object()  # (`written_last_changes`: a key's rows written last at one version)
+
+
 def table_aggregate(rows: Iterable[dict], group_by: list[str], sums: list[str]) -> dict[tuple, tuple]:
     """Kafka's KTable groupBy().aggregate(adder, subtractor) as it must stand, from the table's latest snapshot.
 

@@ -17,6 +17,7 @@ import textwrap
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -363,37 +364,76 @@ FEED = [  # one batch of a Change Data Feed: (item, price, change type, version)
     ("d", 7, "insert", 4),  # a new key
     ("e", 1, "insert", 4),  # a new key inserted and deleted in one batch
     ("e", 1, "delete", 5),
-    ("f", 4, "update_preimage", 5),  # an update: its pre-image is its row, nothing looked up
+    ("f", 4, "update_preimage", 5),  # an update: its pre-image is its row
     ("f", 5, "update_postimage", 5),
+    ("g", 1, "delete", 4),  # g's older row deleted: g is still 2
+    ("h", 1, "update_preimage", 4),  # h's older row updated: written last, it is h's row now
+    ("h", 3, "update_postimage", 4),
+    ("i", 2, "delete", 5),  # i's latest row deleted: its older one is i's row again
+    ("j", 1, "insert", 4),  # j goes non-unique within the batch: 2 is left
+    ("j", 2, "insert", 5),
+    ("j", 1, "delete", 6),
+    ("k", 6, "insert", 4),  # k appended again, then its held row deleted: 6 is left
+    ("k", 5, "delete", 5),
 ]
+HELD = [("a", 1, 0), ("b", 8, 0), ("b", 2, 1), ("c", 3, 0), ("f", 4, 0), ("g", 1, 0), ("g", 2, 1), ("h", 1, 0)]
+HELD += [("h", 2, 1), ("i", 1, 0), ("i", 2, 1), ("k", 5, 0)]  # the table before the batch: (item, price, version)
+MERGES = [  # a batch of MERGEs on the keys of a table with one row per key, and its rows before it
+    ("a", 1, "update_preimage", 3),
+    ("a", 2, "update_postimage", 3),
+    ("b", 4, "delete", 3),
+    ("n", 1, "insert", 4),  # a new key
+    ("a", 2, "update_preimage", 4),
+    ("a", 3, "update_postimage", 4),
+    ("c", 5, "delete", 4),  # deleted, then inserted again
+    ("c", 6, "insert", 5),
+]
+MERGED = [("a", 1, 0), ("b", 4, 1), ("c", 5, 2)]
 
 
-def test_a_change_feed_folds_a_row_appended_with_a_held_key_into_its_update(spark):
-    """`fold_change_feed` against the reference's KTable: an insert of a key the table held has the held row (looked
-    up for the keys that need it only) as its old row, as has a key two of whose rows one version removed; two
-    different rows of a key one version brought are refused in one line."""
+def test_a_change_feed_folds_into_each_keys_row_written_last(spark):
+    """`fold_change_feed` against the reference's table of several rows per key (each key's row written last, as a
+    first batch reads it): an insert of a key the table held is its update; an UPDATE or DELETE of a key's older row,
+    of its latest (its older row is its row again), or of one row of a key that went non-unique within the batch, was
+    read as that row's change, exit 0. The lookups ask only the keys that need them: none of a MERGE on the keys of a
+    table with one row per key (but inserted keys); and two different rows of a key one version brought are
+    refused in one line."""
     columns = (Column("item", Type.STRING), Column("price", Type.LONG, nullable=True))
     prices = Table("prices", columns, "input", keys=("item",), time_column=None, path=str(Path.cwd()))
-    held = {"a": 1, "b": 2, "c": 3, "f": 4}  # the table's rows (per key, its latest) before the batch
-    asked: list[str] = []
+    asked: dict[str, list[str]] = defaultdict(list)
 
-    def held_rows(keys: DataFrame) -> DataFrame:
-        asked.extend(r["item"] for r in keys.collect())
-        return spark.createDataFrame(list(held.items()), "item STRING, price BIGINT").join(keys, "item", "left_semi")
+    def lookup(name: str, table: list[tuple]) -> Callable[[DataFrame], DataFrame]:
+        def rows_of(keys: DataFrame) -> DataFrame:
+            asked[name].extend(r["item"] for r in keys.collect())
+            per_key = {k: [r for r in table if r[0] == k] for k, _, _ in table}
+            found = [(k, (k, max(rs, key=lambda r: r[2])[1]), len(rs)) for k, rs in per_key.items()]
+            held = spark.createDataFrame(found, "item STRING, _held STRUCT<item: STRING, price: BIGINT>, _rows INT")
+            return held.join(keys, "item", "left_semi")
 
-    def folded(feed: list[tuple]) -> dict:
+        return rows_of
+
+    def folded(feed: list[tuple], table: list[tuple], unique: bool) -> tuple[dict, bool]:
+        asked.clear()
         rows = spark.createDataFrame(feed, f"item STRING, price BIGINT, {CHANGE} STRING, {COMMIT_VERSION} BIGINT")
-        changes = fold_change_feed(rows.withColumn("_reason", F.lit(None)), prices, F.lit(True), held_rows)
-        return {r["item"]: (r["old"] and r["old"]["price"], r["new"] and r["new"]["price"]) for r in changes.collect()}
+        now = lambda keys: lookup("now", reference.written_last_changes(table, feed)[1])(keys)  # noqa: E731
+        changes, unique_after = fold_change_feed(
+            rows.withColumn("_reason", F.lit(None)), prices, F.lit(True), lookup("held", table), unique, now
+        )
+        found = {r["item"]: (r["old"] and r["old"]["price"], r["new"] and r["new"]["price"]) for r in changes.collect()}
+        return found, unique_after
 
-    order = sorted(FEED, key=lambda f: (f[3], f[2] not in ("update_preimage", "delete")))
-    records = [(item, None if change == "delete" else price) for item, price, change, _ in order]
-    kept = [r for r, f in zip(records, order, strict=True) if f[2] != "update_preimage"]
-    assert folded(FEED) == reference.ktable_changes(held, kept)
-    assert sorted(asked) == ["a", "b", "c", "d", "e"]
+    assert folded(FEED, HELD, False) == (reference.written_last_changes(HELD, FEED)[0], False)
+    assert sorted(asked["held"]) == sorted({f[0] for f in FEED})  # (keys not unique: every key looked up)
+    assert sorted(asked["now"]) == ["g", "i", "j", "k"]  # a removal left rows the feed does not name
+    assert folded(MERGES, MERGED, True) == (reference.written_last_changes(MERGED, MERGES)[0], True)
+    assert asked == {"held": ["n"]}
+    assert folded(MERGES[:3], MERGED, True) == (reference.written_last_changes(MERGED, MERGES[:3])[0], True)
+    assert asked == {}  # updates and deletes of a table with one row per key: the table is not read
+    appended = [("a", 9, "insert", 5), ("m", 1, "insert", 5)]  # a appended again: not unique after
+    assert folded(appended, MERGED, True) == (reference.written_last_changes(MERGED, appended)[0], False)
 
     with pytest.raises(Exception, match=r'input prices: key \{"item":"g"\} has two rows at version 6 of its Change'):
-        folded([("g", 1, "insert", 6), ("g", 2, "insert", 6)])
+        folded([("g", 1, "insert", 6), ("g", 2, "insert", 6)], [], True)
 
 
 def test_a_row_of_nulls_is_a_row_with_the_feed_as_without(spark):
@@ -409,13 +449,15 @@ def test_a_row_of_nulls_is_a_row_with_the_feed_as_without(spark):
     feed = spark.createDataFrame(
         [("a", None, "insert", 1)], f"item STRING, price BIGINT, {CHANGE} STRING, {COMMIT_VERSION} BIGINT"
     )
-    held = spark.createDataFrame([("a", 1)], "item STRING, price BIGINT")
+    held = spark.createDataFrame(
+        [("a", ("a", 1), 1)], "item STRING, _held STRUCT<item: STRING, price: BIGINT>, _rows INT"
+    )
 
     def seen(changes: DataFrame) -> list:
         return [(r["old"] and r["old"].asDict(), r["new"] and r["new"].asDict()) for r in changes.collect()]
 
     without = seen(fold_changelog(records, prices, 1, F.lit(True)))
-    assert without == seen(fold_change_feed(feed, prices, F.lit(True), lambda keys: held))
+    assert without == seen(fold_change_feed(feed, prices, F.lit(True), lambda keys: held, True, lambda keys: held)[0])
     assert without == [({"item": "a", "price": 1}, {"item": "a", "price": None})]
     assert [r.asDict() for r in latest_rows(records, prices, F.lit(True)).collect()] == [{"item": "a", "price": None}]
 
@@ -471,8 +513,10 @@ def test_a_table_input_with_a_map_column_is_folded_and_read(spark):
     feed = spark.createDataFrame(
         [("a", {"x": 1}, "insert", 1)], fields.replace(f", {COMMIT_VERSION}", f", {CHANGE} STRING, {COMMIT_VERSION}")
     )
-    held = spark.createDataFrame([("a", {"x": 0})], "item STRING, tags MAP<STRING, BIGINT>")
-    [change] = fold_change_feed(feed, tagged, F.lit(True), lambda keys: held).collect()
+    held = spark.createDataFrame(
+        [("a", ("a", {"x": 0}), 1)], "item STRING, _held STRUCT<item: STRING, tags: MAP<STRING, BIGINT>>, _rows INT"
+    )
+    [change] = fold_change_feed(feed, tagged, F.lit(True), lambda keys: held, True, lambda keys: held)[0].collect()
     assert (change["old"]["tags"], change["new"]["tags"]) == ({"x": 0}, {"x": 1})
     records = spark.createDataFrame([("a", {"x": 0}, 0), ("a", {"x": 1}, 1)], fields).withColumn(LINE, F.lit(0))
     assert [r["tags"] for r in latest_rows(records, tagged, F.lit(True)).collect()] == [{"x": 1}]

@@ -120,6 +120,21 @@ def file_spans(lake: Lake, delta: DeltaTable, path: str, first: int, last: int) 
     return found
 
 
+def kept_at(lake: Lake, delta: DeltaTable, path: str, kind: str, version: int) -> object | None:
+    """The value of the summary `kind` kept at `version` itself (None when there is none, or the log holds another
+    commit at that version). One whose commit the log no longer holds is the table's (the folder is its id's)."""
+    found = lake.store.read_json(join(_folder(lake, delta), f"{kind}-{version}.json"))
+    if found is None:
+        return None
+    stamp = _stamp(path, version)
+    return found["value"] if stamp is None or found.get("commit") == stamp else None
+
+
+def keep_at(lake: Lake, delta: DeltaTable, path: str, kind: str, version: int, value: object) -> None:
+    """Keep `value` as the summary `kind` at `version` (a fact of the table at that version, read by `kept_at`)."""
+    _keep(lake, delta, path, kind, version, value)
+
+
 def _fold(
     lake: Lake,
     delta: DeltaTable,

@@ -43,7 +43,7 @@ from streamtable.runtime.batch.staging import Staging
 from streamtable.runtime.batch.summary import BatchSummary
 from streamtable.runtime.committed import Consumed, recorded_windows
 from streamtable.runtime.context import RunContext
-from streamtable.runtime.inputs import keyed_changes, other_jobs
+from streamtable.runtime.inputs import keyed_changes, other_jobs, unique_keys
 from streamtable.storage import delta_rs, external, keyed
 
 log = logging.getLogger("streamtable")
@@ -138,10 +138,7 @@ class StagedBatch:
             return keyed_changes.as_inserts(self.rows(input_name).limit(0), input_table)
         good = F.col(other_jobs.REASON).isNull()
         if input_table.external and self.ctx.external.get(input_name, False):
-            rows = self._records.where(F.col(SOURCE) == input_name)
-            # (an insert's old row, if any, is the key's row as of the version the runs before consumed)
-            held = partial(other_jobs.read_written_rows, self.spark, self.ctx.lake, input_table, earlier)
-            return keyed_changes.fold_change_feed(rows, input_table, good, held)
+            return self._fold_change_feed(input_table, earlier, bound)
         if input_table.external:  # its changes are told by the versions of its files: a rewrite may have lost them
             external.check_rewrites(self.ctx.lake, input_table, self.ctx.pipeline.name, earlier + 1, bound)
             # the keys this run's records (the files of its versions) touch, and their records of every version (a
@@ -152,6 +149,22 @@ class StagedBatch:
             return keyed_changes.fold_changelog(records, input_table, earlier + 1, good)
         changelog = self.table(input_name).withColumn(other_jobs.REASON, F.lit(None).cast("string"))
         return keyed_changes.fold_changelog(changelog, input_table, earlier + 1, good)
+
+    def _fold_change_feed(self, input_table: Table, earlier: int, bound: int) -> DataFrame:
+        """A keyed table input's changes in this run told by its Change Data Feed; the lake keeps whether the table
+        holds one row per key at `bound` (`unique_keys`), as the next batch's fold needs it at its version before."""
+        rows = self._records.where(F.col(SOURCE) == input_table.name)
+        lake, pipeline = self.ctx.lake, self.ctx.pipeline.name
+        unique = unique_keys.keys_unique(self.spark, lake, input_table, earlier, pipeline)
+        # (a key's rows as of the version the runs before consumed, and as of this run's, looked up by key)
+        held, now = (
+            partial(other_jobs.read_written_rows, self.spark, lake, input_table, version, counted=True)
+            for version in (earlier, bound)
+        )
+        good = F.col(other_jobs.REASON).isNull()
+        changes, unique_after = keyed_changes.fold_change_feed(rows, input_table, good, held, unique, now)
+        unique_keys.keep(lake, input_table, bound, unique_after)
+        return changes
 
     def rows(self, input_name: str, keys_of: DataFrame | None = None) -> DataFrame:
         """A keyed table input's current rows (one per key) as of the version this run consumed; with `keys_of`,

@@ -3,10 +3,10 @@ as of the version the batch consumed.
 
 A keyed input is a table: per key, its latest record. Its changes come from the versions a batch consumed:
 - a Delta table of another job read through its Change Data Feed: the feed's rows (`insert`, `update_preimage`,
-  `update_postimage`, `delete`), folded per key: the old row is the one before the batch's first change of the key
-  (a pre-image, or a deleted row's values; when that change inserts a row, the key's row before the batch, looked up:
-  a row appended with a key the table held is its update), the new row the one after its last (none when it is a
-  delete);
+  `update_postimage`, `delete`), folded per key into (its row written last before the batch, its row written last
+  after it): a row appended with a key the table held is its update. The old row is the one the key's first change
+  removed when the table held one row per key, else looked up; the new row the one its last change added, none when
+  the changes leave the key no row, else looked up (`fold_change_feed`);
 - an input changelog streamtable keeps, or a Delta table of another job without its Change Data Feed (append-only,
   its rows ordered by the versions that added them): records appended per key; a changelog's record whose columns
   other than its keys and time are all null deletes its key (a Kafka tombstone; another job's row is a row). The old
@@ -30,6 +30,8 @@ CHANGE = "_change"  # a Change Data Feed row's `_change_type`, kept for the fold
 OLD, NEW = "old", "new"
 OLDEST, NEWEST = "_oldest", "_newest"  # the span of versions a row of another job's table may have been written at
 BEFORE = ("update_preimage", "delete")  # change types that carry a row as it was before the change
+HELD, COUNT = "_held", "_rows"  # a lookup's row of a key (its latest, null when it breaks the rules), its rows' number
+NOW = "_now"  # a key's row at the batch's version, looked up
 
 
 def require_keys(table: Table) -> list[str]:
@@ -39,15 +41,26 @@ def require_keys(table: Table) -> list[str]:
 
 
 def fold_change_feed(
-    rows: DataFrame, table: Table, present: SparkColumn, held: Callable[[DataFrame], DataFrame]
-) -> DataFrame:
-    """Change Data Feed rows of one batch (declared columns, `_change`, `_commit_version`) as one change per key;
-    `present` is false for rows that break the input's rules (absent from the table).
+    rows: DataFrame,
+    table: Table,
+    present: SparkColumn,
+    held: Callable[[DataFrame], DataFrame],
+    unique: bool,
+    now: Callable[[DataFrame], DataFrame],
+) -> tuple[DataFrame, bool]:
+    """Change Data Feed rows of one batch (declared columns, `_change`, `_commit_version`) as one change per key: (its
+    row written last at the version before the batch, its row written last at the batch's version); `present` is
+    false for rows that break the input's rules (absent from the table). Returns the changes, and whether the table
+    holds at most one row per key after the batch (`unique`: whether it did before it).
 
-    A key's old row is the one its first change in the batch removed, or, when that change inserted a row (a row
-    appended with a key the table held: its update) or removed two different rows, the key's row before the batch:
-    `held` of those keys (a keyed lookup). Its new row is the one its last change brought; two different rows brought
-    by one version have no order, and fail the batch in one line."""
+    A key's old row is the one its first change removed when the table held one row per key (`unique`), else the
+    key's latest row before the batch: `held` of those keys (a keyed lookup: per key, `_held`, its latest row, null
+    when it breaks the input's rules, and `_rows`, how many rows it had), as of a key whose first change inserted a
+    row (a row appended with a key the table held is its update) or removed two different rows. Its new row is the
+    one its last change added (the one written last), none when its changes leave it no row (its rows before, plus
+    the rows the batch added, less those it removed), else `now` of those keys (the lookup at the batch's version:
+    a removal left a row the feed does not name). Two different rows brought by one version have no order, and fail
+    the batch in one line."""
     keys = require_keys(table)
     row = F.when(present, F.struct(*[c.name for c in table.columns]))
     before = F.col(CHANGE).isin(*BEFORE)
@@ -63,8 +76,40 @@ def fold_change_feed(
         *[F.min_by("_e", F.struct("_o", spread)).alias(f"_first{i}") for i, spread in enumerate(spreads)],
         *[F.max_by("_e", F.struct("_o", spread)).alias(f"_last{i}") for i, spread in enumerate(spreads)],
         F.max(COMMIT_VERSION).alias("_version"),
+        F.sum(F.when(F.col("_e.before"), -1).otherwise(1)).alias("_grown"),  # rows added less rows removed
     )
-    unclear = ~F.col("_first0.before") | (F.col("_first0.id") != F.col("_first1.id"))
+    unclear = ~F.col("_first0.before") | (F.col("_first0.id") != F.col("_first1.id")) | F.lit(not unique)
+    folded = folded.withColumn("_unclear", unclear)
+    removes = F.col("_last0.before")  # the key's last change removes a row
+    # when every key had one row (the one its first change removed) and keeps one at most, its last change telling
+    # which: no lookup, the table is not read (a MERGE on the keys: one Spark query, whether any key is otherwise)
+    special = F.col("_unclear") | (F.col("_grown") > 0) | (removes & (F.col("_grown") == 0))
+    if folded.where(special).isEmpty():
+        return _changed(folded.select(*keys, F.col("_first0.row").alias(OLD), _added(table, keys).alias(NEW))), unique
+    found = held(folded.where("_unclear").select(*keys)).select(*keys, HELD, COUNT)
+    before_rows = F.when(F.col("_unclear"), F.coalesce(COUNT, F.lit(0))).otherwise(1)
+    counted = (
+        null_safe_join(folded, found, keys, "left")
+        .withColumn("_after", before_rows + F.col("_grown"))  # the key's rows after the batch
+        .withColumn(OLD, F.when(F.col("_unclear"), F.col(HELD)).otherwise(F.col("_first0.row")))
+    )
+    unnamed = removes & (F.col("_after") > 0)  # a removal left rows the feed does not name
+    most, left = counted.agg(F.max("_after"), F.count_if(unnamed)).first() or (None, 0)
+    new = _added(table, keys)
+    if left:
+        now_rows = now(counted.where(unnamed).select(*keys)).select(*keys, F.col(HELD).alias(NOW))
+        counted = null_safe_join(counted, now_rows, keys, "left")
+        new = new.when(F.col("_after") > 0, F.col(NOW))
+    return _changed(counted.select(*keys, OLD, new.alias(NEW))), unique and (most or 0) <= 1
+
+
+def _added(table: Table, keys: list[str]) -> SparkColumn:
+    """A key's new row when its last change added it (none when it removed one)."""
+    return F.when(~F.col("_last0.before"), _brought(table, keys))
+
+
+def _brought(table: Table, keys: list[str]) -> SparkColumn:
+    """The row a key's last change brought; two different rows brought by one version fail the batch in one line."""
     two_rows = refuse_key(
         table,
         F.to_json(F.struct(*keys)),
@@ -72,17 +117,7 @@ def fold_change_feed(
         " of its Change Data Feed (one commit inserted or updated both), and nothing says which is the later: refused; "
         "give each key one row per version",
     )
-    brought = F.when(F.col("_last0.id") != F.col("_last1.id"), two_rows).otherwise(F.col("_last0.row"))
-    new = F.when(~F.col("_last0.before"), brought)
-    needed = folded.where(unclear)
-    if needed.isEmpty():  # (no lookup: the table is not read)
-        return _changed(
-            folded.select(*keys, F.when(F.col("_first0.before"), F.col("_first0.row")).alias(OLD), new.alias(NEW))
-        )
-    found = held(needed.select(*keys)).select(*keys, F.struct(*[c.name for c in table.columns]).alias("_held"))
-    with_held = null_safe_join(folded, found, keys, "left")
-    old = F.when(unclear, F.col("_held")).otherwise(F.col("_first0.row"))
-    return _changed(with_held.select(*keys, old.alias(OLD), new.alias(NEW)))
+    return F.when(F.col("_last0.id") != F.col("_last1.id"), two_rows).otherwise(F.col("_last0.row"))
 
 
 def refuse_key(table: Table, key: SparkColumn, version: SparkColumn, why: str) -> SparkColumn:
@@ -115,10 +150,11 @@ def latest_rows(changelog: DataFrame, table: Table, present: SparkColumn) -> Dat
     return latest.where(F.col("_row").isNotNull()).select("_row.*")
 
 
-def latest_written(rows: DataFrame, table: Table, present: SparkColumn) -> DataFrame:
+def latest_written(rows: DataFrame, table: Table, present: SparkColumn, counted: bool = False) -> DataFrame:
     """A Delta table's rows (with `_oldest` and `_newest`: the span of versions each may have been written at,
     `storage.row_versions`) as one row per key: the key's row written last, unless it breaks the input's rules; the
-    batch fails, in one line, when two different rows of a key are not ordered by their spans."""
+    batch fails, in one line, when two different rows of a key are not ordered by their spans. `counted`: per key,
+    its key columns, that row as `_held` (null when it breaks the rules) and its number of rows, `_rows`."""
     keys = require_keys(table)
     row = F.when(present, F.struct(*[c.name for c in table.columns]))
     written = F.struct(F.col(NEWEST).alias("newest"), F.col(OLDEST).alias("oldest"), row_id(table, row).alias("id"))
@@ -135,7 +171,10 @@ def latest_written(rows: DataFrame, table: Table, present: SparkColumn) -> DataF
         "vectors copied one into a new file), and the table's files do not say which is the later: refused; give each "
         "key one row (the other job's MERGE on its keys)",
     )
-    latest = per_key.select(F.when(unordered, refused).otherwise(F.col("_row")).alias("_row"))
+    written_last = F.when(unordered, refused).otherwise(F.col("_row"))
+    if counted:
+        return per_key.select(*keys, written_last.alias(HELD), F.size("_all").alias(COUNT))
+    latest = per_key.select(written_last.alias("_row"))
     return latest.where(F.col("_row").isNotNull()).select("_row.*")
 
 

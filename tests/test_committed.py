@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import random
 
-from streamtable.runtime.committed import Consumed
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from streamtable.runtime.committed import Consumed, changed_rows
 
 INPUTS = ("clicks", "regions", "orders")
 
@@ -50,3 +53,38 @@ def test_nothing_consumed_of_an_input_is_absent_not_minus_one():
     """The checkpoint's offsets say -1 for an input none of whose versions a batch read: that is no version."""
     assert dict(Consumed({"clicks": -1, "regions": 0})) == {"regions": 0}
     assert Consumed().get("clicks") is None and not Consumed().covers({"clicks": 0}) and Consumed().covers({})
+
+
+def test_a_commits_changed_rows_are_its_inserts_updates_and_deletes_and_a_restore_or_an_overwrite_changes_some(
+    tmp_path,
+):
+    """`status`'s `records_behind` counts these: a RESTORE (which has no row metrics) counted 0, so status said a
+    pipeline was caught up with a table another job had restored; a Spark MERGE counted its `numOutputRows` (the rows
+    it wrote, copied ones too, deleted ones not)."""
+    path = str(tmp_path / "orders")
+    orders = pa.table({"id": ["o1", "o2", "o3"], "amount": [1, 2, 3]})
+    write_deltalake(path, orders)
+    changes = pa.table({"id": ["o2", "o3"], "amount": [20, None]})
+    (
+        DeltaTable(path)
+        .merge(changes, "t.id = s.id", source_alias="s", target_alias="t")
+        .when_matched_delete("s.amount IS NULL")
+        .when_matched_update_all()
+        .execute()
+    )
+    DeltaTable(path).restore(0)
+    write_deltalake(path, orders.slice(0, 1), mode="append")
+    DeltaTable(path).optimize.compact()
+    write_deltalake(path, orders.slice(0, 0), mode="overwrite")
+    history = {c["version"]: c for c in DeltaTable(path).history()}
+    assert [(history[v]["operation"], changed_rows(history[v])) for v in sorted(history)] == [
+        ("WRITE", 3),
+        ("MERGE", 2),
+        ("RESTORE", 1),
+        ("WRITE", 1),
+        ("OPTIMIZE", 0),
+        ("WRITE", 1),  # the overwrite with no rows
+    ]
+    spark_merge = {"numTargetRowsInserted": "1", "numTargetRowsUpdated": "2", "numTargetRowsDeleted": "2"}
+    spark_merge |= {"numTargetRowsCopied": "5", "numOutputRows": "8"}  # (as Delta Spark 4 reports one)
+    assert changed_rows({"operation": "MERGE", "operationMetrics": spark_merge}) == 5

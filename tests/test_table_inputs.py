@@ -148,6 +148,7 @@ def test_a_table_only_pipeline_follows_merges_updates_and_deletes(spark, pipelin
 
     report = run(lake, "order_totals")
     assert report.batches == 1 and outputs(lake) == expected(orders_job.snapshot(spark, path))
+    assert report.inputs == {"orders": lag["records_behind"]}  # an update is one change, as status counts it
     assert not pipeline_status(lake, "order_totals").as_dict()["behind"]
     (consumed,) = report.lineage["inputs"]
     assert consumed["version"] == table_version(path)  # what it lists is what it read

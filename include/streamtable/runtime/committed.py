@@ -143,15 +143,29 @@ ROW_CHANGES = (  # the operation metrics that count rows a commit added, updated
 
 
 def changed_rows(commit: dict) -> int:
-    """The rows a commit added, updated or deleted: delta-rs's `num_added_rows`, Delta Spark's `numOutputRows` (a
-    write), or the MERGE, UPDATE and DELETE metrics (`ROW_CHANGES`), for tables other jobs write. A commit that
-    removed data files without counting rows (a DELETE of whole files) counts 1: it changed something."""
+    """The rows a commit added, updated or deleted: the MERGE, UPDATE and DELETE metrics (`ROW_CHANGES`, Delta Spark's
+    and delta-rs's), else delta-rs's `num_added_rows` or Delta Spark's `numOutputRows` (a write: a MERGE's counts the
+    rows it copied and leaves out those it deleted), for tables other jobs write. A commit that took data files out
+    without counting rows (a DELETE of whole files, a RESTORE, an overwrite with no rows) counts 1: it changed
+    something. A rewrite (OPTIMIZE) counts 0."""
     metrics = commit.get("operationMetrics") or {}
-    if "num_added_rows" in metrics:
-        return int(metrics["num_added_rows"] or 0)
-    if "numOutputRows" in metrics:
-        return int(metrics["numOutputRows"] or 0)
-    rows = sum(int(metrics.get(k) or 0) for k in ROW_CHANGES)
-    if rows == 0 and commit.get("operation") in ("DELETE", "TRUNCATE") and int(metrics.get("numRemovedFiles") or 0):
-        return 1
-    return rows
+    counted = [k for k in ROW_CHANGES if k in metrics]
+    if counted:
+        rows = sum(int(metrics[k] or 0) for k in counted)
+    elif "num_added_rows" in metrics:
+        rows = int(metrics["num_added_rows"] or 0)
+    else:
+        rows = int(metrics.get("numOutputRows") or 0)
+    return rows or int(_takes_files_out(commit))
+
+
+REMOVED_FILES = ("numRemovedFiles", "numRemovedFile", "num_removed_files", "numRestoredFiles", "numRestoredFile")
+
+
+def _takes_files_out(commit: dict) -> bool:
+    """Whether a commit removed or restored data files as a data change: a DELETE, TRUNCATE or RESTORE that did, or an
+    overwrite."""
+    metrics = commit.get("operationMetrics") or {}
+    moved = any(int(metrics.get(k) or 0) for k in REMOVED_FILES)
+    overwrite = str((commit.get("operationParameters") or {}).get("mode", "")).lower() == "overwrite"
+    return (commit.get("operation") in ("DELETE", "TRUNCATE", "RESTORE") and moved) or overwrite

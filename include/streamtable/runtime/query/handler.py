@@ -25,6 +25,7 @@ from streamtable.runtime.batch.staging import Staging
 from streamtable.runtime.batch.summary import BatchSummary
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.inputs import other_jobs
+from streamtable.runtime.inputs.keyed_changes import CHANGE
 from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.progress import BatchProgress, record
 from streamtable.storage import other_job_log
@@ -188,9 +189,13 @@ class BatchHandler:
         (read by file from a Delta table of another job, not found in its log).
 
         Records skipped (`_reason`: breaking the rules of a Delta table of another job, or a changelog's without
-        their time) count for the versions only.
+        their time) count for the versions only; so does an update's pre-image in a keyed table input's Change Data
+        Feed (its post-image is the change: one update counts 1, as in `status`'s `records_behind`).
         """
         good = F.col(other_jobs.REASON).isNull() if other_jobs.REASON in records.columns else F.lit(True)
+        counted = good
+        if CHANGE in records.columns:
+            counted = good & ~F.coalesce(F.col(CHANGE) == "update_preimage", F.lit(False))
         times = [
             F.when(F.col(SOURCE) == name, F.col(get_input(name).time_column or "event_time"))
             for name in self.ctx.pipeline.streams
@@ -201,7 +206,7 @@ class BatchHandler:
             .groupBy(SOURCE)
             .agg(
                 F.max(COMMIT_VERSION).alias("version"),
-                F.count_if(good).alias("n"),
+                F.count_if(counted).alias("n"),
                 F.count_if(~good).alias("skipped"),
                 F.max(F.when(good, event_time)).alias("t"),
                 F.min(COMMIT_VERSION).alias("first"),

@@ -22,7 +22,16 @@ from streamtable.core.schema import arrow_schema, widens
 from streamtable.core.tables import QUARANTINE, Table
 from streamtable.storage.delta_rs import delta_table, open_table, retrying, staged_rows, write
 from streamtable.storage.lake import Lake
-from streamtable.storage.other_job_log import CHANGE_FEED, Commit, Origin, commits, exists, oldest_version, read_from
+from streamtable.storage.other_job_log import (
+    CHANGE_FEED,
+    Commit,
+    Origin,
+    commits,
+    exists,
+    log_start,
+    oldest_version,
+    read_from,
+)
 from streamtable.storage.other_job_summary import feed_story, file_spans as summary_spans, live_origins
 from streamtable.storage.row_versions import Span
 
@@ -184,19 +193,12 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
         return
     where = f"input {table.name} ({path})"
     restart = f"`streamtable reprocess {pipeline} --input {table.name} --from-version"
-    lost = (
-        "a stream input cannot read them again (keep the table's retention longer than the pipeline's lag)"
-        if stream
-        else f"{restart} {latest}` reads the table as it is"
-    )
+    lost = _lost(table, pipeline, stream, latest)
     try:
         read = commits(path, first, latest)  # the versions the read needs, and the schema before them
         before = delta_table(path, max(first - 1, oldest_version(path)))
     except (BadInputError, TableReadError):
-        raise BadInputError(
-            f"{where}: version {first}, the first this pipeline has not read, is no longer in the table's log (its "
-            f"log retention removed it): refused, its rows would be missed; {lost}"
-        ) from None
+        raise _log_lost(table, pipeline, first, stream, latest) from None
     columns = pa.schema(before.schema().to_arrow()).names
     for c in read:
         gone = [name for name in columns if name not in (c.columns or columns)]
@@ -215,6 +217,29 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
                     f"{where}: data file {file} of version {c.version}, not read yet, is gone (the table's VACUUM "
                     f"removed it): refused, its rows would be missed; {lost}"
                 )
+
+
+def check_log_holds(table: Table, pipeline: str, first: int, stream: bool, delta: DeltaTable) -> None:
+    """BadInputError, in the line `check_history` refuses it with, when the table's log now starts after version
+    `first` (the first the pipeline has not read): a look at where the log starts, read anew (`status`)."""
+    latest = delta.version()
+    if first <= latest and log_start(location(table)) > first:
+        raise _log_lost(table, pipeline, first, stream, latest)
+
+
+def _log_lost(table: Table, pipeline: str, first: int, stream: bool, latest: int) -> BadInputError:
+    return BadInputError(
+        f"input {table.name} ({location(table)}): version {first}, the first this pipeline has not read, is no longer "
+        f"in the table's log (its log retention removed it): refused, its rows would be missed; "
+        f"{_lost(table, pipeline, stream, latest)}"
+    )
+
+
+def _lost(table: Table, pipeline: str, stream: bool, latest: int) -> str:
+    """What to do about versions the pipeline has not read that the table no longer holds."""
+    if stream:
+        return "a stream input cannot read them again (keep the table's retention longer than the pipeline's lag)"
+    return f"`streamtable reprocess {pipeline} --input {table.name} --from-version {latest}` reads the table as it is"
 
 
 # The reader features Delta Spark 4 (which reads these tables) reads exactly; a table needing any other is refused.

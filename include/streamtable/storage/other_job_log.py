@@ -141,11 +141,12 @@ def oldest_version(path: str) -> int:
     """The oldest version whose commit is still in the table's log (its log retention removes older ones), as the run
     first read it (`new_run`)."""
     if path not in _LOG_STARTS:
-        _LOG_STARTS[path] = _first_in_log(path)
+        _LOG_STARTS[path] = log_start(path)
     return _LOG_STARTS[path]
 
 
-def _first_in_log(path: str) -> int:
+def log_start(path: str) -> int:
+    """The oldest version whose commit is in the table's log now (not kept: `oldest_version` keeps it for a run)."""
     if Store.for_lake(path).exists(f"{path}/_delta_log/{0:020d}.json"):
         return 0
     names = Store.for_lake(path).children(f"{path}/_delta_log")

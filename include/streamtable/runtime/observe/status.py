@@ -3,8 +3,9 @@
 Spark-free (delta-rs only), so `streamtable status` answers in about a second and Airflow's
 supervisor can poll it. An input's lag is what its changelog holds beyond the newest version the
 pipeline's live generation has committed: Kafka's consumer lag, counted in records and in age. A Delta table of
-another job that the next run would refuse (no table at its path, or another table than the one the generation read:
-deleted and made anew) is named with the run's one line (`refused`), and its versions are all behind.
+another job that the next run would refuse (no table at its path, another table than the one the generation read:
+deleted and made anew, whose versions are then all behind; a log that no longer holds the versions not read) is named
+with the run's one line (`refused`).
 """
 
 from __future__ import annotations
@@ -99,9 +100,7 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
     spec = get_pipeline(pipeline)
     generation, batches, consumed = live_progress(lake, pipeline)
     read_ids = _read_ids(lake, spec, generation)
-    inputs = tuple(
-        _lag(lake, name, consumed.get(name), _refusal(spec, name, read_ids.get(name))) for name in spec.inputs
-    )
+    inputs = tuple(_input_lag(lake, spec, name, consumed.get(name), read_ids.get(name)) for name in spec.inputs)
     return PipelineStatus(
         pipeline,
         generation,
@@ -124,33 +123,45 @@ def _read_ids(lake: Lake, pipeline: Pipeline, generation: int) -> dict[str, str]
     return {name: offset["reservoirId"] for name, offset in offsets.items() if "reservoirId" in offset}
 
 
-def _refusal(pipeline: Pipeline, name: str, read_id: str | None) -> str | None:
-    """The one line the next run refuses a Delta table of another job with, when it is not there or not the table the
-    generation read (`storage.external.check_same_table`); None for any other input."""
-    table = get_input(name)
-    if not table.external:
-        return None
-    try:
-        external.check_same_table(table, pipeline.name, read_id, external.opened(table))
-    except BadInputError as e:
-        return str(e)
-    return None
-
-
-def _lag(lake: Lake, table: str, consumed: int | None, refused: str | None) -> InputLag:
-    """`table`'s lag after version `consumed`: every version of it when the run refuses it (another table now)."""
-    latest, unconsumed = unconsumed_commits(lake, table, None if refused else consumed)
-    records = sum(changed_rows(c) for c in unconsumed)
+def _input_lag(lake: Lake, pipeline: Pipeline, name: str, consumed: int | None, read_id: str | None) -> InputLag:
+    """An input's lag after version `consumed`, with what its next run refuses: every version of it is behind when
+    the table there is not the one the generation read (deleted and made anew)."""
+    refused, anew = _refusal(pipeline, name, read_id, consumed)
+    latest, unconsumed = unconsumed_commits(lake, name, None if anew else consumed)
     oldest = min((c["timestamp"] for c in unconsumed), default=None)
     return InputLag(
-        table,
+        name,
         consumed,
         latest,
         len(unconsumed),
-        records,
+        sum(changed_rows(c) for c in unconsumed),
         datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None,
         refused,
     )
+
+
+def _refusal(pipeline: Pipeline, name: str, read_id: str | None, consumed: int | None) -> tuple[str | None, bool]:
+    """The one line the next run refuses a Delta table of another job with (None for any other input): no table at
+    its path, another table than the generation read (then True: its versions are not the ones consumed,
+    `storage.external.check_same_table`), or a log that no longer holds the first version not consumed
+    (`check_log_holds`)."""
+    table = get_input(name)
+    if not table.external:
+        return None, False
+    try:
+        delta = external.opened(table)
+    except BadInputError as e:
+        return str(e), False
+    try:
+        external.check_same_table(table, pipeline.name, read_id, delta)
+    except BadInputError as e:
+        return str(e), True
+    try:
+        if consumed is not None:
+            external.check_log_holds(table, pipeline.name, consumed + 1, name in pipeline.streams, delta)
+    except BadInputError as e:
+        return str(e), False
+    return None, False
 
 
 def _time(value: datetime | None) -> str | None:

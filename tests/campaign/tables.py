@@ -14,45 +14,95 @@ from campaign.values import BASE, KEYABLE, NUMERIC, SCALARS, TIME_NAMES, T, draw
 JOB_PATH = "@@JOB@@"  # the other job's table: the runner puts the case folder's path here
 
 
-def draw_versions(
-    rng: random.Random, row, ids, writes: str = "upsert"
-) -> tuple[list[list[tuple[str, list]]], dict[str, dict]]:
+def draw_versions(rng: random.Random, row, ids) -> tuple[list[list[tuple[str, list]]], dict[str, dict]]:
     """Another job's commits to a keyed table, run by run, 1 to 3 runs of 1 or 2 commits; and the table's rows by id
-    once they are all committed. `writes="upsert"`: a MERGE on the id (`("upsert", rows)`) or a DELETE (`("delete",
-    ids)`) each; `"append"`: its table is a log of records, each commit appending a key's new record (`("append",
-    rows)`), a delete drawn left out (the same draws, so a seed's other choices stay as they were)."""
+    once they are all committed: a MERGE on the id (`("upsert", rows)`) or a DELETE (`("delete", ids)`) each."""
     state: dict[str, dict] = {}
     versions_per_run: list[list[tuple[str, list]]] = []
     first = [row(next(ids)) for _ in range(rng.randint(1, 6))]
-    versions_per_run.append([(writes, first)])
+    versions_per_run.append([("upsert", first)])
     state.update({r["id"]: r for r in first})
     for _ in range(rng.randint(0, 2)):
         run_versions = []
         for _ in range(rng.randint(1, 2)):
             if state and rng.random() < 0.35:
                 gone = rng.sample(sorted(state), k=rng.randint(1, min(2, len(state))))
-                if writes == "append":
-                    continue
                 run_versions.append(("delete", gone))
                 for g in gone:
                     del state[g]
             else:
                 changed = [row(i) for i in rng.sample(sorted(state), k=min(len(state), rng.randint(0, 2)))]
                 changed += [row(next(ids)) for _ in range(rng.randint(0 if changed else 1, 2))]
-                run_versions.append((writes, changed))
+                run_versions.append(("upsert", changed))
                 state.update({r["id"]: r for r in changed})
         versions_per_run.append(run_versions)
     return versions_per_run, state
 
 
+def draw_records(rng: random.Random, row, ids) -> tuple[list[list[tuple[str, list]]], dict[str, dict]]:
+    """Another job's commits to a table it keeps as a log of records (several rows per key), run by run (2 or 3 runs
+    of 1 to 3 commits), and the table's rows by id once they are all committed: per key, its record written last.
+
+    A commit appends records (`("append", rows)`: a key's new record is its update), or UPDATEs one record, mostly an
+    older one of its key (`("rewrite", [row])`: written anew, it is its key's latest), or DELETEs one (`("delete_rows",
+    [rev])`: the key's record written before it is its latest again, if any). Each record has a `_rev`, which the
+    pipeline does not declare, that finds it."""
+    revs = iter(range(10_000))
+    written: dict[str, list[dict]] = defaultdict(list)  # per key, its records in the order they were written
+
+    def appended(rows: list[dict]) -> list[dict]:
+        for r in rows:
+            r["_rev"] = next(revs)
+            written[r["id"]].append(r)
+        return rows
+
+    versions_per_run: list[list[tuple[str, list]]] = []
+    for run in range(rng.randint(2, 3)):
+        run_versions: list[tuple[str, list]] = []
+        if not run:  # the table made, and maybe changed before the pipeline's first batch
+            run_versions.append(("append", appended([row(next(ids)) for _ in range(rng.randint(1, 6))])))
+        for _ in range(rng.randint(0 if run == 0 else 1, 2)):
+            older = [r for rs in written.values() for r in rs[:-1]]
+            held = older if older and rng.random() < 0.7 else [r for rs in written.values() for r in rs]
+            draw = rng.random()
+            if held and draw < 0.5:
+                gone = rng.choice(held)
+                written[gone["id"]].remove(gone)
+                if draw < 0.3:
+                    run_versions.append(("delete_rows", [gone["_rev"]]))
+                else:
+                    new = row(gone["id"]) | {"_rev": gone["_rev"]}
+                    written[gone["id"]].append(new)
+                    run_versions.append(("rewrite", [new]))
+                continue
+            keys = sorted(k for k, rs in written.items() if rs)
+            changed = [row(i) for i in rng.sample(keys, k=min(len(keys), rng.randint(0, 2)))]
+            changed += [row(next(ids)) for _ in range(rng.randint(0 if changed else 1, 2))]
+            run_versions.append(("append", appended(changed)))
+        versions_per_run.append(run_versions)
+    return versions_per_run, {k: rs[-1] for k, rs in written.items() if rs}
+
+
+# a run may refuse such a table in one line (exit 2), never misread it: without its Change Data Feed, an UPDATE or
+# DELETE; with it, a key's rows one of which an UPDATE without deletion vectors (delta-rs's) copied into a new file
+REFUSALS = {
+    True: r"updates or deletes rows, but the table has no Change Data Feed",
+    False: r"has two rows at version \d+ or before .*: refused",
+}
+
+
 def table_records(rng: random.Random, seed: int) -> Case:
-    """`table_totals` over a table the other job keeps as a log of records (appends, no MERGE), with or without its
-    Change Data Feed: per key its latest record, whichever way the table is stored."""
+    """`table_totals` over a table the other job keeps as a log of records (appends, and UPDATEs and DELETEs of one
+    record, mostly an older one of its key), with or without its Change Data Feed: per key its record written last,
+    whichever way the table is stored, or a refusal in one line (`REFUSALS`)."""
     without_feed = rng.random() < 0.5
-    case = table_totals(rng, seed, writes="append")
+    case = table_totals(rng, seed, writes="records")
     case.family = "table_records"
     case.without_feed = without_feed  # type: ignore[attr-defined]
-    case.notes.append("appends, " + ("no Change Data Feed" if without_feed else "Change Data Feed on"))
+    case.refusals = REFUSALS[without_feed]  # type: ignore[attr-defined]
+    rewrites = sum(kind != "append" for run in case.versions for kind, _ in run)  # type: ignore[attr-defined]
+    feed = "no Change Data Feed" if without_feed else "Change Data Feed on"
+    case.notes.append(f"appends and {rewrites} UPDATEs or DELETEs, {feed}")
     return case
 
 
@@ -81,7 +131,7 @@ def table_totals(rng: random.Random, seed: int, writes: str = "upsert") -> Case:
             tname: times(rng, 1, 3_600_000)[0],
         }
 
-    versions_per_run, state = draw_versions(rng, row, ids, writes)
+    versions_per_run, state = (draw_records if writes == "records" else draw_versions)(rng, row, ids)
     groups: dict[object, list] = defaultdict(list)
     for r in state.values():
         groups[r["grp"]].append(r["amount"])

@@ -220,7 +220,13 @@ def read_records(
         .withColumn(COMMIT_VERSION, F.lit(None).cast("bigint"))
         .withColumn(COMMITTED_AT, F.lit(None).cast("timestamp"))
     )
-    tagged = of_keys(tagged, keys_of, table.keys)
+    if keys_of is None:
+        return _versioned(spark, lake, table, version, tagged)
+    # (computed once: a batch reads its changes and rows several times, each a read of the table and its statistics)
+    return _versioned(spark, lake, table, version, of_keys(tagged, keys_of, table.keys)).localCheckpoint()
+
+
+def _versioned(spark: SparkSession, lake: Lake, table: Table, version: int, tagged: DataFrame) -> DataFrame:
     versioned = with_versions(spark, tagged, {table.name: external.file_versions(lake, table, version)})
     return with_reasons(versioned, table).drop(SOURCE)
 

@@ -38,6 +38,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+from spark_status import by_kind, spark_jobs
 
 from streamtable.core import registry
 from streamtable.runtime.commands.lifecycle import run
@@ -102,11 +103,12 @@ PIPELINE = Pipeline(
 # ------------------------------------------------------------------------------------------ the other team's job
 
 
-def create_orders(spark, path: str, rows: int) -> None:
-    """The table, as plain Spark SQL writes it: CDF and deletion vectors on, `rows` orders in one INSERT."""
+def create_orders(spark, path: str, rows: int, feed: bool = True) -> None:
+    """The table, as plain Spark SQL writes it: CDF (unless not `feed`) and deletion vectors on, `rows` orders in one
+    INSERT."""
     spark.sql(
         f"CREATE TABLE delta.`{path}` ({COLUMNS}) USING delta TBLPROPERTIES ("
-        "'delta.enableChangeDataFeed' = 'true', 'delta.enableDeletionVectors' = 'true')"
+        f"'delta.enableChangeDataFeed' = '{str(feed).lower()}', 'delta.enableDeletionVectors' = 'true')"
     )
     spark.sql(
         f"INSERT INTO delta.`{path}` SELECT concat('o', id), concat('c', id % {CUSTOMERS}), "
@@ -228,41 +230,34 @@ def duckdb_outputs(out: str) -> dict:
 # ------------------------------------------------------------------------------------------------ measurement
 
 
-def spark_jobs(spark, after: int) -> tuple[int, list[dict]]:
-    """The Spark jobs whose ids are above `after` (from the status store, which Spark keeps with its UI off): the
-    highest id seen, and each job's description, duration and tasks."""
-    store = spark.sparkContext._jsc.sc().statusStore()
-    jobs = store.jobsList(None)
-    found, highest = [], after
-    for i in range(jobs.size()):
-        job = jobs.apply(i)
-        if job.jobId() <= after:
-            continue
-        highest = max(highest, job.jobId())
-        start, end = job.submissionTime(), job.completionTime()
-        ms = end.get().getTime() - start.get().getTime() if start.isDefined() and end.isDefined() else None
-        text = job.description().getOrElse(None) if job.description().isDefined() else None
-        found.append({"job": job.jobId(), "name": text or job.name(), "ms": ms, "tasks": job.numTasks()})
-    return highest, sorted(found, key=lambda j: j["job"])
-
-
 class Table:
     """One orders table, its streamtable lake and the plain engines' outputs."""
+
+    feed = True  # the other job's table has its Change Data Feed on
+    engines = ENGINES
 
     def __init__(self, spark, root: Path, rows: int, folder: Path):
         self.rows, self.path = rows, str(root / f"orders_{rows}")
         self.lake = Lake(root / f"lake_{rows}")
         self.spark_out, self.duck_out = str(root / f"spark_{rows}"), str(root / f"duckdb_{rows}")
         (folder / f"shop_totals_{rows}.py").write_text(PIPELINE.format(rows=rows, path=self.path))
-        create_orders(spark, self.path, rows)
+        create_orders(spark, self.path, rows, self.feed)
+        self.consumed = -1  # the plain engines' last version read
+        self.seconds: dict[str, list[float]] = defaultdict(list)
+        self.jobs: list[dict] = []
+        self.plain_outputs(spark)
+
+    def plain_outputs(self, spark) -> None:
+        """The plain engines' outputs, empty."""
         for name, schema in DUCK_OUTPUTS.items():
             write_deltalake(f"{self.duck_out}/{name}", schema.empty_table())
         revenue = "customer STRING, orders BIGINT, revenue DECIMAL(38,2)"
         spark.sql(f"CREATE TABLE delta.`{self.spark_out}/revenue` ({revenue}) USING delta")
         spark.sql(f"CREATE TABLE delta.`{self.spark_out}/statuses` (status STRING, orders BIGINT) USING delta")
-        self.consumed = -1  # the plain engines' last version read
-        self.seconds: dict[str, list[float]] = defaultdict(list)
-        self.jobs: list[dict] = []
+
+    def change(self, spark, ids: list[int], rng: random.Random) -> None:
+        """One round of the other job's changes: a MERGE updating the orders `ids`."""
+        merge_changes(spark, self.path, ids, rng)
 
     def latest(self) -> int:
         return DeltaTable(self.path).version()
@@ -276,7 +271,13 @@ class Table:
         self.seconds["streamtable"].append(time.perf_counter() - started)
         assert report.batches == 1, report
         job_id, jobs = spark_jobs(spark, job_id)
-        self.jobs.append({"jobs": len(jobs), "ms": sum(j["ms"] or 0 for j in jobs), "by_kind": _by_kind(jobs)})
+        self.jobs.append({"jobs": len(jobs), "ms": sum(j["ms"] or 0 for j in jobs), "by_kind": by_kind(jobs)})
+        job_id = self.plain_batches(spark, job_id, last)
+        self.consumed = last
+        return job_id
+
+    def plain_batches(self, spark, job_id: int, last: int) -> int:
+        """One batch of each plain engine over versions `consumed` + 1 .. `last`; returns the last Spark job id seen."""
         started = time.perf_counter()
         spark_incremental(spark, self.path, self.spark_out, self.consumed + 1, last)
         self.seconds["Spark"].append(time.perf_counter() - started)
@@ -284,19 +285,25 @@ class Table:
         started = time.perf_counter()
         duckdb_incremental(self.path, self.duck_out, self.consumed + 1, last)
         self.seconds["DuckDB"].append(time.perf_counter() - started)
-        self.consumed = last
         return job_id
 
-    def check(self, spark) -> None:
-        """Every engine's outputs equal the aggregate of the table's snapshot."""
-        want = snapshot_totals(spark, self.path)
+    def answer(self, spark) -> dict:
+        """The two outputs every engine must give: the aggregate of the table's snapshot."""
+        return snapshot_totals(spark, self.path)
+
+    def answers(self, spark) -> dict:
+        """Each engine's two outputs."""
         revenue = table_rows(self.lake, f"revenue_per_customer_{self.rows}")
         statuses = table_rows(self.lake, f"orders_per_status_{self.rows}")
-        found = {
-            "streamtable": totals_of(revenue, statuses),
-            "Spark": spark_outputs(spark, self.spark_out),
-            "DuckDB": duckdb_outputs(self.duck_out),
-        }
+        found = {"streamtable": lambda: totals_of(revenue, statuses)}
+        found["Spark"] = lambda: spark_outputs(spark, self.spark_out)
+        found["DuckDB"] = lambda: duckdb_outputs(self.duck_out)
+        return {engine: found[engine]() for engine in self.engines}
+
+    def check(self, spark) -> None:
+        """Every engine's outputs equal `answer`."""
+        want = self.answer(spark)
+        found = self.answers(spark)
         wrong = [engine for engine, answer in found.items() if answer != want]
         assert not wrong, f"{self.rows} rows: {wrong} differ from the snapshot's aggregate"
 
@@ -322,22 +329,12 @@ class Table:
         }
 
 
-def _by_kind(jobs: list[dict]) -> dict[str, list[int]]:
-    """Jobs grouped by their description's first line (a streaming batch's id, version numbers left out): [jobs, ms]."""
-    kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for job in jobs:
-        name = job["name"].splitlines()[0].split(": Compute snapshot")[0].split(" at ")[0][:80]
-        kinds[name][0] += 1
-        kinds[name][1] += job["ms"] or 0
-    return dict(sorted(kinds.items(), key=lambda kv: -kv[1][1]))
-
-
-def measure(sizes: list[int], changes: int, batches: int, root: Path) -> dict:
+def measure(sizes: list[int], changes: int, batches: int, root: Path, kind: type[Table] = Table) -> dict:
     folder = root / "pipelines"
     folder.mkdir(parents=True)
     os.environ[registry.ENV] = str(folder)
     spark = get_spark("bench-table-input")
-    tables = [Table(spark, root, rows, folder) for rows in sizes]
+    tables = [kind(spark, root, rows, folder) for rows in sizes]
     registry.current.cache_clear()
     job_id, _ = spark_jobs(spark, -1)
     for table in tables:  # the first batch: the whole table as inserts
@@ -347,32 +344,33 @@ def measure(sizes: list[int], changes: int, batches: int, root: Path) -> dict:
     for _ in range(batches):
         for table in tables:
             ids = rng.sample(range(table.rows), min(changes, table.rows))
-            merge_changes(spark, table.path, ids, random.Random(rng.random()))
+            table.change(spark, ids, random.Random(rng.random()))
         for table in tables:
             job_id = table.batch(spark, job_id)
             table.check(spark)
     found = [table.summary(skip=2) for table in tables]
     small, big = found[0], found[-1]
     ratios = {
-        engine: round(big["median_seconds"][engine] / small["median_seconds"][engine], 2) for engine in ENGINES
+        engine: round(big["median_seconds"][engine] / small["median_seconds"][engine], 2) for engine in kind.engines
     } | {"streamtable duration_ms": round(big["median_duration_ms"] / small["median_duration_ms"], 2)}
     return {"changes": changes, "tables": found, "ratio": ratios}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(kind: type[Table] = Table, doc: str = __doc__, out: str = "table_input.json") -> None:
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1000, 1_000_000], help="sizes of the orders tables")
-    parser.add_argument("--changes", type=int, default=1000, help="orders each round's MERGE updates")
+    parser.add_argument("--changes", type=int, default=1000, help="orders each round changes")
     parser.add_argument("--batches", type=int, default=6, help="rounds of changes, the first one not counted")
-    parser.add_argument("--out", default=str(RESULTS / "table_input.json"))
+    parser.add_argument("--out", default=str(RESULTS / out))
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="streamtable-bench-tables-"))
     started = time.time()
     try:
-        summary = measure(sorted(args.rows), args.changes, max(args.batches, 2), root)
+        summary = measure(sorted(args.rows), args.changes, max(args.batches, 2), root, kind)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    summary |= {"command": "bench/table_input.py " + " ".join(sys.argv[1:]), "seconds": round(time.time() - started)}
+    command = f"bench/{Path(sys.argv[0]).name} {' '.join(sys.argv[1:])}"
+    summary |= {"command": command, "seconds": round(time.time() - started)}
     summary["load_average_after"] = os.getloadavg()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(summary, indent=2, default=str))

@@ -392,13 +392,17 @@ def test_versions_a_streaming_read_cannot_cross_are_refused_before_it_starts(spa
         "streaming read cannot read across: refused; `streamtable reprocess renamed --input ext_renamed "
         "--from-version 2` reads it from the version after"
     )
+    assert pipeline_status(lake, "renamed").inputs[0].refused == str(refused.value)  # status says it too
 
     for version in ORDERS[:2]:  # the other job (delta-rs) appends twice, compacts, and vacuums the files it replaced
         write_deltalake(str(vacuumed), delta_rs_orders(version), mode="append")
     DeltaTable(str(vacuumed)).optimize.compact()
     DeltaTable(str(vacuumed)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-    with pytest.raises(BadInputError, match=r"input ext_vacuumed .*: data file .* of version 0, not read yet, is gone"):
+    with pytest.raises(
+        BadInputError, match=r"input ext_vacuumed .*: data file .* of version 0, not read yet, is gone"
+    ) as e:
         run(lake, "vacuumed")
+    assert pipeline_status(lake, "vacuumed").inputs[0].refused == str(e.value)
 
 
 def delta_rs_orders(version: list[tuple]) -> pa.Table:

@@ -28,7 +28,6 @@ from streamtable.storage.other_job_log import (
     Origin,
     commits,
     exists,
-    log_start,
     oldest_version,
     read_from,
 )
@@ -217,14 +216,6 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
                     f"{where}: data file {file} of version {c.version}, not read yet, is gone (the table's VACUUM "
                     f"removed it): refused, its rows would be missed; {lost}"
                 )
-
-
-def check_log_holds(table: Table, pipeline: str, first: int, stream: bool, delta: DeltaTable) -> None:
-    """BadInputError, in the line `check_history` refuses it with, when the table's log now starts after version
-    `first` (the first the pipeline has not read): a look at where the log starts, read anew (`status`)."""
-    latest = delta.version()
-    if first <= latest and log_start(location(table)) > first:
-        raise _log_lost(table, pipeline, first, stream, latest)
 
 
 def _log_lost(table: Table, pipeline: str, first: int, stream: bool, latest: int) -> BadInputError:

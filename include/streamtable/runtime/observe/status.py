@@ -4,8 +4,8 @@ Spark-free (delta-rs only), so `streamtable status` answers in about a second an
 supervisor can poll it. An input's lag is what its changelog holds beyond the newest version the
 pipeline's live generation has committed: Kafka's consumer lag, counted in records and in age. A Delta table of
 another job that the next run would refuse (no table at its path, another table than the one the generation read:
-deleted and made anew, whose versions are then all behind; a log that no longer holds the versions not read) is named
-with the run's one line (`refused`).
+deleted and made anew, whose versions are then all behind; versions to read that its log or VACUUM lost, or that drop
+or rename a column) is named with the run's one line (`refused`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from streamtable.core.timefmt import format_time
 from streamtable.runtime.committed import changed_rows, unconsumed_commits
 from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.progress import live_progress
-from streamtable.storage import external
+from streamtable.storage import external, other_job_log
 from streamtable.storage.lake import Lake
 
 
@@ -98,6 +98,7 @@ class PipelineStatus:
 def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> PipelineStatus:
     """The status of one pipeline (raises UnknownPipelineError for a name that is not registered)."""
     spec = get_pipeline(pipeline)
+    other_job_log.new_run()  # where the logs of other jobs' tables start: read anew
     generation, batches, consumed = live_progress(lake, pipeline)
     read_ids = _read_ids(lake, spec, generation)
     inputs = tuple(_input_lag(lake, spec, name, consumed.get(name), read_ids.get(name)) for name in spec.inputs)
@@ -143,8 +144,8 @@ def _input_lag(lake: Lake, pipeline: Pipeline, name: str, consumed: int | None, 
 def _refusal(pipeline: Pipeline, name: str, read_id: str | None, consumed: int | None) -> tuple[str | None, bool]:
     """The one line the next run refuses a Delta table of another job with (None for any other input): no table at
     its path, another table than the generation read (then True: its versions are not the ones consumed,
-    `storage.external.check_same_table`), or a log that no longer holds the first version not consumed
-    (`check_log_holds`)."""
+    `storage.external.check_same_table`), or versions to read that its log or its VACUUM lost, or that drop or rename
+    a column (`check_history`)."""
     table = get_input(name)
     if not table.external:
         return None, False
@@ -156,9 +157,13 @@ def _refusal(pipeline: Pipeline, name: str, read_id: str | None, consumed: int |
         external.check_same_table(table, pipeline.name, read_id, delta)
     except BadInputError as e:
         return str(e), True
+    stream = name in pipeline.streams
+    if consumed is not None:  # the run reads on from the version after, as `inputs.other_jobs.prepare` checks it
+        first = consumed + 1
+    else:  # a first batch: a stream from its first version, a table's rows as they are
+        first = 0 if stream else other_job_log.oldest_version(external.location(table))
     try:
-        if consumed is not None:
-            external.check_log_holds(table, pipeline.name, consumed + 1, name in pipeline.streams, delta)
+        external.check_history(table, pipeline.name, first, stream, delta)
     except BadInputError as e:
         return str(e), False
     return None, False

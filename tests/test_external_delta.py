@@ -363,6 +363,7 @@ def test_updates_or_deletes_without_change_data_feed_or_in_a_stream_are_refused(
     assert "\n" not in str(refused.value)
     assert "ext_deletes" in str(refused.value) and "version 1 (DELETE)" in str(refused.value)
     assert "a stream input is append-only" in str(refused.value)
+    assert pipeline_status(lake, "deletes_stream").inputs[0].refused == str(refused.value)  # status says it too
 
 
 def test_a_schema_that_does_not_fit_is_refused_naming_the_column(spark, base, tmp_path):

@@ -148,10 +148,7 @@ def check(lake: Lake, table: Table, start: int, stream: bool, delta: DeltaTable 
     if changed is not None:
         what = f"version {changed.version} ({changed.operation}) updates or deletes rows"
         if stream:
-            raise BadInputError(
-                f"{where}: {what}, but a stream input is append-only: declare it in tables= with keys "
-                "and the table's Change Data Feed"
-            )
+            raise _not_appended(where, changed.version, changed.operation)
         if not table.keys:
             raise BadInputError(f"{where}: {what}, but the input declares no keys to apply them by")
         if not feed and off is not None:
@@ -198,6 +195,9 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
         before = delta_table(path, max(first - 1, oldest_version(path)))
     except (BadInputError, TableReadError):
         raise _log_lost(table, pipeline, first, stream, latest) from None
+    changed = next((c for c in read if c.changes_rows), None) if stream else None
+    if changed is not None:  # (a run's `check` says it first; `status` asks this function alone)
+        raise _not_appended(where, changed.version, changed.operation)
     columns = pa.schema(before.schema().to_arrow()).names
     for c in read:
         gone = [name for name in columns if name not in (c.columns or columns)]
@@ -216,6 +216,13 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
                     f"{where}: data file {file} of version {c.version}, not read yet, is gone (the table's VACUUM "
                     f"removed it): refused, its rows would be missed; {lost}"
                 )
+
+
+def _not_appended(where: str, version: int, operation: str) -> BadInputError:
+    return BadInputError(
+        f"{where}: version {version} ({operation}) updates or deletes rows, but a stream input is append-only: declare "
+        "it in tables= with keys and the table's Change Data Feed"
+    )
 
 
 def _log_lost(table: Table, pipeline: str, first: int, stream: bool, latest: int) -> BadInputError:

@@ -62,6 +62,7 @@ NARROW_COLUMNS = [Column("order_id", S), Column("amount", Type.INT), Column("eve
 NARROW = delta_table("ext_narrow", path=BASE + "/narrow", columns=NARROW_COLUMNS)
 RENAMED = delta_table("ext_renamed", path=BASE + "/renamed", columns=ORDER_COLUMNS)
 VACUUMED = delta_table("ext_vacuumed", path=BASE + "/vacuumed", columns=ORDER_COLUMNS)
+GONE = delta_table("ext_gone", path=BASE + "/gone", columns=ORDER_COLUMNS)  # never written
 TOTALS = [Column("customer", S), Column("amount", L)]
 
 
@@ -289,6 +290,13 @@ def test_a_tables_log_start_is_read_once_per_run_and_anew_by_the_next_run(tmp_pa
     write_deltalake(path, pa.table({"k": [3]}))
     other_job_log.read_from(path, str(DeltaTable(path).metadata().id))  # another id: read again
     assert other_job_log.oldest_version(path) == 0
+
+
+def test_show_of_a_table_of_another_job_that_is_not_there_is_bad_input_as_for_run(base, tmp_path):
+    """It was TableReadError (exit 1: "retry"), the input unnamed."""
+    for read in (rows, query):
+        with pytest.raises(BadInputError, match=f"^input ext_gone: there is no Delta table at {base / 'gone'}$"):
+            read(Lake(tmp_path / "lake"), "ext_gone")
 
 
 def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_path):

@@ -21,7 +21,7 @@ from streamtable.core.errors import BadInputError, UnknownTableError
 from streamtable.core.schema import Type, arrow_schema
 from streamtable.core.tables import LINE, Table
 from streamtable.core.values import RecordError, parse_json, to_json, typed_value
-from streamtable.storage.delta_rs import delta_table, open_table
+from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake, resolve_lake
 from streamtable.storage.snapshot import current_rows
 
@@ -44,10 +44,10 @@ def table_spec(name: str) -> Table:
 
 
 def _read(lake: Lake, spec: Table) -> pa.Table:
-    if spec.external:  # a Delta table of another job, where it is: its declared columns
-        from streamtable.storage.external import location
+    if spec.external:  # a Delta table of another job, where it is: its declared columns (none there: bad input, as run)
+        from streamtable.storage.external import opened
 
-        return current_rows(delta_table(location(spec)), [c.name for c in spec.columns])
+        return current_rows(opened(spec), [c.name for c in spec.columns])
     delta = open_table(lake.table_path(spec.name))
     if delta is None:
         return arrow_schema(spec.columns).empty_table()

@@ -130,6 +130,9 @@ RUN_ELSEWHERE = {
     ".venv/bin/python bench/table_input.py --rows 1000 1000000 --changes 1000 --batches 4": (
         "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
     ),
+    ".venv/bin/python bench/table_input_appends.py --rows 1000 200000 --changes 1000 --batches 4": (
+        "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
+    ),
     ".venv/bin/python bench/merge_on_read.py --keys 1000000 10000000 --events 1000 --batches 5": (
         "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
     ),

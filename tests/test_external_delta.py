@@ -358,11 +358,14 @@ def test_updates_or_deletes_without_change_data_feed_or_in_a_stream_are_refused(
         .whenMatchedUpdateAll()
         .execute()
     )
+    said = pipeline_status(lake, "no_feed")  # before the run: status names its line, and writes nothing to the lake
+    assert not (tmp_path / "lake" / "_other_jobs").exists()
     with pytest.raises(BadInputError) as refused:
         run(lake, "no_feed")
     assert "\n" not in str(refused.value)
     assert f"input ext_no_feed ({base / 'no_feed'}): version 1 (MERGE) updates or deletes rows" in str(refused.value)
     assert "no Change Data Feed" in str(refused.value)
+    assert said.behind and {i.table: i.refused for i in said.inputs}["ext_no_feed"] == str(refused.value)
 
     write(spark, base / "deletes", REGIONS_DDL, start, **{"delta.enableChangeDataFeed": "true"})
     DeltaTable.forPath(spark, str(base / "deletes")).delete("user = 'alice'")
@@ -377,11 +380,15 @@ def test_updates_or_deletes_without_change_data_feed_or_in_a_stream_are_refused(
 def test_a_schema_that_does_not_fit_is_refused_naming_the_column(spark, base, tmp_path):
     lake = Lake(tmp_path / "lake")
     write(spark, base / "missing", "order_id STRING, amount BIGINT, event_time TIMESTAMP", [])
-    with pytest.raises(BadInputError, match=r"input ext_missing \(.*\): column customer is not in the table"):
+    with pytest.raises(BadInputError, match=r"input ext_missing \(.*\): column customer is not in the table") as e:
         run(lake, "missing")
+    assert pipeline_status(lake, "missing").inputs[0].refused == str(e.value)  # status says it too
     write(spark, base / "narrow", "order_id STRING, amount BIGINT, event_time TIMESTAMP", [])
-    with pytest.raises(BadInputError, match="column amount is int64 in the table, which does not widen losslessly"):
+    with pytest.raises(
+        BadInputError, match="column amount is int64 in the table, which does not widen losslessly"
+    ) as e:
         run(lake, "narrow")
+    assert pipeline_status(lake, "narrow").inputs[0].refused == str(e.value)
     assert table_version(lake.table_path("ext_missing")) is None  # nothing made in the lake for them
     with pytest.raises(BadInputError, match="ext_missing is a Delta table of another job .*it takes no records"):
         ingest_lines(lake, "ext_missing", order_lines(ORDERS[0]))

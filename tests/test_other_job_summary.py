@@ -65,6 +65,11 @@ def refusal(call: Callable[[], object]) -> str:
     return str(refused.value)
 
 
+def summaries(lake: Lake) -> list[str]:
+    """The summaries kept in the lake (each table's, by name)."""
+    return sorted(p.name for p in Path(lake.path("_other_jobs")).rglob("*.json"))
+
+
 def live_from_scratch(path: Path, version: int) -> dict[str, tuple[int, int]]:
     """Each live file's newest version, from the whole log (what the summaries must equal)."""
     live = {Path(f).name for f in DeltaTable(str(path), version=version).file_uris()}
@@ -95,9 +100,13 @@ def test_a_run_after_more_commits_reads_only_those_commits(tmp_path, reads):
     # a compaction of consumed rows (versions before 55) with new ones is still refused, from the summary
     append(path, 55)
     DeltaTable(str(path)).optimize.compact()  # version 56
+    kept = summaries(lake)  # status's check (`keep=False`) reads the summaries and keeps no new one
+    read_only = refusal(lambda: external.check_rewrites(lake, table, "p", 55, keep=False))
+    assert summaries(lake) == kept
     new_process(reads)
     refused = refusal(lambda: external.check_rewrites(lake, table, "p", 55))
     assert "version 56 (OPTIMIZE) rewrote rows this pipeline consumed together with rows of version 55 on" in refused
+    assert read_only == refused
     assert set(reads) <= {54, 55, 56}, sorted(reads)
 
 
@@ -115,9 +124,13 @@ def test_the_change_data_feeds_story_goes_on_from_the_last_run(tmp_path, reads):
     assert set(reads) <= {0, 21, 22, 23, 24}, sorted(reads)
 
     DeltaTable(str(path)).alter.set_table_properties({CHANGE_FEED: "false"})  # version 25
+    kept = summaries(lake)
+    read_only = refusal(lambda: external.check(lake, table, 0, stream=False, keep=False))  # status's: keeps none
+    assert summaries(lake) == kept
     new_process(reads)
     refused = refusal(lambda: external.check(lake, table, 0, stream=False))  # version 21 is told by the summary
     assert "version 21 (UPDATE) updates or deletes rows, but version 25 (SET TBLPROPERTIES) turned its" in refused
+    assert read_only == refused
     assert set(reads) <= {0, 24, 25}, sorted(reads)
 
 

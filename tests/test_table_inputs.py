@@ -127,6 +127,11 @@ def outputs(lake: Lake) -> tuple[list[dict], list[dict]]:
     return rows(lake, "revenue_per_customer"), rows(lake, "orders_per_status")
 
 
+def refused_by_status(lake: Lake, table: str) -> str | None:
+    """The line `status` gives for what order_totals' next run refuses of input `table`."""
+    return {i.table: i.refused for i in pipeline_status(lake, "order_totals").inputs}[table]
+
+
 def test_a_table_only_pipeline_follows_merges_updates_and_deletes(spark, pipelines, tmp_path):
     path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
     orders_job.create(spark, path)
@@ -238,6 +243,7 @@ def test_an_append_only_table_compacted_by_optimize_counts_each_row_once(spark, 
     message = str(refused.value)
     assert "\n" not in message and f"input orders ({path}): version 6 (OPTIMIZE) rewrote" in message
     assert "reprocess order_totals --input orders --from-version 6" in message
+    assert refused_by_status(lake, "orders") == message  # status names it too
 
 
 def test_two_rows_of_a_key_in_one_version_of_a_table_without_its_feed_are_refused(spark, pipelines, tmp_path):
@@ -272,6 +278,7 @@ def test_a_table_whose_change_data_feed_was_turned_off_is_refused_naming_that_ve
         "its Change Data Feed (delta.enableChangeDataFeed) off, and a table input is read through the feed at every "
         "version: refused, it would be misread"
     )
+    assert refused_by_status(lake, "orders") == str(refused.value)  # status names it too
 
 
 def test_a_table_whose_log_retention_removed_consumed_versions_is_read_on(spark, pipelines, tmp_path):
@@ -316,6 +323,7 @@ def test_a_table_whose_log_retention_removed_consumed_versions_is_read_on(spark,
     assert "\n" not in str(refused.value)
     assert f"input orders ({records}): its records from version 0 on" in str(refused.value)
     assert "no longer all in its log, which starts at version 1" in str(refused.value)
+    assert refused_by_status(Lake(tmp_path / "lake_of_records"), "orders") == str(refused.value)
 
 
 ORDER_COLUMNS = ("order_id", "customer", "status", "amount", "paid_at")

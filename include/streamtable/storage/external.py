@@ -52,8 +52,41 @@ def path_of(lake: Lake, name: str) -> str:
     return location(table) if table.external else lake.table_path(name)
 
 
+def check_readable(
+    lake: Lake, table: Table, pipeline: str, start: int, stream: bool, consumed: bool, delta: DeltaTable, *, keep: bool
+) -> bool:
+    """The checks a run makes of `table` before it reads it from version `start` (`consumed`: after versions its
+    pipeline consumed), in the run's order, so that `status` names the line the run would refuse it with; return
+    whether to read its Change Data Feed. With `keep` false nothing is written to the lake (what it keeps is read)."""
+    feed = check(lake, table, start if stream else 0, stream, delta, keep)
+    check_history(table, pipeline, start, stream, delta)  # what a read from `start` cannot read
+    if not feed and not stream and table.keys:  # its rows are records: its changes are told from them by version
+        require_whole_log(table)
+        if consumed:
+            check_rewrites(lake, table, pipeline, start, delta=delta, keep=keep)
+    return feed
+
+
+def require_whole_log(table: Table) -> None:
+    """BadInputError, in one line, when the table's log no longer holds its versions from 0 on."""
+    path = location(table)
+    oldest = oldest_version(path)
+    if oldest > 0:
+        raise BadInputError(
+            f"input {table.name} ({path}): its records from version 0 on (batch.table, and the rows of a keyed table "
+            f"without its Change Data Feed) are no longer all in its log, which starts at version {oldest} (the "
+            "table's log retention): refused, they would be read short; keep its delta.logRetentionDuration longer"
+        )
+
+
 def check_rewrites(
-    lake: Lake, table: Table, pipeline: str, start: int, last: int | None = None, delta: DeltaTable | None = None
+    lake: Lake,
+    table: Table,
+    pipeline: str,
+    start: int,
+    last: int | None = None,
+    delta: DeltaTable | None = None,
+    keep: bool = True,
 ) -> None:
     """Refuse, in one line, a keyed table input read by its files (no Change Data Feed) when a rewrite of its versions
     from `start` up to `last` (default: its latest) merged rows of versions before `start` (consumed) with rows of
@@ -76,7 +109,7 @@ def check_rewrites(
                 "reads the table anew"
             )
 
-    live_origins(lake, delta, path, upto, refuse_merged, start)
+    live_origins(lake, delta, path, upto, refuse_merged, start, keep)
 
 
 def file_spans(lake: Lake, table: Table, first: int, version: int) -> dict[str, Span]:
@@ -118,10 +151,12 @@ def opened(table: Table) -> DeltaTable:
     return delta
 
 
-def check(lake: Lake, table: Table, start: int, stream: bool, delta: DeltaTable | None = None) -> bool:
+def check(
+    lake: Lake, table: Table, start: int, stream: bool, delta: DeltaTable | None = None, keep: bool = True
+) -> bool:
     """Check that `table` (`delta`, when open) can be read as declared from version `start`; return whether to read its
     Change Data Feed. Read from the log's first version (a table input), what the log says is kept in the lake
-    (`other_job_summary`): a run reads the commits after the last one read.
+    (`other_job_summary`, unless not `keep`): a run reads the commits after the last one read.
 
     Raises BadInputError with one line naming the table (and the column or version) when it cannot.
     """
@@ -143,7 +178,7 @@ def check(lake: Lake, table: Table, start: int, stream: bool, delta: DeltaTable 
     oldest = oldest_version(path)
     start = min(max(start, oldest), latest)
     kept = lake if start == oldest else None  # a story from a later version is not read again: not kept
-    story = feed_story(kept, delta, path, start, latest, lambda: _feed_at(path, start))
+    story = feed_story(kept, delta, path, start, latest, lambda: _feed_at(path, start), keep)
     feed, changed, off = story.feed, story.changed, story.off
     if changed is not None:
         what = f"version {changed.version} ({changed.operation}) updates or deletes rows"

@@ -60,11 +60,17 @@ class FeedStory:
 
 
 def feed_story(
-    lake: Lake | None, delta: DeltaTable, path: str, start: int, last: int, feed_at_start: Callable[[], bool]
+    lake: Lake | None,
+    delta: DeltaTable,
+    path: str,
+    start: int,
+    last: int,
+    feed_at_start: Callable[[], bool],
+    keep: bool = True,
 ) -> FeedStory:
     """The feed's story of versions `start`..`last` of the table at `path` (`delta`, open), from the newest summary
     kept for `start` and the commits after it (`feed_at_start`: whether the feed is on at `start`, asked only when
-    there is none). Without a `lake`, from the commits alone, and nothing is kept."""
+    there is none), kept as a new summary unless not `keep`. Without a `lake`, from the commits alone."""
     kind = f"feed-from-{start}"
     kept = _newest(lake, delta, path, kind, last) if lake is not None else None
     if kept is None:
@@ -75,7 +81,7 @@ def feed_story(
         story = FeedStory(start, value["feed"], value["feed_from"], _seen(value["changed"]), _seen(value["off"]))
     for c in commits(path, version + 1, last):
         story = story.after(c)
-    if lake is not None and version < last:
+    if lake is not None and keep and version < last:
         _keep(lake, delta, path, kind, last, _story_json(story))
     return story
 
@@ -87,11 +93,13 @@ def live_origins(
     last: int,
     check: Callable[[Commit, dict[str, Origin]], None] | None = None,
     checked_from: int = 0,
+    keep: bool = True,
 ) -> dict[str, Origin]:
     """The origin spans (`other_job_log.origins`) of the data files live at version `last` of the table at `path`.
 
-    Read from the newest summary kept at or below `last` and the commits after it; with `check`, from one below
-    `checked_from`, and `check` sees each commit from `checked_from` on with the origins once it is read.
+    Read from the newest summary kept at or below `last` and the commits after it (kept as a new summary unless not
+    `keep`); with `check`, from one below `checked_from`, and `check` sees each commit from `checked_from` on with the
+    origins once it is read.
     """
 
     def step(found: dict[str, Origin], c: Commit) -> None:
@@ -104,7 +112,7 @@ def live_origins(
     below = last if check is None else min(last, checked_from - 1)
     kept = _newest(lake, delta, path, "origins", below)
     found = {name: Origin(*span) for name, span in kept[1].items()} if kept else {}
-    _fold(lake, delta, path, "origins", kept[0] if kept else -1, last, found, step, astuple)
+    _fold(lake, delta, path, "origins", kept[0] if kept else -1, last, found, step, astuple, keep)
     return found
 
 
@@ -145,12 +153,13 @@ def _fold(
     found: dict[str, T],
     step: Callable[[dict[str, T], Commit], None],
     plain: Callable[[T], tuple],
+    keep: bool = True,
 ) -> None:
     """Fold the commits after `version` up to `last` into `found` (what the summary `kind` says at `version`), and
-    keep it as the summary at `last` (each value as the list of its `plain` tuple)."""
+    (when `keep`) keep it as the summary at `last` (each value as the list of its `plain` tuple)."""
     for c in commits(path, version + 1, last):
         step(found, c)
-    if version < last:
+    if keep and version < last:
         _keep(lake, delta, path, kind, last, {name: list(plain(value)) for name, value in found.items()})
 
 

@@ -36,6 +36,7 @@ from streamtable.runtime.inputs.keyed_changes import (
     of_keys,
 )
 from streamtable.storage import external, other_job_log
+from streamtable.storage.external import require_whole_log
 from streamtable.storage.lake import Lake
 
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
@@ -68,14 +69,11 @@ def prepare(
         external.check_same_table(table, pipeline.name, read_ids.get(name), delta)
         if not stream and name not in consumed:  # its first batch takes its rows whole: older versions are not read
             start = max(start, other_job_log.oldest_version(external.location(table)))
-        change_feed[name] = external.check(lake, table, start if stream else 0, stream, delta)
-        external.check_history(table, pipeline.name, start, stream, delta)  # what a read from `start` cannot read
+        change_feed[name] = external.check_readable(
+            lake, table, pipeline.name, start, stream, name in consumed, delta, keep=True
+        )
         if not change_feed[name]:
             first[name] = start
-            if not stream and table.keys:  # its rows are records: its changes are told from them by version
-                require_whole_log(table)
-                if name in consumed:
-                    external.check_rewrites(lake, table, pipeline.name, start, delta=delta)
     return change_feed, first
 
 
@@ -237,18 +235,6 @@ def _listed(rows: DataFrame, table: Table, keys_of: DataFrame) -> SparkColumn:
     declared = _typed(rows, table).schema
     same = [k for k in table.keys if rows.schema[k].dataType == declared[k].dataType]
     return listed_keys(keys_of, [k for k in same if not isinstance(declared[k].dataType, TIMES)])
-
-
-def require_whole_log(table: Table) -> None:
-    """BadInputError, in one line, when the table's log no longer holds its versions from 0 on."""
-    path = external.location(table)
-    oldest = other_job_log.oldest_version(path)
-    if oldest > 0:
-        raise BadInputError(
-            f"input {table.name} ({path}): its records from version 0 on (batch.table, and the rows of a keyed table "
-            f"without its Change Data Feed) are no longer all in its log, which starts at version {oldest} (the "
-            "table's log retention): refused, they would be read short; keep its delta.logRetentionDuration longer"
-        )
 
 
 def from_change_feed(changes: DataFrame, table: Table) -> DataFrame:

@@ -4,8 +4,9 @@ Spark-free (delta-rs only), so `streamtable status` answers in about a second an
 supervisor can poll it. An input's lag is what its changelog holds beyond the newest version the
 pipeline's live generation has committed: Kafka's consumer lag, counted in records and in age. A Delta table of
 another job that the next run would refuse (no table at its path, another table than the one the generation read:
-deleted and made anew, whose versions are then all behind; versions to read that its log or VACUUM lost, or that drop
-or rename a column) is named with the run's one line (`refused`).
+deleted and made anew, whose versions are then all behind; a schema that does not fit; versions to read that its log or
+VACUUM lost, that drop or rename a column, that update rows the input cannot read so, or that compacted consumed rows
+with new ones) is named with the run's one line (`refused`), found by the run's own checks, which here write nothing.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def _read_ids(lake: Lake, pipeline: Pipeline, generation: int) -> dict[str, str]
 def _input_lag(lake: Lake, pipeline: Pipeline, name: str, consumed: int | None, read_id: str | None) -> InputLag:
     """An input's lag after version `consumed`, with what its next run refuses: every version of it is behind when
     the table there is not the one the generation read (deleted and made anew)."""
-    refused, anew = _refusal(pipeline, name, read_id, consumed)
+    refused, anew = _refusal(lake, pipeline, name, read_id, consumed)
     latest, unconsumed = unconsumed_commits(lake, name, None if anew else consumed)
     oldest = min((c["timestamp"] for c in unconsumed), default=None)
     return InputLag(
@@ -141,11 +142,13 @@ def _input_lag(lake: Lake, pipeline: Pipeline, name: str, consumed: int | None, 
     )
 
 
-def _refusal(pipeline: Pipeline, name: str, read_id: str | None, consumed: int | None) -> tuple[str | None, bool]:
+def _refusal(
+    lake: Lake, pipeline: Pipeline, name: str, read_id: str | None, consumed: int | None
+) -> tuple[str | None, bool]:
     """The one line the next run refuses a Delta table of another job with (None for any other input): no table at
     its path, another table than the generation read (then True: its versions are not the ones consumed,
-    `storage.external.check_same_table`), or versions to read that its log or its VACUUM lost, or that drop or rename
-    a column (`check_history`)."""
+    `storage.external.check_same_table`), or what the run's checks before it reads refuse (`check_readable`, here
+    keeping nothing in the lake: a summary not kept costs a read of the log)."""
     table = get_input(name)
     if not table.external:
         return None, False
@@ -163,7 +166,7 @@ def _refusal(pipeline: Pipeline, name: str, read_id: str | None, consumed: int |
     else:  # a first batch: a stream from its first version, a table's rows as they are
         first = 0 if stream else other_job_log.oldest_version(external.location(table))
     try:
-        external.check_history(table, pipeline.name, first, stream, delta)
+        external.check_readable(lake, table, pipeline.name, first, stream, consumed is not None, delta, keep=False)
     except BadInputError as e:
         return str(e), False
     return None, False

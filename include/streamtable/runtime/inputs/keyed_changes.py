@@ -79,7 +79,7 @@ def fold_change_feed(
         F.sum(F.when(F.col("_e.before"), -1).otherwise(1)).alias("_grown"),  # rows added less rows removed
     )
     unclear = ~F.col("_first0.before") | (F.col("_first0.id") != F.col("_first1.id")) | F.lit(not unique)
-    folded = folded.withColumn("_unclear", unclear)
+    folded = folded.withColumn("_unclear", unclear).localCheckpoint()  # (folded once, not at each use of its changes)
     removes = F.col("_last0.before")  # the key's last change removes a row
     # when every key had one row (the one its first change removed) and keeps one at most, its last change telling
     # which: no lookup, the table is not read (a MERGE on the keys: one Spark query, whether any key is otherwise)
@@ -88,10 +88,12 @@ def fold_change_feed(
         return _changed(folded.select(*keys, F.col("_first0.row").alias(OLD), _added(table, keys).alias(NEW))), unique
     found = held(folded.where("_unclear").select(*keys)).select(*keys, HELD, COUNT)
     before_rows = F.when(F.col("_unclear"), F.coalesce(COUNT, F.lit(0))).otherwise(1)
+    # (kept, read once: else the batch's every use of its changes read the table again, for the lookup)
     counted = (
         null_safe_join(folded, found, keys, "left")
         .withColumn("_after", before_rows + F.col("_grown"))  # the key's rows after the batch
         .withColumn(OLD, F.when(F.col("_unclear"), F.col(HELD)).otherwise(F.col("_first0.row")))
+        .localCheckpoint()
     )
     unnamed = removes & (F.col("_after") > 0)  # a removal left rows the feed does not name
     most, left = counted.agg(F.max("_after"), F.count_if(unnamed)).first() or (None, 0)

@@ -156,10 +156,7 @@ def read_written_rows(
     )
     rows = spark.read.format("delta").option("versionAsOf", version).load(path)
     if keys_of is not None:
-        declared = _typed(rows, table).schema  # (a column of another type than declared compares otherwise: unlisted)
-        same = [k for k in table.keys if rows.schema[k].dataType == declared[k].dataType]
-        # (nor a time: a collected timestamp is a naive local time, ambiguous in a clock's repeated hour)
-        rows = rows.where(listed_keys(keys_of, [k for k in same if not isinstance(declared[k].dataType, TIMES)]))
+        rows = rows.where(_listed(rows, table, keys_of))
     base = F.regexp_extract(F.col("_metadata.file_path"), r"[^/]*$", 0)
     typed = of_keys(_typed(rows, table, base.alias("_m_base")), keys_of, table.keys)
     spanned = typed.join(F.broadcast(mapping), F.col("_m_base") == F.col("_m_file"), "left")

@@ -63,6 +63,10 @@ BROKER_TIMEOUT_S = 15.0
 log = logging.getLogger("streamtable.ingest.kafka")
 
 
+class BrokerUnreachable(BadInputError):
+    """The broker did not answer within BROKER_TIMEOUT_S: a copy's start fails in one line; a follower goes on."""
+
+
 class _LibrdkafkaLog:
     """Where librdkafka's own lines go (confluent-kafka's `logger`): to streamtable's debug log, not stderr.
 
@@ -163,7 +167,7 @@ class Copier:
         try:
             metadata = self.consumer.list_topics(timeout=BROKER_TIMEOUT_S)  # all topics: asks for none by name
         except KafkaException as e:
-            raise BadInputError(f"cannot reach the Kafka broker at {self.bootstrap}: {e.args[0]}") from None
+            raise BrokerUnreachable(f"cannot reach the Kafka broker at {self.bootstrap}: {e.args[0]}") from None
         found = metadata.topics.get(self.topic)
         if found is None or found.error is not None or not found.partitions:
             raise BadInputError(f"Kafka topic {self.topic!r} does not exist on {self.bootstrap}")
@@ -245,7 +249,14 @@ class Copier:
         return recorded
 
     def _add_new_partitions(self) -> None:
-        new = [p for p in self._partitions() if p not in self.next]
+        """Take the partitions added to the topic since (--follow). A broker away (a restart, an outage longer than
+        BROKER_TIMEOUT_S) is no failure here: the consumer reconnects by itself, and the next refresh looks again."""
+        try:
+            found = self._partitions()
+        except BrokerUnreachable as e:
+            log.debug("partition refresh skipped: %s", e)
+            return
+        new = [p for p in found if p not in self.next]
         for p in new:
             self.low[p] = self._watermarks(p)[0]
             self.partitions.append(p)

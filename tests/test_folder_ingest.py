@@ -213,6 +213,25 @@ def test_a_nullable_column_a_csv_or_parquet_file_lacks_is_null_as_in_a_json_line
     assert regions == [("ann", None), ("bob", None), ("cy", None)]
 
 
+def test_a_column_named_in_another_case_or_with_spaces_refuses_the_file_where_it_would_read_as_null(lake, tmp_path):
+    """A spreadsheet's header `Region` (or ` region`) for the nullable `region` was ignored as undeclared: every
+    record's region was null, the file's regions lost, exit 0. The file is now refused, naming the fix."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    at = pa.array([datetime(2026, 3, 1, 10, 2, tzinfo=UTC)], pa.timestamp("ms", tz="UTC"))
+    write_csv(folder / "a.csv", ["user", "Region", "event_time"], [["ann", "eu", "2026-03-01T10:00:00Z"]])
+    pq.write_table(pa.table({"user": ["bob"], " region": ["us"], "event_time": at}), folder / "b.parquet")
+    write_csv(folder / "c.csv", ["User ", "region", "event_time"], [["cy", "eu", "2026-03-01T10:00:00Z"]])
+    code, out, err = run_main("ingest", "user_regions", str(folder), "--lake", str(lake.root))
+    assert (code, out) == (2, "")
+    fix = "(names match exactly); nothing of it was written"
+    assert [line.split(": ", 2)[1:] for line in err.splitlines()] == [
+        ["refused a.csv", f"column region is in its header as 'Region': rename it 'region' {fix}"],
+        ["refused b.parquet", f"column region is in its schema as ' region': rename it 'region' {fix}"],
+        ["refused c.csv", f"column user is in its header as 'User ': rename it 'user' {fix}"],
+    ]
+
+
 def test_csv_cells_are_typed_as_json_would_be_and_quarantine_names_the_file_line(lake, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()

@@ -21,7 +21,8 @@ its declared type or of one that widens to it losslessly (INT32 to LONG, FLOAT t
 DECIMAL(10,2), INT32 to DOUBLE, large or dictionary strings to STRING, any timestamp unit to TIMESTAMP).
 
 Missing columns. A nullable declared column that a CSV header or a Parquet schema lacks is null in each record
-of the file, as in a JSON line without it (so an input that gained a nullable column takes its older files).
+of the file, as in a JSON line without it (so an input that gained a nullable column takes its older files); one
+it names only in another case or with spaces around (`Region`) refuses the file (`file_columns.absent_columns`).
 
 Refused files. A file whose columns cannot fit TABLE (a declared column that is not nullable missing from a CSV
 header or a Parquet schema, or a Parquet column of a type that cannot widen losslessly) is refused before
@@ -59,6 +60,7 @@ from streamtable.core.registry import get_input
 from streamtable.core.schema import Type, widens
 from streamtable.core.tables import Table
 from streamtable.core.values import json_ready
+from streamtable.ingest.file_columns import RefusedFile, absent_columns
 from streamtable.ingest.files import MAX_LINE_BYTES, IdRegistry, IngestResult, ingest_file, ingest_stream
 from streamtable.ingest.record_parser import parse_json
 
@@ -67,10 +69,6 @@ KINDS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"
 PARQUET_BATCH_ROWS = 4096
 POLL_INTERVAL = 1.0
 _JSON_CELLS = frozenset({"long", "int", "double", "float", "decimal", "boolean", "array", "map", "struct"})
-
-
-class RefusedFile(Exception):
-    """A file whose columns cannot fit its table: the message names the column."""
 
 
 @dataclass
@@ -237,9 +235,7 @@ def csv_lines(table: Table, text: io.TextIOBase, name: str) -> Iterator[bytes]:
     header = next(reader, None)
     if header is None:
         return iter(())
-    missing = [c.name for c in table.columns if c.name not in header and not c.nullable]  # a nullable one: null
-    if missing:
-        raise RefusedFile(f"column {missing[0]} is not in its header")
+    absent_columns(table, header, "header")
     twice = [c.name for c in table.columns if header.count(c.name) > 1]
     if twice:
         raise RefusedFile(f"column {twice[0]} is in its header twice")
@@ -285,12 +281,13 @@ def parquet_lines(table: Table, parquet: pq.ParquetFile, name: str) -> Iterator[
     """The JSON lines of a Parquet file's rows, one per row. Checks its schema first (raises RefusedFile)."""
     schema = parquet.schema_arrow
     present = []
+    absent = absent_columns(table, schema.names, "schema")
     for column in table.columns:
-        index = schema.get_field_index(column.name)
-        if index < 0 and column.nullable and column.name not in schema.names:
+        if column.name in absent:
             continue  # read as null, as in a JSON line without it
-        if index < 0:
-            raise RefusedFile(f"column {column.name} is not in its schema")
+        index = schema.get_field_index(column.name)
+        if index < 0:  # named twice
+            raise RefusedFile(f"column {column.name} is in its schema twice")
         present.append(column.name)
         found = schema.field(index).type
         if not widens(found, column.type):

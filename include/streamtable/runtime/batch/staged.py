@@ -158,8 +158,7 @@ class StagedBatch:
         unique = unique_keys.keys_unique(self.spark, lake, input_table, earlier, pipeline)
         # (a key's rows as of the version the runs before consumed, and as of this run's, looked up by key)
         held, now = (
-            partial(other_jobs.read_written_rows, self.spark, lake, input_table, version, counted=True)
-            for version in (earlier, bound)
+            partial(other_jobs.read_held_rows, self.spark, lake, input_table, version) for version in (earlier, bound)
         )
         good = F.col(other_jobs.REASON).isNull()
         changes, unique_after = keyed_changes.fold_change_feed(rows, input_table, good, held, unique, now)

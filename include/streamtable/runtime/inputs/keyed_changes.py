@@ -152,11 +152,26 @@ def latest_rows(changelog: DataFrame, table: Table, present: SparkColumn) -> Dat
     return latest.where(F.col("_row").isNotNull()).select("_row.*")
 
 
-def latest_written(rows: DataFrame, table: Table, present: SparkColumn, counted: bool = False) -> DataFrame:
+def latest_written(rows: DataFrame, table: Table, present: SparkColumn) -> DataFrame:
     """A Delta table's rows (with `_oldest` and `_newest`: the span of versions each may have been written at,
     `storage.row_versions`) as one row per key: the key's row written last, unless it breaks the input's rules; the
-    batch fails, in one line, when two different rows of a key are not ordered by their spans. `counted`: per key,
-    its key columns, that row as `_held` (null when it breaks the rules) and its number of rows, `_rows`."""
+    batch fails, in one line, when two different rows of a key are not ordered by their spans."""
+    per_key, written_last = _written_per_key(rows, table, present)
+    latest = per_key.select(written_last.alias("_row"))
+    return latest.where(F.col("_row").isNotNull()).select("_row.*")
+
+
+def held_written(rows: DataFrame, table: Table, present: SparkColumn) -> DataFrame:
+    """`latest_written` as a keyed lookup: per key, its key columns, its row written last as `_held` (null when it
+    breaks the input's rules) and its number of rows, `_rows`."""
+    keys = require_keys(table)
+    per_key, written_last = _written_per_key(rows, table, present)
+    return per_key.select(*keys, written_last.alias(HELD), F.size("_all").alias(COUNT))
+
+
+def _written_per_key(rows: DataFrame, table: Table, present: SparkColumn) -> tuple[DataFrame, SparkColumn]:
+    """Per key of `rows` (`latest_written`): its rows' spans, `_all`, and the row written last (failing the batch
+    when two different rows are not ordered by their spans)."""
     keys = require_keys(table)
     row = F.when(present, F.struct(*[c.name for c in table.columns]))
     written = F.struct(F.col(NEWEST).alias("newest"), F.col(OLDEST).alias("oldest"), row_id(table, row).alias("id"))
@@ -173,11 +188,7 @@ def latest_written(rows: DataFrame, table: Table, present: SparkColumn, counted:
         "vectors copied one into a new file), and the table's files do not say which is the later: refused; give each "
         "key one row (the other job's MERGE on its keys)",
     )
-    written_last = F.when(unordered, refused).otherwise(F.col("_row"))
-    if counted:
-        return per_key.select(*keys, written_last.alias(HELD), F.size("_all").alias(COUNT))
-    latest = per_key.select(written_last.alias("_row"))
-    return latest.where(F.col("_row").isNotNull()).select("_row.*")
+    return per_key, F.when(unordered, refused).otherwise(F.col("_row"))
 
 
 def _latest(table: Table, row: SparkColumn, order: SparkColumn) -> SparkColumn:

@@ -31,6 +31,7 @@ from streamtable.runtime.inputs.keyed_changes import (
     CHANGE,
     NEWEST,
     OLDEST,
+    held_written,
     latest_rows,
     latest_written,
     of_keys,
@@ -140,13 +141,27 @@ def read_rows(spark: SparkSession, lake: Lake, table: Table, version: int, chang
 
 
 def read_written_rows(
-    spark: SparkSession, lake: Lake, table: Table, version: int, keys_of: DataFrame | None = None, counted: bool = False
+    spark: SparkSession, lake: Lake, table: Table, version: int, keys_of: DataFrame | None = None
 ) -> DataFrame:
     """A keyed table input's rows at `version` when it is read through its Change Data Feed, one per key, with
     `_reason` (null): Delta's snapshot (deletion vectors and column mapping applied), and of a key's rows (a row
     appended with a key the table held is its update) the one written last, as the spans of versions of the files
-    holding them tell (`storage.row_versions`). With `keys_of`, only the rows of its keys (a lookup). `counted`: per
-    key, its key columns, that row (`_held`) and how many rows it has (`_rows`; `keyed_changes.latest_written`)."""
+    holding them tell (`storage.row_versions`). With `keys_of`, only the rows of its keys (a lookup)."""
+    spanned = _spanned_rows(spark, lake, table, version, keys_of)
+    latest = latest_written(spanned, table, F.col(REASON).isNull())
+    return latest.withColumn(REASON, F.lit(None).cast("string"))
+
+
+def read_held_rows(spark: SparkSession, lake: Lake, table: Table, version: int, keys_of: DataFrame) -> DataFrame:
+    """`read_written_rows` of the keys of `keys_of` as a keyed lookup: per key, its key columns, its row written last
+    (`_held`) and how many rows it has (`_rows`; `keyed_changes.held_written`)."""
+    spanned = _spanned_rows(spark, lake, table, version, keys_of)
+    return held_written(spanned, table, F.col(REASON).isNull())
+
+
+def _spanned_rows(spark: SparkSession, lake: Lake, table: Table, version: int, keys_of: DataFrame | None) -> DataFrame:
+    """The table's rows at `version` (of the keys of `keys_of` when given), typed, with `_reason` and the span of
+    versions each may have been written at (`_oldest`, `_newest`: of its file, `storage.row_versions`)."""
     path = external.location(table)
     first = other_job_log.oldest_version(path)
     spans = external.file_spans(lake, table, first, version)
@@ -162,8 +177,7 @@ def read_written_rows(
     spanned = typed.join(F.broadcast(mapping), F.col("_m_base") == F.col("_m_file"), "left")
     older = F.lit(first - 1)  # a file added before the log's first version
     spanned = spanned.withColumn(OLDEST, F.coalesce(OLDEST, older)).withColumn(NEWEST, F.coalesce(NEWEST, older))
-    latest = latest_written(with_reasons(spanned, table), table, F.col(REASON).isNull(), counted)
-    return latest if counted else latest.withColumn(REASON, F.lit(None).cast("string"))
+    return with_reasons(spanned, table)
 
 
 def listed_keys(keys_of: DataFrame, keys: Sequence[str]) -> SparkColumn:

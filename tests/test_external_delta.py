@@ -21,15 +21,18 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from helpers import CLI
+from reference import written_last_changes
 from streamtable.core import registry
 from streamtable.core.errors import BadInputError
+from streamtable.core.values import to_json
 from streamtable.ingest.files import ingest_lines
 from streamtable.requests import reprocess_arguments
 from streamtable.runtime.commands.lifecycle import reprocess, run
+from streamtable.runtime.observe.explain import explain
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.runtime.query import checkpoint
 from streamtable.storage import other_job_log
-from streamtable.storage.delta_rs import table_version
+from streamtable.storage.delta_rs import CHANGE_FEED, table_version
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import query, rows
 
@@ -63,6 +66,11 @@ NARROW = delta_table("ext_narrow", path=BASE + "/narrow", columns=NARROW_COLUMNS
 RENAMED = delta_table("ext_renamed", path=BASE + "/renamed", columns=ORDER_COLUMNS)
 VACUUMED = delta_table("ext_vacuumed", path=BASE + "/vacuumed", columns=ORDER_COLUMNS)
 GONE = delta_table("ext_gone", path=BASE + "/gone", columns=ORDER_COLUMNS)  # never written
+# keyed tables another job appends a key to again (delta-rs): without, with the Change Data Feed, with deletion vectors
+APPENDED, APPENDED_FEED, APPENDED_DV = (
+    delta_table("ext_" + name, path=BASE + "/" + name, columns=REGIONS.columns, keys=["user"])
+    for name in ("appended", "appended_feed", "appended_dv")
+)
 TOTALS = [Column("customer", S), Column("amount", L)]
 
 
@@ -111,6 +119,7 @@ VACUUMED_P = counted("vacuumed", ("ext_vacuumed",))
 # amount INT widens to the declared LONG; `note` is not declared (not read)
 ORDERS_DDL = "order_id STRING, customer STRING, amount INT, event_time TIMESTAMP, note STRING"
 REGIONS_DDL = "user STRING, region STRING, event_time TIMESTAMP"
+DELETION_VECTORS = "delta.enableDeletionVectors"
 
 
 def at(text: str) -> datetime:
@@ -297,6 +306,50 @@ def test_show_of_a_table_of_another_job_that_is_not_there_is_bad_input_as_for_ru
     for read in (rows, query):
         with pytest.raises(BadInputError, match=f"^input ext_gone: there is no Delta table at {base / 'gone'}$"):
             read(Lake(tmp_path / "lake"), "ext_gone")
+
+
+def test_show_query_and_explain_of_a_keyed_table_of_another_job_give_each_keys_row_written_last(base, tmp_path):
+    """They printed every row of a key the other job appended again, where a pipeline's table input takes the key's
+    row written last; two rows of a key with no order are refused in one line, as the pipeline's batch is."""
+    lake = Lake(tmp_path / "lake")
+
+    def region(user: str, name: str, day: str) -> dict:
+        return {"user": user, "region": name, "event_time": at(f"2026-01-{day}T00:00:00")}
+
+    versions = [[region("alice", "asia", "01"), region("bob", "europe", "01")], [region("alice", "europe", "02")]]
+    versions[1].append(region("dan", "asia", "02"))
+    inserts = [(r["user"], r, "insert", v) for v, rows_of in enumerate(versions) for r in rows_of]
+    alice = {}  # her row written last in each table
+    for name, feed in (("appended", "false"), ("appended_feed", "true")):
+        path = str(base / name)
+        for rows_of in versions:
+            write_deltalake(path, pa.Table.from_pylist(rows_of), mode="append", configuration={CHANGE_FEED: feed})
+        changes = inserts
+        if feed == "true":  # a DELETE of alice's row written last (copying dan's): the one before it is hers again
+            DeltaTable(path).delete("user = 'alice' AND region = 'europe'")
+            changes = [*inserts, ("alice", versions[1][0], "delete", 2)]
+        written_last = {key: new for key, (_, new) in written_last_changes([], changes)[0].items()}
+        table = "ext_" + name
+        assert rows(lake, table) == [written_last[k] for k in sorted(written_last) if written_last[k]], name
+        assert query(lake, table, "alice") == [written_last["alice"]], name
+        assert explain(lake, table, "alice")[0]["row"] == to_json(written_last["alice"]), name
+        alice[name] = written_last["alice"]
+    # two rows of a key that one commit added: no order, refused (those of other keys are still told)
+    path = str(base / "appended")
+    cy = [region("cy", "asia", "03"), region("cy", "europe", "03")]
+    write_deltalake(path, pa.Table.from_pylist(cy), mode="append")
+    two = r'^input ext_appended: key \{"user":"cy"\} has two rows at version 2 or before \(one commit added both, '
+    for read in (partial(rows, lake, "ext_appended"), partial(query, lake, "ext_appended", "cy")):
+        with pytest.raises(BadInputError, match=two):
+            read()
+    assert query(lake, "ext_appended", "alice") == [alice["appended"]]
+    # deletion vectors: delta-rs reads such a table with no file per row, so a key's rows cannot be ordered: refused
+    path = str(base / "appended_dv")
+    for rows_of in versions:
+        write_deltalake(path, pa.Table.from_pylist(rows_of), mode="append", configuration={DELETION_VECTORS: "true"})
+    with pytest.raises(BadInputError, match='key user="alice" has 2 rows, and with deletion vectors its files do not'):
+        query(lake, "ext_appended_dv", "alice")
+    assert query(lake, "ext_appended_dv", "bob") == [versions[0][1]]
 
 
 def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_path):

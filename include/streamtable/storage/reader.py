@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from streamtable.core.tables import LINE, Table
 from streamtable.core.values import RecordError, parse_json, to_json, typed_value
 from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake, resolve_lake
+from streamtable.storage.other_job_rows import Where
 from streamtable.storage.snapshot import current_rows
 
 
@@ -43,16 +45,19 @@ def table_spec(name: str) -> Table:
         raise UnknownTableError(f"unknown table {name!r}; tables are: {known}{folders_hint()}") from None
 
 
-def _read(lake: Lake, spec: Table) -> pa.Table:
-    if spec.external:  # a Delta table of another job, where it is: its declared columns (none there: bad input, as run)
-        from streamtable.storage.external import opened
+def _read(lake: Lake, spec: Table, where: Where = None) -> pa.Table:
+    """The table's current rows, those `where` keeps (all when None)."""
+    if spec.external:  # another job's table, where it is, as a pipeline reads it (none there: bad input, as run)
+        from streamtable.storage import other_job_rows
 
-        return current_rows(opened(spec), [c.name for c in spec.columns])
+        return other_job_rows.current_rows(spec, where)
     delta = open_table(lake.table_path(spec.name))
     if delta is None:
-        return arrow_schema(spec.columns).empty_table()
-    data = current_rows(delta)  # deletion vectors applied (a merge-on-read output)
-    return data.select([c for c in data.column_names if c != LINE])
+        data = arrow_schema(spec.columns).empty_table()
+    else:
+        data = current_rows(delta)  # deletion vectors applied (a merge-on-read output)
+        data = data.select([c for c in data.column_names if c != LINE])
+    return data if where is None else where(data)
 
 
 def _sorted(data: pa.Table, spec: Table) -> pa.Table:
@@ -88,8 +93,7 @@ def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
     if len(key) > len(keys):
         raise BadInputError(f"{table} is keyed by {', '.join(keys)}: got {len(key)} values")
     types = {c.name: c.type for c in spec.columns}
-    data = _read(lake, spec)
-    mask = None
+    values = {}
     for column, text in zip(keys, key, strict=False):
         try:
             value = _parse_key(types[column], text)
@@ -100,11 +104,17 @@ def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
                 else f"{table} is a stream: KEY... are matched to {', '.join(keys)} in that order"
             )
             raise BadInputError(f"{table}.{column}: {e}; {order}") from None
+        values[column] = value
+    return _pylist(_sorted(_read(lake, spec, partial(_equal, values)), spec))
+
+
+def _equal(values: dict[str, object], data: pa.Table) -> pa.Table:
+    """The rows of `data` whose columns equal `values` (column -> value)."""
+    mask = None
+    for column, value in values.items():
         term = pc.equal(data[column], pa.scalar(value, data.schema.field(column).type))
         mask = term if mask is None else pc.and_(mask, term)
-    if mask is not None:
-        data = data.filter(mask)
-    return _pylist(_sorted(data, spec))
+    return data if mask is None else data.filter(mask)
 
 
 def _pylist(data: pa.Table) -> list[dict]:

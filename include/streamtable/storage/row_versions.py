@@ -38,3 +38,19 @@ def add_spans(found: dict[str, Span], c: Commit, first: int) -> None:
             found[name] = rewrite
         elif name not in found:  # (a file added again: a deletion vector changed, its rows did not)
             found[name] = kept if c.changes_rows else (c.version, c.version)
+
+
+UNORDERED = (  # why two different rows of a key cannot be ordered by their spans, and what to do (after the version)
+    " or before (one commit added both, an OPTIMIZE compacted them, or an UPDATE or MERGE without deletion vectors "
+    "copied one into a new file), and the table's files do not say which is the later: refused; give each key one row "
+    "(the other job's MERGE on its keys)"
+)
+
+
+def written_last(rows: list[tuple[dict, Span]]) -> tuple[dict, int | None]:
+    """Of a key's rows, each with its file's span, the one written last (greatest newest, then oldest version), and
+    None; or that row and the version at which another, different row may have been written as late (no order: the
+    key is refused, `UNORDERED`). The rule `runtime.inputs.keyed_changes.latest_written` applies in a Spark job."""
+    row, (oldest, newest) = max(rows, key=lambda r: (r[1][1], r[1][0]))
+    tied = any(other != row and span[1] >= oldest for other, span in rows)
+    return row, newest if tied else None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pyarrow as pa
 
@@ -31,7 +32,7 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.records import Records
 from streamtable.core.registry import current as registry, get_input
 from streamtable.core.schema import arrow_schema
-from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE
+from streamtable.core.tables import COMMIT_VERSION as VERSION, LINE, Table
 from streamtable.core.timefmt import format_time
 from streamtable.core.values import to_json
 from streamtable.core.window_checks import definition_parts
@@ -41,8 +42,8 @@ from streamtable.runtime.committed import Consumed, committed_batches, recorded_
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.progress import history
-from streamtable.storage import row_history
-from streamtable.storage.delta_rs import delta_table, log_entry, open_table
+from streamtable.storage import other_job_rows, row_history
+from streamtable.storage.delta_rs import DeltaTable, delta_table, log_entry, open_table
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import Lake, resolve_lake
 from streamtable.storage.reader import _parse_key, table_spec
@@ -68,12 +69,11 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
     schema = arrow_schema(spec.columns)
     path = path_of(lake, table)
     delta = open_table(path)
-    if delta is None:
-        now, changes = schema.empty_table(), pa.schema(list(schema) + row_history.CHANGE_COLUMNS).empty_table()
-    else:
-        changes = row_history.changes(delta, wanted, schema)
+    now, changes = schema.empty_table(), pa.schema(list(schema) + row_history.CHANGE_COLUMNS).empty_table()
+    if delta is not None:  # (another job's table may have no feed since version 0: then no history)
         whole = row_history.whole_feed(delta, path)
-        now = row_history.rows_left(changes, keys, schema) if whole else row_history.current_rows(delta, wanted, schema)
+        changes = row_history.changes(delta, wanted, schema) if whole or not spec.external else changes
+        now = _current(spec, delta, wanted, schema, changes if whole else None)
     owner = registry().writer(table)
     writers = Writers(lake, path, owner)
     lag = _lag(lake, owner) if owner else None
@@ -97,6 +97,16 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
         none = {"table": table, "key": to_json(wanted), "current": True, "row": None, "change": None, "version": None}
         explained.append(none | (lag or {}) | (input_records(lake, owner, table, None, none) if records else {}))
     return explained
+
+
+def _current(spec: Table, delta: DeltaTable, key: dict, schema: pa.Schema, whole: pa.Table | None) -> pa.Table:
+    """The rows of `key` now: of another job's table, as a pipeline reads them (a key's row written last); of an
+    output, those its whole feed's changes (`whole`) leave, else its snapshot's."""
+    if spec.external:
+        return other_job_rows.current_rows(spec, partial(row_history.matching, key=key, schema=schema))
+    if whole is not None:
+        return row_history.rows_left(whole, spec.sort_columns, schema)
+    return row_history.current_rows(delta, key, schema)
 
 
 def command(lake: str, table: str) -> str:

@@ -25,6 +25,7 @@ from pyspark.sql import Column as SparkColumn, DataFrame, functions as F
 
 from streamtable.core.errors import INPUT_REFUSED, OperatorArgumentError
 from streamtable.core.tables import COMMIT_VERSION, LINE, Table
+from streamtable.storage.row_versions import UNORDERED
 
 CHANGE = "_change"  # a Change Data Feed row's `_change_type`, kept for the fold
 OLD, NEW = "old", "new"
@@ -184,9 +185,7 @@ def _written_per_key(rows: DataFrame, table: Table, present: SparkColumn) -> tup
         table,
         F.to_json(F.struct(*keys)),
         top["newest"].cast("string"),
-        " or before (one commit added both, an OPTIMIZE compacted them, or an UPDATE or MERGE without deletion "
-        "vectors copied one into a new file), and the table's files do not say which is the later: refused; give each "
-        "key one row (the other job's MERGE on its keys)",
+        UNORDERED,
     )
     return per_key, F.when(unordered, refused).otherwise(F.col("_row"))
 

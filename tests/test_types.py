@@ -141,6 +141,18 @@ def test_declarations_render_for_arrow_and_spark_and_keys_are_checked():
         Column("c", "long")  # type: ignore[arg-type]
 
 
+def test_a_column_name_with_a_dot_is_refused_where_it_is_declared_and_spaces_and_capitals_are_kept():
+    """`Column("unit.price", ...)` was taken, then every run failed at `batch.new` with Spark's UNRESOLVED_COLUMN
+    (its select read the name as a struct's field), a line that did not name the fix; the file is now broken at the
+    declaration's line, naming the name to use. Spaces and capitals stay allowed (quoted in Spark's DDL)."""
+    refused = r"^column 'unit\.price': .* may not hold a '\.' .*: name it 'unit_price'$"
+    with pytest.raises(DeclarationError, match=refused):
+        Column("unit.price", Type.decimal(10, 2))
+    with pytest.raises(DeclarationError, match="may not hold"):
+        Type.struct([Column("a.b", Type.LONG)])
+    assert spark_ddl((Column("Unit Price", Type.LONG),)) == "`Unit Price` BIGINT"
+
+
 def test_a_total_past_its_columns_declared_digits_fails_naming_the_table_column_and_what_to_do(tmp_path):
     """Revenue declared DECIMAL(6, 2) reaching 10000.00: the batch failed with Arrow's bare `ArrowInvalid: Decimal
     value does not fit in precision 6`, naming no table or column (staged rows are read back as the declared types)."""

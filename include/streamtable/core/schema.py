@@ -154,7 +154,8 @@ for _kind in _SCALARS:
 @dataclass(frozen=True)
 class Column:
     """A column of a table (or a field of a struct): a record without a value for it is quarantined unless it is
-    `nullable`.
+    `nullable`. Its name is matched exactly, spaces and capitals too; a name holding a `.` is refused (Spark reads
+    `unit.price` as the field `price` of a struct `unit`).
 
         Column("region", Type.STRING, nullable=True)
     """
@@ -166,6 +167,11 @@ class Column:
     def __post_init__(self) -> None:
         if not isinstance(self.type, Type):
             raise DeclarationError(f"column {self.name!r}: {self.type!r} is not a Type")
+        if "." in self.name:
+            raise DeclarationError(
+                f"column {self.name!r}: a column's name may not hold a '.' (Spark reads it as a struct's field): "
+                f"name it {self.name.replace('.', '_')!r}"
+            )
 
 
 def _quoted(name: str) -> str:

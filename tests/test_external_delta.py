@@ -287,18 +287,18 @@ def test_a_tables_log_start_is_read_once_per_run_and_anew_by_the_next_run(tmp_pa
     path, retention = str(tmp_path / "orders"), {"delta.logRetentionDuration": "interval 0 seconds"}
     write_deltalake(path, pa.table({"k": [1]}), configuration=retention)
     write_deltalake(path, pa.table({"k": [2]}), mode="append")
-    other_job_log.new_run()
     other_job_log.read_from(path, str(DeltaTable(path).metadata().id))  # (as a run opens the table first)
-    assert other_job_log.oldest_version(path) == 0
-    DeltaTable(path).create_checkpoint()
-    DeltaTable(path).cleanup_metadata()  # version 0 is gone from the log
-    assert other_job_log.oldest_version(path) == 0  # as this run read it
-    other_job_log.new_run()
-    assert other_job_log.oldest_version(path) == 1
-    shutil.rmtree(path)
-    write_deltalake(path, pa.table({"k": [3]}))
-    other_job_log.read_from(path, str(DeltaTable(path).metadata().id))  # another id: read again
-    assert other_job_log.oldest_version(path) == 0
+    with other_job_log.one_run(other_job_log.LogStarts()):
+        assert other_job_log.oldest_version(path) == 0
+        DeltaTable(path).create_checkpoint()
+        DeltaTable(path).cleanup_metadata()  # version 0 is gone from the log
+        assert other_job_log.oldest_version(path) == 0  # as this run read it
+    with other_job_log.one_run(other_job_log.LogStarts()):  # the next run
+        assert other_job_log.oldest_version(path) == 1
+        shutil.rmtree(path)
+        write_deltalake(path, pa.table({"k": [3]}))
+        other_job_log.read_from(path, str(DeltaTable(path).metadata().id))  # another id: read again
+        assert other_job_log.oldest_version(path) == 0
 
 
 def test_show_of_a_table_of_another_job_that_is_not_there_is_bad_input_as_for_run(base, tmp_path):

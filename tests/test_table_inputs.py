@@ -47,7 +47,7 @@ from streamtable.runtime.inputs.keyed_changes import (
 )
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.runtime.query import streaming
-from streamtable.storage import row_versions
+from streamtable.storage import other_job_log, row_versions
 from streamtable.storage.delta_rs import log_entry, table_version
 from streamtable.storage.external import CHANGE_FEED
 from streamtable.storage.lake import Lake
@@ -562,19 +562,22 @@ def test_a_key_appended_again_is_its_update_with_the_change_data_feed_as_without
 def test_a_column_renamed_while_serve_runs_is_refused_in_the_line_run_gives(spark, pipelines, tmp_path, monkeypatch):
     """The other job renamed a column while `serve` ran: Spark's streaming read failed on it, and serve ended with
     Spark's error (exit 1), where `run` refuses in one line (exit 2) before Spark starts. Serve now ends with run's
-    line."""
+    line. (Where the table's log starts is read once by serve's start and its first batch, a run: it was read twice.)"""
     path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
     orders_job.create(spark, path, column_mapping=True)
     write_pipeline(pipelines, path)
     orders_job.insert(spark, path, range(0, 3), random.Random(41))
     monkeypatch.setattr(streaming, "HEARTBEAT_EVERY_S", 0.2)  # serve sees its query end at once
+    probes, log_start = [], other_job_log.log_start
+    monkeypatch.setattr(other_job_log, "log_start", lambda p: probes.append(p) or log_start(p))
 
-    ended = threading.Event()
+    ended, first_batch_probes = threading.Event(), []
 
     def rename_once_served() -> None:
         while table_version(lake.table_path("orders_per_status")) is None or not rows(lake, "orders_per_status"):
             if ended.wait(0.2):
                 return
+        first_batch_probes.append(len(probes))
         spark.sql(f"ALTER TABLE delta.`{path}` RENAME COLUMN status TO state")
         if not ended.wait(120):  # (serve went on: it stops, and the test fails; never once the test is over, when
             signal.raise_signal(signal.SIGTERM)  # SIGTERM would end the process that runs the next tests)
@@ -594,6 +597,7 @@ def test_a_column_renamed_while_serve_runs_is_refused_in_the_line_run_gives(spar
         run(lake, "order_totals")
     assert str(served.value) == str(ran.value) and "\n" not in str(ran.value)
     assert "column status is not in the table" in str(ran.value)
+    assert first_batch_probes == [1]
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from streamtable.runtime.committed import BATCHES_SCHEMA, Consumed, committed_ba
 from streamtable.runtime.inputs.changelogs import KeptChangelogs, read_changelog
 from streamtable.storage import delta_rs, keyed, merge_on_read
 from streamtable.storage.lake import BATCHES, Lake
+from streamtable.storage.other_job_log import LogStarts
 from streamtable.storage.store import join, spark_path
 
 DECLARATION = "declaration.json"  # beside a generation: the declaration it started with (`commands.declaration`)
@@ -43,6 +44,9 @@ class RunContext:
     # ... and where the generation's checkpoint goes on in each (its newest end offset), read once when a run starts
     positions: dict[str, dict] = field(default_factory=dict)
     kept: KeptChangelogs | None = None  # `serve`: its table inputs' changelogs, kept across its batches
+    # where the logs of other jobs' tables start, read once for the run (`serve`: for its start and first batch; each
+    # later batch is a run of its own, `query.handler`)
+    log_starts: LogStarts = field(default_factory=LogStarts)
 
     @property
     def app_id(self) -> str:

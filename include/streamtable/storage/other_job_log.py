@@ -1,11 +1,14 @@
 """What the log of another job's Delta table says, commit by commit: the data files each version added (a data
 change, or a rewrite of other files' rows), the schema it set, whether it turned the Change Data Feed on or off, and
-which versions the log still holds. Spark-free: the log's JSON commits, read once per process.
+which versions the log still holds. Spark-free: the log's JSON commits, read once per process; where the log starts,
+once per run (`LogStarts`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -36,7 +39,6 @@ class Commit:
 
 _COMMITS: dict[tuple[str, int], Commit] = {}  # commits never change: each is read once per process
 _TABLE_IDS: dict[str, str] = {}  # the id of the table at each path the commits above were read from
-_LOG_STARTS: dict[str, int] = {}  # the oldest version in each table's log, read once per run (`new_run`)
 
 
 def read_from(path: str, table_id: str) -> None:
@@ -45,14 +47,7 @@ def read_from(path: str, table_id: str) -> None:
     if _TABLE_IDS.get(path, table_id) != table_id:
         for key in [k for k in _COMMITS if k[0] == path]:
             del _COMMITS[key]
-        _LOG_STARTS.pop(path, None)
     _TABLE_IDS[path] = table_id
-
-
-def new_run() -> None:
-    """A run (or a serve batch) starts: the oldest versions the tables' logs hold are read again, once each, as the
-    other jobs' log retention moves them between runs."""
-    _LOG_STARTS.clear()
 
 
 def commit(path: str, version: int) -> Commit:
@@ -137,16 +132,45 @@ def file_versions(path: str, first: int, last: int) -> dict[str, tuple[int, int]
     return {name: (o.newest, o.timestamp) for name, o in origins(path, first, last).items()}
 
 
+class LogStarts:
+    """Where each table's log starts (the oldest version it holds), read once per table for one run: its checks and
+    reads see one start, and the next run reads it anew, as the other jobs' log retention moves it between runs. A
+    table made anew at the path (another id, `read_from`) is read again."""
+
+    def __init__(self) -> None:
+        self._starts: dict[str, tuple[str | None, int]] = {}  # path -> (the table's id when read, its log start)
+
+    def oldest_version(self, path: str) -> int:
+        table_id = _TABLE_IDS.get(path)
+        found = self._starts.get(path)
+        if found is None or found[0] != table_id:
+            found = self._starts[path] = (table_id, log_start(path))
+        return found[1]
+
+
+_RUN: LogStarts | None = None  # the log starts of the run in progress (`one_run`)
+
+
+@contextmanager
+def one_run(starts: LogStarts) -> Iterator[None]:
+    """Within it, `oldest_version` is that of `starts`: the log starts of one run (`RunContext.log_starts`, or a
+    status's own), read once each."""
+    global _RUN
+    previous, _RUN = _RUN, starts
+    try:
+        yield
+    finally:
+        _RUN = previous
+
+
 def oldest_version(path: str) -> int:
     """The oldest version whose commit is still in the table's log (its log retention removes older ones), as the run
-    first read it (`new_run`)."""
-    if path not in _LOG_STARTS:
-        _LOG_STARTS[path] = log_start(path)
-    return _LOG_STARTS[path]
+    in progress first read it (`one_run`); outside a run, as it is now."""
+    return (_RUN or LogStarts()).oldest_version(path)
 
 
 def log_start(path: str) -> int:
-    """The oldest version whose commit is in the table's log now (not kept: `oldest_version` keeps it for a run)."""
+    """The oldest version whose commit is in the table's log now (not kept: `LogStarts` keeps it for a run)."""
     if Store.for_lake(path).exists(f"{path}/_delta_log/{0:020d}.json"):
         return 0
     names = Store.for_lake(path).children(f"{path}/_delta_log")

@@ -99,10 +99,10 @@ class PipelineStatus:
 def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> PipelineStatus:
     """The status of one pipeline (raises UnknownPipelineError for a name that is not registered)."""
     spec = get_pipeline(pipeline)
-    other_job_log.new_run()  # where the logs of other jobs' tables start: read anew
     generation, batches, consumed = live_progress(lake, pipeline)
     read_ids = _read_ids(lake, spec, generation)
-    inputs = tuple(_input_lag(lake, spec, name, consumed.get(name), read_ids.get(name)) for name in spec.inputs)
+    with other_job_log.one_run(other_job_log.LogStarts()):  # where the logs of other jobs' tables start: read anew
+        inputs = tuple(_input_lag(lake, spec, name, consumed.get(name), read_ids.get(name)) for name in spec.inputs)
     return PipelineStatus(
         pipeline,
         generation,

@@ -83,6 +83,7 @@ class BatchHandler:
         self.on_progress = on_progress
         # stream inputs read by their files (Delta tables of other jobs) -> the first version a batch can hold
         self.first_versions = dict(first_versions or {})
+        self.log_starts = ctx.log_starts  # where the other jobs' logs start, for this batch (its run's)
         self.lock = threading.Lock()  # held while a batch is in flight (graceful stop waits for it)
         self.stopping = False
         self.last_batch = -1  # Spark's id of the last batch this handler committed
@@ -104,12 +105,10 @@ class BatchHandler:
         return True
 
     def _handle(self, records: DataFrame | None, batch_id: int) -> None:
-        with self.lock:
+        with self.lock, other_job_log.one_run(self.log_starts):
             if self.stopping:
                 raise Stopping(f"{self.ctx.pipeline.name}: stopping; batch {batch_id} is left to the next start")
             started = datetime.now(UTC)  # real time, not the pipeline's (injectable) wall clock
-            if self.mode == "serve":  # each of its batches is a run: the other jobs' logs are read anew
-                other_job_log.new_run()
             stages = Stages()
             staging = Staging(self.ctx, batch_id)
             staging.discard_earlier()
@@ -119,6 +118,8 @@ class BatchHandler:
                 self._compute(records, batch_id, stages)
             changes, summary = staging.commit(stages)
             self._report(batch_id, started, {c["table"]: c["rows"] for c in changes}, summary, stages)
+        if self.mode == "serve":  # each of its batches is a run: the next reads the other jobs' logs anew
+            self.log_starts = other_job_log.LogStarts()
 
     def _report(
         self, batch_id: int, started: datetime, output_rows: dict[str, int], summary: BatchSummary, stages: Stages

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from functools import reduce
 
 from pyspark.sql import DataFrame, functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from streamtable.core.errors import StreamtableError
 from streamtable.core.registry import get_input
@@ -140,11 +141,10 @@ def _positions_gone(ctx: RunContext) -> list[str]:
 def read_other_jobs(ctx: RunContext, starting: dict[str, int]) -> dict[str, int]:
     """Check the Delta tables of other jobs among the inputs and note in `ctx` how each is read and where its
     checkpoint goes on in it; per input read by its files, the first version its next batch can hold
-    (`inputs.other_jobs.prepare`). Each table's log start is read anew, once for the run (`other_job_log`)."""
+    (`inputs.other_jobs.prepare`). Each table's log start is read once for the run (`RunContext.log_starts`)."""
     external = [name for name in ctx.pipeline.inputs if get_input(name).external]
     if not external:
         return {}  # (and no read of what the generation consumed)
-    other_job_log.new_run()
     offsets = checkpoint.newest_offsets(ctx.lake, ctx.pipeline, ctx.generation)
     ctx.positions.clear()
     ctx.positions.update({name: offset for name, offset in offsets.items() if name in external})
@@ -165,11 +165,25 @@ def ready(ctx: RunContext, clock: Clock, starting: dict[str, int]) -> dict[str, 
     return first
 
 
+def begin(
+    ctx: RunContext,
+    clock: Clock,
+    starting: dict[str, int],
+    processing_time: str | None = None,
+    on_progress: OnProgress | None = None,
+) -> tuple[RunReport, StreamingQuery, BatchHandler]:
+    """Make the generation ready (`ready`) and start its query (`start_query`), as one run of the other jobs' logs:
+    where each starts is read once (`RunContext.log_starts`), for these checks and the first batch."""
+    with other_job_log.one_run(ctx.log_starts):
+        first = ready(ctx, clock, starting)
+        report = RunReport(ctx.pipeline.name, ctx.generation)
+        query, handler = start_query(ctx, report, clock, starting, processing_time, on_progress, first)
+    return report, query, handler
+
+
 def drain(ctx: RunContext, clock: Clock = system_clock, starting: dict[str, int] | None = None) -> RunReport:
     """Process everything the inputs hold now (Trigger.AvailableNow) and return what was done."""
-    first = ready(ctx, clock, starting or {})
-    report = RunReport(ctx.pipeline.name, ctx.generation)
-    query, handler = start_query(ctx, report, clock, starting or {}, first_versions=first)
+    report, query, handler = begin(ctx, clock, starting or {})
     await_query(query, handler)
     if report.stream_time is None:
         report.stream_time = ctx.stream_time()
@@ -189,11 +203,7 @@ def serve(
     A batch that has not finished `stop_timeout_s` after the signal is abandoned: the process exits
     with code 3 and the batch runs again from the checkpoint on the next start.
     """
-    first = ready(ctx, clock, {})
-    report = RunReport(ctx.pipeline.name, ctx.generation)
-    query, handler = start_query(
-        ctx, report, clock, {}, processing_time=interval, on_progress=on_progress, first_versions=first
-    )
+    report, query, handler = begin(ctx, clock, {}, interval, on_progress)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -205,19 +215,26 @@ def serve(
     deadline.start()
     with handler.lock:  # waits for the batch in flight, if any, to commit
         handler.stopping = True
-    while query.isActive and (query.lastProgress or {}).get("batchId", -1) < handler.last_batch:
+    while query.isActive and _recorded_batch(query) < handler.last_batch:
         time.sleep(0.1)  # ... and for Spark to record it in the checkpoint's commit log
     query.stop()
     try:
         await_query(query, handler)
     except Exception as e:
         if not isinstance(e, StreamtableError):  # Spark's read failed: a table of another job changed under the query
-            read_other_jobs(ctx, {})  # (a column renamed, say): its one line, as `run` says it before it starts
+            with other_job_log.one_run(other_job_log.LogStarts()):  # (the logs read anew, as by a run)
+                read_other_jobs(ctx, {})  # (a column renamed, say): its one line, as `run` says it before it starts
         raise
     finally:
         deadline.cancel()
     report.lineage = ctx.lineage()
     return report
+
+
+def _recorded_batch(query: StreamingQuery) -> int:
+    """The id of the last batch whose progress Spark recorded (-1: none yet)."""
+    progress = query.lastProgress
+    return progress.batchId if progress is not None else -1
 
 
 def _abandon(pipeline: str, waited_s: float) -> None:

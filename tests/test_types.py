@@ -153,6 +153,16 @@ def test_a_column_name_with_a_dot_is_refused_where_it_is_declared_and_spaces_and
     assert spark_ddl((Column("Unit Price", Type.LONG),)) == "`Unit Price` BIGINT"
 
 
+def test_a_table_named_as_no_path_can_be_is_refused_where_it_is_declared():
+    """`table("Hourly Orders", ...)` was taken and its first run committed; the next run failed reading it back
+    (Spark's PATH_NOT_FOUND at `Hourly%20Orders/part-...`), the table unusable. A table's name is now a pipeline's:
+    lower-case letters, digits and _."""
+    for name in ("Hourly Orders", "hourly-orders", "Hourly", "1st", ""):
+        with pytest.raises(DeclarationError, match=rf"^table {name!r}: a name is lower-case letters, digits and _"):
+            table(name, [Column("k", Type.STRING)], keys=["k"])
+    assert table("hourly_orders_2", [Column("k", Type.STRING)], keys=["k"]).name == "hourly_orders_2"
+
+
 def test_a_total_past_its_columns_declared_digits_fails_naming_the_table_column_and_what_to_do(tmp_path):
     """Revenue declared DECIMAL(6, 2) reaching 10000.00: the batch failed with Arrow's bare `ArrowInvalid: Decimal
     value does not fit in precision 6`, naming no table or column (staged rows are read back as the declared types)."""

@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING
 from streamtable.core.errors import DeclarationError, UndeclaredNameError
 from streamtable.core.expectations import Suite
 from streamtable.core.records import Records
-from streamtable.core.tables import Table, declaration_site
+from streamtable.core.tables import NAME, Table, declaration_site
 
 if TYPE_CHECKING:
     from streamtable.core.batch import Batch
 
-NAME = re.compile(r"[a-z][a-z0-9_]*")  # a pipeline's name is in DAG ids, pool names and paths
 ON_DATA = "on_data"  # `Pipeline.schedule`: run when an input gets a new version
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from streamtable.core.errors import DeclarationError
 from streamtable.core.schema import NOT_KEYS, Column, Type
 
 S, L, TS, D = Type.STRING, Type.LONG, Type.TIMESTAMP, Type.DOUBLE
+NAME = re.compile(r"[a-z][a-z0-9_]*")  # a pipeline's or a table's name: in DAG ids, Airflow assets and paths
 
 # Columns every input row carries besides its declared ones: the line of the ingested file (0-based),
 # which with the Delta commit version orders records exactly as they were ingested.
@@ -99,7 +101,8 @@ class Table:
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.columns]
-        problems = [f"column {n!r} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
+        problems = [] if NAME.fullmatch(self.name) else ["a name is lower-case letters, digits and _ (it is a path)"]
+        problems += [f"column {n!r} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
         problems += [f"key {k!r} is not a column" for k in self.keys if k not in names]
         problems += [
             f"key {c.name!r} is a {c.type.value}, which cannot be a key"

@@ -174,16 +174,8 @@ class StagedBatch:
         columns = [c.name for c in input_table.columns]
         if bound is None:
             rows = self.spark.createDataFrame([], spark_ddl(input_table.columns))
-        elif input_table.external and self.ctx.external.get(input_name, False):  # (a lookup: keyed first)
+        elif input_table.external:  # per key its row written last, by its files' versions, with the feed or without
             return other_jobs.read_written_rows(self.spark, self.ctx.lake, input_table, bound, keys_of).select(*columns)
-        elif input_table.external and keys_of is not None:  # (a lookup: the records of those keys only)
-            records = other_jobs.read_records(self.spark, self.ctx.lake, input_table, bound, keys_of)
-            rows = keyed_changes.latest_rows(records, input_table, F.col(other_jobs.REASON).isNull()).select(*columns)
-        elif input_table.external:
-            rows = other_jobs.read_rows(
-                self.spark, self.ctx.lake, input_table, bound, self.ctx.external.get(input_name, False)
-            )
-            rows = rows.where(F.col(other_jobs.REASON).isNull()).select(*columns)
         else:
             rows = keyed_changes.latest_rows(self.table(input_name), input_table, F.lit(True))
         return keyed_changes.of_keys(rows, keys_of, keys)

@@ -6,6 +6,7 @@ The record typing is pure Python (no Spark); one test runs a user pipeline over 
 from __future__ import annotations
 
 import json
+import re
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -151,6 +152,32 @@ def test_a_column_name_with_a_dot_is_refused_where_it_is_declared_and_spaces_and
     with pytest.raises(DeclarationError, match="may not hold"):
         Type.struct([Column("a.b", Type.LONG)])
     assert spark_ddl((Column("Unit Price", Type.LONG),)) == "`Unit Price` BIGINT"
+
+
+def test_a_field_naming_a_column_in_another_case_quarantines_its_record_where_it_would_read_as_null():
+    """`{"Region": "eu"}` for the nullable `region` was taken with region null (the field ignored as undeclared),
+    exit 0; its record is now quarantined naming the field and the fix, in a struct too. Other extra fields are
+    still ignored, and an exact name wins over a near one."""
+    t = changelog(
+        "near_names",
+        [
+            Column("user", Type.STRING),
+            Column("region", Type.STRING, nullable=True),
+            Column("payer", Type.struct([Column("country", Type.STRING, nullable=True)]), nullable=True),
+            Column("event_time", Type.TIMESTAMP),
+        ],
+    )
+    at = {"event_time": "2026-03-01T10:00:00Z"}
+    for fields, reason in (
+        ({"user": "ann", "Region": "eu"}, "region: the record names it 'Region'; names match exactly, so rename"),
+        ({"user": "ann", " region": "eu"}, "region: the record names it ' region'; names match exactly, so rename"),
+        ({"user": "ann", "payer": {"Country": "fr"}}, "payer.country: the record names it 'Country'; names match"),
+        ({"User": "bob"}, "user: the record names it 'User'"),
+    ):
+        with pytest.raises(RecordError, match=re.escape(reason)):
+            parse_record(t, json.dumps({**at, **fields}))
+    kept = parse_record(t, json.dumps({**at, "user": "ann", "region": "eu", "Region": "us", "age": 40}))
+    assert (kept["region"], kept["payer"]) == ("eu", None)
 
 
 def test_a_table_named_as_no_path_can_be_is_refused_where_it_is_declared():

@@ -109,15 +109,27 @@ def typed_value(name: str, type_: Type, value: object) -> object:
 
 
 def typed_fields(record: dict, columns: tuple, prefix: str) -> dict:
-    """The declared `columns` of a JSON object (a record, or a struct's value), typed; other fields are ignored."""
+    """The declared `columns` of a JSON object (a record, or a struct's value), typed; other fields are ignored,
+    apart from one naming an absent column in another case or with spaces around (RecordError: it would be lost)."""
     row: dict = {}
     for column in columns:
         name = prefix + column.name
         value = record.get(column.name)
+        if column.name not in record:
+            _refuse_near_name(record, column.name, name)
         if value is None and not column.nullable:
             raise RecordError(f"missing field {name}" if column.name not in record else f"{name} is null")
         row[column.name] = typed_value(name, column.type, value)
     return row
+
+
+def _refuse_near_name(record: dict, column: str, name: str) -> None:
+    """RecordError when `record` lacks `column` but has a field of that name in another case or with spaces around
+    (`Region` for `region`): ignored as undeclared, its value would be read as null."""
+    folded = column.casefold()
+    for field in record:
+        if isinstance(field, str) and field.strip().casefold() == folded:
+            raise RecordError(f"{name}: the record names it {field!r}; names match exactly, so rename the field")
 
 
 def _decimal(name: str, type_: Type, value: Decimal) -> Decimal:

@@ -263,27 +263,36 @@ def test_two_rows_of_a_key_in_one_version_of_a_table_without_its_feed_are_refuse
 
 
 def test_an_optimize_that_skips_a_version_leaves_its_compacted_rows_unordered_with_it(spark, pipelines, tmp_path):
-    """An OPTIMIZE compacts only small files: o1's rows of versions 1 and 3's small files went into one file (its rows
-    of versions 1 to 3), and o1's row in version 2's large file, written last, lost to it in a first batch, which
-    ordered rows by their files' newest version only (exit 0). The file's span does not order them: refused."""
+    """An OPTIMIZE compacts only small files: o1's row of version 2's small file and o2's of version 4 went into one
+    file (its rows of versions 2 to 4), and o1's row in version 3's large file, written last, lost to it (exit 0): in
+    a later batch, whose changes ordered the rows by their files' newest version, as in a first batch. The file's
+    span does not order them: both are refused."""
     path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
     orders_job.create(spark, path, change_feed=False)
     write_pipeline(pipelines, path)
+    many = "SELECT concat('{}', id), 'ann', 'new', 1.00, timestamp'2026-03-01 10:00:00' FROM range(20000)"
+
+    def large(row: str, prefix: str) -> None:  # one file, larger than optimize.minFileSize below
+        both = f"SELECT * FROM VALUES {row} UNION ALL {many.format(prefix)}"
+        spark.sql(f"INSERT INTO delta.`{path}` SELECT /*+ COALESCE(1) */ * FROM ({both})")
+
     rng = random.Random(41)
-    orders_job.insert(spark, path, range(1, 2), rng)  # version 1: o1, a small file
-    many = "SELECT concat('x', id), 'ann', 'new', 1.00, timestamp'2026-03-01 10:00:00' FROM range(20000)"
-    both = f"SELECT * FROM VALUES {orders_job.order(1, rng)} UNION ALL {many}"
-    spark.sql(f"INSERT INTO delta.`{path}` SELECT /*+ COALESCE(1) */ * FROM ({both})")  # version 2: one large file
-    orders_job.insert(spark, path, range(2, 3), rng)  # version 3: o2, a small file
-    spark.conf.set("spark.databricks.delta.optimize.minFileSize", "20000")  # (bytes: version 2's files are larger)
+    large(orders_job.order(9, rng), "y")  # version 1
+    run(lake, "order_totals")
+    orders_job.insert(spark, path, range(1, 2), rng)  # version 2: o1, a small file
+    large(orders_job.order(1, rng), "x")  # version 3: o1 again
+    orders_job.insert(spark, path, range(2, 3), rng)  # version 4: o2, a small file
+    spark.conf.set("spark.databricks.delta.optimize.minFileSize", "20000")  # (bytes)
     try:
-        orders_job.optimize(spark, path)
+        orders_job.optimize(spark, path)  # version 5: versions 2 and 4's files
     finally:
         spark.conf.unset("spark.databricks.delta.optimize.minFileSize")
-    unordered = r'^input orders: key \{"order_id":"o1"\} has two rows at version 3 or before \(one commit added both'
-    with pytest.raises(BadInputError, match=unordered):
-        run(lake, "order_totals")
-    assert outputs(lake) == ([], [])  # nothing published
+    published = outputs(lake)
+    unordered = r'^input orders: key \{"order_id":"o1"\} has two rows at version 4 or before \(one commit added both'
+    for batch in (lake, Lake(tmp_path / "first")):  # a later batch, a first one
+        with pytest.raises(BadInputError, match=unordered):
+            run(batch, "order_totals")
+    assert outputs(lake) == published  # nothing published
 
 
 def test_a_table_whose_change_data_feed_was_turned_off_is_refused_naming_that_version(spark, pipelines, tmp_path):

@@ -141,12 +141,15 @@ class StagedBatch:
             return self._fold_change_feed(input_table, earlier, bound)
         if input_table.external:  # its changes are told by the versions of its files: a rewrite may have lost them
             external.check_rewrites(self.ctx.lake, input_table, self.ctx.pipeline.name, earlier + 1, bound)
-            # the keys this run's records (the files of its versions) touch, and their records of every version (a
-            # lookup); a record that breaks the input's rules is its key's latest, absent: as in its rows, and with
-            # the feed
+            # the keys this run's records (the files of its versions) touch, and their rows written last at the
+            # version before the run and at its own (lookups, as `rows`: by the spans of versions of their files, an
+            # OPTIMIZE that skipped a version leaving them unordered); a row that breaks the input's rules is absent
             touched = self._records.where(F.col(SOURCE) == input_name).select(*input_table.keys)
-            records = other_jobs.read_records(self.spark, self.ctx.lake, input_table, bound, touched)
-            return keyed_changes.fold_changelog(records, input_table, earlier + 1, good)
+            before, after = (
+                other_jobs.read_written_rows(self.spark, self.ctx.lake, input_table, version, touched)
+                for version in (earlier, bound)
+            )
+            return keyed_changes.changes_between(before, after, input_table)
         changelog = self.table(input_name).withColumn(other_jobs.REASON, F.lit(None).cast("string"))
         return keyed_changes.fold_changelog(changelog, input_table, earlier + 1, good)
 

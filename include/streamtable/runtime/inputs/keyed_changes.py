@@ -145,6 +145,18 @@ def fold_changelog(changelog: DataFrame, table: Table, start: int, present: Spar
     return _changed(null_safe_join(after, before, keys, "left").select(*keys, OLD, NEW))
 
 
+def changes_between(before: DataFrame, after: DataFrame, table: Table) -> DataFrame:
+    """A keyed input's change per key from its rows `before` to its rows `after` (each one per key, its columns): (its
+    row before or null, its row after or null), for each key of either."""
+    keys = require_keys(table)
+    row = F.struct(*[c.name for c in table.columns])
+    same = reduce(lambda a, b: a & b, [F.col(f"_o.{k}").eqNullSafe(F.col(f"_n.{k}")) for k in keys])
+    old, new = before.select(*keys, row.alias(OLD)).alias("_o"), after.select(*keys, row.alias(NEW)).alias("_n")
+    joined = old.join(new, same, "full")
+    key_columns = [F.coalesce(F.col(f"_n.{k}"), F.col(f"_o.{k}")).alias(k) for k in keys]
+    return _changed(joined.select(*key_columns, F.col(f"_o.{OLD}"), F.col(f"_n.{NEW}")))
+
+
 def latest_rows(changelog: DataFrame, table: Table, present: SparkColumn) -> DataFrame:
     """A keyed input changelog's current rows (one per key: its latest record, unless that deletes the key)."""
     keys = require_keys(table)

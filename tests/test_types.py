@@ -18,7 +18,7 @@ from streamtable import Column, Type
 from streamtable.core import registry
 from streamtable.core.errors import BadInputError, DeclarationError
 from streamtable.core.schema import arrow_schema, spark_ddl
-from streamtable.core.tables import changelog, table
+from streamtable.core.tables import at_least, changelog, non_empty, one_of, table
 from streamtable.ingest.record_parser import RecordError, parse_json, parse_record, typed_value
 from streamtable.storage.reader import json_lines
 
@@ -178,6 +178,35 @@ def test_a_field_naming_a_column_in_another_case_quarantines_its_record_where_it
             parse_record(t, json.dumps({**at, **fields}))
     kept = parse_record(t, json.dumps({**at, "user": "ann", "region": "eu", "Region": "us", "age": 40}))
     assert (kept["region"], kept["payer"]) == ("eu", None)
+
+
+def test_a_rule_whose_value_its_column_never_compares_with_is_refused_where_it_is_declared():
+    """`one_of("day", ["2026-03-01"])` on a DATE quarantined every record (a date is never that str), exit 0;
+    `at_least("day", "2026-01-01")` failed each ingest with a TypeError; `non_empty` on a number never fired. Each is
+    now refused at its declaration, naming what to give; values of the column's kind still work."""
+    from datetime import UTC, datetime
+
+    columns = [
+        Column("who", Type.STRING),
+        Column("day", Type.DATE),
+        Column("amount", Type.decimal(5, 2)),
+        Column("event_time", Type.TIMESTAMP),
+    ]
+    for rule, refused in (
+        (one_of("day", ["2026-03-01"]), "one_of on 'day' (date) with '2026-03-01': give a datetime.date"),
+        (at_least("day", "2026-01-01"), "at_least on 'day' (date) with '2026-01-01': give a datetime.date"),
+        (at_least("amount", "0"), "at_least on 'amount' (decimal(5,2)) with '0': give a number"),
+        (at_least("event_time", datetime(2026, 1, 1)), "datetime(2026, 1, 1, 0, 0): give a datetime with"),
+        (one_of("who", [1]), "one_of on 'who' (string) with 1: give a str"),
+        (non_empty("amount"), "non_empty on 'amount', which is not a STRING"),
+    ):
+        with pytest.raises(DeclarationError, match=re.escape(refused)):
+            changelog("rule_probe", columns, rules=[rule])
+    since = datetime(2026, 1, 1, tzinfo=UTC)
+    ok = [at_least("day", date(2026, 1, 1)), at_least("amount", 0), at_least("event_time", since)]
+    t = changelog("rule_probe", columns, rules=[*ok, one_of("who", ["ann"]), non_empty("who")])
+    record = {"who": "ann", "day": "2026-03-01", "amount": "0.05", "event_time": "2026-03-01T00:00:00Z"}
+    assert parse_record(t, json.dumps(record))["amount"] == Decimal("0.05")
 
 
 def test_a_table_named_as_no_path_can_be_is_refused_where_it_is_declared():

@@ -6,6 +6,8 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -110,6 +112,7 @@ class Table:
             if c.name in self.keys and c.type.kind in NOT_KEYS
         ]
         problems += [f"rule on {r.column!r}, which is not a column" for r in self.rules if r.column not in names]
+        problems += [p for r in self.rules for c in self.columns if c.name == r.column and (p := _rule_problem(r, c))]
         if self.kind not in ("input", "table", "stream"):
             problems.append(f"kind {self.kind!r} is not input, table or stream")
         if self.time_column is not None and self.time_column not in names:
@@ -275,6 +278,29 @@ def join_store(name: str) -> Table:
         Pipeline(..., state=(join_store("order_payments"),))
     """
     return table(name, JOIN_STORE_COLUMNS, keys=["side", "record_id"])
+
+
+_NUMBERS = ("long", "int", "double", "float", "decimal")
+_RULE_VALUE = {  # a column's kind -> (whether a rule's value compares with its records' values, what to give)
+    "string": (lambda v: isinstance(v, str), "a str"),
+    **{k: (lambda v: isinstance(v, int | float | Decimal) and not isinstance(v, bool), "a number") for k in _NUMBERS},
+    "boolean": (lambda v: isinstance(v, bool), "True or False"),
+    "date": (lambda v: isinstance(v, date) and not isinstance(v, datetime), "a datetime.date"),
+    "timestamp": (lambda v: isinstance(v, datetime) and v.tzinfo is not None, "a datetime with its tzinfo"),
+}
+
+
+def _rule_problem(rule: Rule, column: Column) -> str | None:
+    """Why `rule` can never check `column` as meant (a str for a DATE: every record quarantined or a TypeError at
+    ingest), or None."""
+    if rule.kind == "non_empty":
+        return None if column.type.kind == "string" else f"non_empty on {column.name!r}, which is not a STRING"
+    fits, what = _RULE_VALUE.get(column.type.kind, (lambda v: True, ""))
+    values = rule.value if rule.kind == "one_of" else (rule.value,)
+    wrong = [v for v in values if not fits(v)]
+    if not wrong:
+        return None
+    return f"{rule.kind} on {column.name!r} ({column.type.value}) with {wrong[0]!r}: give {what}"
 
 
 def non_empty(column: str) -> Rule:

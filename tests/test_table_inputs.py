@@ -35,7 +35,7 @@ from streamtable.core import registry
 from streamtable.core.errors import BadInputError, DeclarationChangedError
 from streamtable.core.tables import COMMIT_VERSION, LINE, Table
 from streamtable.runtime.commands.lifecycle import reprocess, run, run_continuously
-from streamtable.runtime.inputs import other_jobs
+from streamtable.runtime.inputs import other_jobs, unique_keys
 from streamtable.runtime.inputs.keyed_changes import (
     CHANGE,
     NEWEST,
@@ -140,6 +140,8 @@ def test_a_table_only_pipeline_follows_merges_updates_and_deletes(spark, pipelin
     orders_job.insert(spark, path, range(0, 8), rng)
     report = run(lake, "order_totals")
     assert report.batches == 1 and outputs(lake) == expected(orders_job.snapshot(spark, path))
+    # its whole read told that the table holds one row per key: kept, the next batch does not read it whole for that
+    assert unique_keys.kept(lake, registry.get_input("orders"), table_version(path)) is True
 
     # one MERGE that updates, deletes and inserts; an order moves to another customer; a DELETE; a re-insert
     orders_job.merge(spark, path, upserts=[1, 2, 9], deletes=[3, 4], rng=rng)

@@ -133,7 +133,7 @@ class StagedBatch:
         bound = self._bound(input_name)
         earlier = self._earlier(input_name)
         if earlier is None:  # the input's first run in this generation: its rows arrive as inserts
-            return keyed_changes.as_inserts(self.rows(input_name), input_table)
+            return keyed_changes.as_inserts(self._first_rows(input_name, input_table, bound), input_table)
         if bound is None or bound <= earlier:
             return keyed_changes.as_inserts(self.rows(input_name).limit(0), input_table)
         good = F.col(other_jobs.REASON).isNull()
@@ -152,6 +152,16 @@ class StagedBatch:
             return keyed_changes.changes_between(before, after, input_table)
         changelog = self.table(input_name).withColumn(other_jobs.REASON, F.lit(None).cast("string"))
         return keyed_changes.fold_changelog(changelog, input_table, earlier + 1, good)
+
+    def _first_rows(self, input_name: str, input_table: Table, bound: int | None) -> DataFrame:
+        """A table input's rows in its first batch. Read through its Change Data Feed, the table is read whole once
+        (kept for the batch's uses), and that read tells whether it holds one row per key at `bound`, which the lake
+        keeps for the next batch's fold (`unique_keys`): else that batch read the table whole again to learn it."""
+        if bound is None or not (input_table.external and self.ctx.external.get(input_name, False)):
+            return self.rows(input_name)
+        written = other_jobs.read_written(self.spark, self.ctx.lake, input_table, bound).kept()
+        unique_keys.keep(self.ctx.lake, input_table, bound, written.keys_unique())
+        return written.rows().select(*[c.name for c in input_table.columns])
 
     def _fold_change_feed(self, input_table: Table, earlier: int, bound: int) -> DataFrame:
         """A keyed table input's changes in this run told by its Change Data Feed; the lake keeps whether the table

@@ -19,6 +19,7 @@ version it consumed as inserts, one per key (its latest): a new KTable's state a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import reduce
 
 from pyspark.sql import Column as SparkColumn, DataFrame, functions as F
@@ -169,22 +170,39 @@ def latest_written(rows: DataFrame, table: Table, present: SparkColumn) -> DataF
     """A Delta table's rows (with `_oldest` and `_newest`: the span of versions each may have been written at,
     `storage.row_versions`) as one row per key: the key's row written last, unless it breaks the input's rules; the
     batch fails, in one line, when two different rows of a key are not ordered by their spans."""
-    per_key, written_last = _written_per_key(rows, table, present)
-    latest = per_key.select(written_last.alias("_row"))
-    return latest.where(F.col("_row").isNotNull()).select("_row.*")
+    return written_per_key(rows, table, present).rows()
 
 
-def held_written(rows: DataFrame, table: Table, present: SparkColumn) -> DataFrame:
-    """`latest_written` as a keyed lookup: per key, its key columns, its row written last as `_held` (null when it
-    breaks the input's rules) and its number of rows, `_rows`."""
-    keys = require_keys(table)
-    per_key, written_last = _written_per_key(rows, table, present)
-    return per_key.select(*keys, written_last.alias(HELD), F.size("_all").alias(COUNT))
+@dataclass(frozen=True)
+class Written:
+    """A Delta table's rows grouped per key (`written_per_key`): `per_key` holds each key's rows' spans, `_all`, and
+    `last` is its row written last (failing the batch, in one line, when two different rows are not ordered)."""
+
+    per_key: DataFrame
+    last: SparkColumn
+    keys: tuple[str, ...]
+
+    def rows(self) -> DataFrame:
+        """One row per key: its row written last, unless it breaks the input's rules (`latest_written`)."""
+        latest = self.per_key.select(self.last.alias("_row"))
+        return latest.where(F.col("_row").isNotNull()).select("_row.*")
+
+    def held(self) -> DataFrame:
+        """Per key: its key columns, its row written last (`_held`) and its number of rows (`_rows`)."""
+        return self.per_key.select(*self.keys, self.last.alias(HELD), F.size("_all").alias(COUNT))
+
+    def kept(self) -> Written:
+        """The same, computed once (a local checkpoint: its uses read the table no more)."""
+        return Written(self.per_key.localCheckpoint(), self.last, self.keys)
+
+    def keys_unique(self) -> bool:
+        """Whether every key has one row at most (a Spark job over `per_key`)."""
+        most = self.per_key.agg(F.max(F.size("_all"))).first()
+        return most is None or (most[0] or 0) <= 1
 
 
-def _written_per_key(rows: DataFrame, table: Table, present: SparkColumn) -> tuple[DataFrame, SparkColumn]:
-    """Per key of `rows` (`latest_written`): its rows' spans, `_all`, and the row written last (failing the batch
-    when two different rows are not ordered by their spans)."""
+def written_per_key(rows: DataFrame, table: Table, present: SparkColumn) -> Written:
+    """`rows` (as `latest_written` takes them) grouped per key."""
     keys = require_keys(table)
     row = F.when(present, F.struct(*[c.name for c in table.columns]))
     written = F.struct(F.col(NEWEST).alias("newest"), F.col(OLDEST).alias("oldest"), row_id(table, row).alias("id"))
@@ -199,7 +217,7 @@ def _written_per_key(rows: DataFrame, table: Table, present: SparkColumn) -> tup
         top["newest"].cast("string"),
         UNORDERED,
     )
-    return per_key, F.when(unordered, refused).otherwise(F.col("_row"))
+    return Written(per_key, F.when(unordered, refused).otherwise(F.col("_row")), tuple(keys))
 
 
 def _latest(table: Table, row: SparkColumn, order: SparkColumn) -> SparkColumn:

@@ -31,10 +31,10 @@ from streamtable.runtime.inputs.keyed_changes import (
     CHANGE,
     NEWEST,
     OLDEST,
-    held_written,
+    Written,
     latest_rows,
-    latest_written,
     of_keys,
+    written_per_key,
 )
 from streamtable.storage import external, other_job_log
 from streamtable.storage.external import require_whole_log
@@ -147,16 +147,21 @@ def read_written_rows(
     `_reason` (null): Delta's snapshot (deletion vectors and column mapping applied), and of a key's rows (a row
     appended with a key the table held is its update) the one written last, as the spans of versions of the files
     holding them tell (`storage.row_versions`). With `keys_of`, only the rows of its keys (a lookup)."""
-    spanned = _spanned_rows(spark, lake, table, version, keys_of)
-    latest = latest_written(spanned, table, F.col(REASON).isNull())
+    latest = read_written(spark, lake, table, version, keys_of).rows()
     return latest.withColumn(REASON, F.lit(None).cast("string"))
 
 
 def read_held_rows(spark: SparkSession, lake: Lake, table: Table, version: int, keys_of: DataFrame) -> DataFrame:
     """`read_written_rows` of the keys of `keys_of` as a keyed lookup: per key, its key columns, its row written last
-    (`_held`) and how many rows it has (`_rows`; `keyed_changes.held_written`)."""
-    spanned = _spanned_rows(spark, lake, table, version, keys_of)
-    return held_written(spanned, table, F.col(REASON).isNull())
+    (`_held`) and how many rows it has (`_rows`; `keyed_changes.Written.held`)."""
+    return read_written(spark, lake, table, version, keys_of).held()
+
+
+def read_written(
+    spark: SparkSession, lake: Lake, table: Table, version: int, keys_of: DataFrame | None = None
+) -> Written:
+    """The rows `read_written_rows` reads, grouped per key (`keyed_changes.written_per_key`)."""
+    return written_per_key(_spanned_rows(spark, lake, table, version, keys_of), table, F.col(REASON).isNull())
 
 
 def _spanned_rows(spark: SparkSession, lake: Lake, table: Table, version: int, keys_of: DataFrame | None) -> DataFrame:

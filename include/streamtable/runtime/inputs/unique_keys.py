@@ -1,9 +1,10 @@
 """Whether a keyed table input read through its Change Data Feed holds at most one row per key at a version: a fact
 of the table at that version, which lets a batch take a removed row as its key's only row (`fold_change_feed`).
 
-A batch learns it for the version it consumed from the one before it and its own changes, and the lake keeps it beside
-the other summaries of the table (`storage.other_job_summary`): a table whose keys the other job keeps unique (a
-MERGE on them) is read once, by the first batch that needs the fact of a version no batch kept, never again.
+A batch learns it for the version it consumed from the one before it and its own changes (a first batch, from the whole
+read of the table it makes anyway), and the lake keeps it beside the other summaries of the table
+(`storage.other_job_summary`): a table whose keys the other job keeps unique (a MERGE on them) is read for it only by a
+batch that needs the fact of a version no batch kept (its log retention, or an upgrade, lost it).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from streamtable.storage.other_job_summary import keep_at, kept_at
 def keys_unique(spark: SparkSession, lake: Lake, table: Table, version: int, pipeline: str) -> bool:
     """Whether the table holds at most one row per key (its declared keys, a null equal to a null) at `version`: as
     kept, else counted from its rows at that version (a read of the table) and kept."""
+    found = kept(lake, table, version)
+    if found is not None:
+        return found
     path = external.location(table)
-    kept = kept_at(lake, external.opened(table), path, _kind(table), version)
-    if isinstance(kept, bool):
-        return kept
     if other_job_log.oldest_version(path) > version:
         raise BadInputError(
             f"input {table.name} ({path}): whether its keys had one row each at version {version}, the version this "
@@ -38,6 +39,12 @@ def keys_unique(spark: SparkSession, lake: Lake, table: Table, version: int, pip
     unique = rows.groupBy(*table.keys).count().where(F.col("count") > 1).isEmpty()
     keep(lake, table, version, unique)
     return unique
+
+
+def kept(lake: Lake, table: Table, version: int) -> bool | None:
+    """Whether the table holds at most one row per key at `version`, as the lake keeps it (None: not kept)."""
+    found = kept_at(lake, external.opened(table), external.location(table), _kind(table), version)
+    return found if isinstance(found, bool) else None
 
 
 def keep(lake: Lake, table: Table, version: int, unique: bool) -> None:

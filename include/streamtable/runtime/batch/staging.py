@@ -19,7 +19,7 @@ from streamtable.runtime.batch.stages import Stages
 from streamtable.runtime.batch.summary import BatchSummary, read_list_manifest
 from streamtable.runtime.committed import BATCHES_SCHEMA
 from streamtable.runtime.context import RunContext
-from streamtable.storage import delta_rs, external, keyed, merge_on_read
+from streamtable.storage import delta_rs, keyed, merge_on_read, other_job_quarantine
 from streamtable.storage.lake import BATCHES
 from streamtable.storage.lease import check_held
 from streamtable.storage.store import join, parquet_dataset, spark_path
@@ -159,7 +159,7 @@ class Staging:
         """Commit one staged change to its table, idempotently for this batch: delta-rs (no Spark job), or Spark's
         MERGE into a merge-on-read table (`storage.merge_on_read`: delta-rs writes no deletion vectors)."""
         if change["mode"] == "quarantine":  # the lake's own, whatever the generation: once per input and version
-            external.record_quarantined(self.ctx.lake, change["path"], change["offsets"])
+            other_job_quarantine.record_quarantined(self.ctx.lake, change["path"], change["offsets"])
             return
         path = self.ctx.path(change["table"])
         if change["mode"] == "append":

@@ -3,7 +3,7 @@
 Their records get the columns a changelog's records have (the declared ones, `_line`, `_commit_version`,
 `_commit_timestamp`), plus `_reason`: why a record breaks the input's rules (or lacks a required column), null
 for a good one. Good records are what `process` sees; the others are recorded in `quarantine` once per input
-and version, with the batch's commit (`storage.external.record_quarantined`).
+and version, with the batch's commit (`storage.other_job_quarantine`).
 
 A table is read one of two ways, as `storage.external.check` decides before the run:
 - through its Change Data Feed (keyed inputs of tables with the feed on since the first version read): inserts

@@ -16,6 +16,7 @@ each table, one timed batch of each engine:
   Delta outputs (a group whose count reaches 0 deleted);
 - `DuckDB`: the same with the feed read by delta-rs (`load_cdf`), the deltas summed by DuckDB and merged by delta-rs.
 The first round of each table is left out (warm-up); medians of the others, and their ratios, big table over small.
+The Spark jobs of the first batch and of the batch after it, and their summed time, are reported apart.
 Every engine's outputs are checked equal, after every round, to a plain aggregate of the table's snapshot. Results go
 to `bench/results/table_input.json`.
 """
@@ -326,6 +327,10 @@ class Table:
             "spark_jobs_per_batch": statistics.median(j["jobs"] for j in jobs),
             "spark_job_ms_per_batch": statistics.median(j["ms"] for j in jobs),
             "jobs_by_kind": [j["by_kind"] for j in jobs],
+            "spark_jobs_first_batch": self.jobs[0]["jobs"],
+            "spark_job_ms_first_batch": self.jobs[0]["ms"],
+            "spark_jobs_second_batch": self.jobs[1]["jobs"],
+            "spark_job_ms_second_batch": self.jobs[1]["ms"],
         }
 
 

@@ -272,7 +272,7 @@ def test_an_optimize_that_skips_a_version_leaves_its_compacted_rows_unordered_wi
     path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
     orders_job.create(spark, path, change_feed=False)
     write_pipeline(pipelines, path)
-    many = "SELECT concat('{}', id), 'ann', 'new', 1.00, timestamp'2026-03-01 10:00:00' FROM range(20000)"
+    many = "SELECT concat('{}', id), 'ann', 'new', 1.00, timestamp'2026-03-01 10:00:00' FROM range(400)"
 
     def large(row: str, prefix: str) -> None:  # one file, larger than optimize.minFileSize below
         both = f"SELECT * FROM VALUES {row} UNION ALL {many.format(prefix)}"
@@ -284,7 +284,8 @@ def test_an_optimize_that_skips_a_version_leaves_its_compacted_rows_unordered_wi
     orders_job.insert(spark, path, range(1, 2), rng)  # version 2: o1, a small file
     large(orders_job.order(1, rng), "x")  # version 3: o1 again
     orders_job.insert(spark, path, range(2, 3), rng)  # version 4: o2, a small file
-    spark.conf.set("spark.databricks.delta.optimize.minFileSize", "20000")  # (bytes)
+    # (bytes) a file of one order is about 1.5 kB, one of 400 about 3.3 kB: few rows, and the large ones left alone
+    spark.conf.set("spark.databricks.delta.optimize.minFileSize", "2500")
     try:
         orders_job.optimize(spark, path)  # version 5: versions 2 and 4's files
     finally:

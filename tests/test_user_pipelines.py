@@ -682,6 +682,10 @@ print("RESULT " + json.dumps({{"errors": list(bag.import_errors), "env": run.env
 
 
 @pytest.mark.slow
+# a second proof: tests/test_dags.py's shop_totals (a user's folder pipeline, its micro-batch DAG's spark-submit with
+# the folder) and test_install.py's team pipeline run the same DAG factory and task; the guide's model is checked run
+# by run in process above
+@pytest.mark.extended
 def test_the_guide_pipeline_runs_under_airflow_dag_test(airflow_home, use_folder, tmp_path):
     """`airflow dags test orders`: its one run task (the per-batch gate its check), then the tables equal the model."""
     lake = Lake(tmp_path / "lake")

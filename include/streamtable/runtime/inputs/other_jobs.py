@@ -32,7 +32,6 @@ from streamtable.runtime.inputs.keyed_changes import (
     NEWEST,
     OLDEST,
     Written,
-    latest_rows,
     of_keys,
     written_per_key,
 )
@@ -126,18 +125,6 @@ def _readable(table: Table, starting_version: int) -> int:
     """The streaming read's starting version, no older than the table's log holds: Delta checks that version even
     when the query goes on from its checkpoint (`prepare` refuses a read that needs versions the log lost)."""
     return max(starting_version, other_job_log.oldest_version(external.location(table)))
-
-
-def read_rows(spark: SparkSession, lake: Lake, table: Table, version: int, change_feed: bool) -> DataFrame:
-    """The external input's rows at `version`, declared columns only, with `_reason`: Delta's snapshot (deletion
-    vectors and column mapping applied); for a keyed table read by its files (no Change Data Feed), whose rows are
-    records, each key's latest record, as its changes in later batches take them (a key appended again is updated)."""
-    if table.keys and not change_feed:
-        records = read_table(spark, lake, table, False, version)
-        latest = latest_rows(records, table, F.col(REASON).isNull())
-        return latest.withColumn(REASON, F.lit(None).cast("string"))
-    rows = spark.read.format("delta").option("versionAsOf", version).load(external.location(table))
-    return with_reasons(_typed(rows, table), table)
 
 
 def read_written_rows(

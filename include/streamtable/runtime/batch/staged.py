@@ -149,7 +149,8 @@ class StagedBatch:
                 other_jobs.read_written_rows(self.spark, self.ctx.lake, input_table, version, touched)
                 for version in (earlier, bound)
             )
-            return keyed_changes.changes_between(before, after, input_table)
+            # (computed once: the batch reads its changes several times, each else two reads of the table by key)
+            return keyed_changes.changes_between(before, after, input_table).localCheckpoint()
         changelog = self.table(input_name).withColumn(other_jobs.REASON, F.lit(None).cast("string"))
         return keyed_changes.fold_changelog(changelog, input_table, earlier + 1, good)
 

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -138,17 +140,19 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
 def dag_tests(env: dict, runs: list[dict], timeout: float = 1800) -> tuple[list[dict], str]:
     """`dag.test()` each run in one subprocess; return each run's state, id, task states and XComs, and the output.
 
-    A run is {"file", "dag_id", "conf", "logical_date", "run_after", "mark_success", "ingest", "read"}. Each run
-    parses its DAG file again: in one process dag.test() would otherwise carry one run's params over into the next.
-    "ingest" ({TABLE: [records]}) is ingested into the env's STREAMTABLE_LAKE just before the run, and "read" ([TABLE])
-    gives the run's "rows" of those tables just after it, so runs with new input between them share one process
-    (Airflow's import, DAG parse and in-process API cost about 8 CPU-s a process).
+    A run is {"file", "dag_id", "conf", "logical_date", "run_after", "mark_success", "ingest", "read", "lake"}. Each
+    run parses its DAG file again: in one process dag.test() would otherwise carry one run's params over into the next.
+    "lake" sets STREAMTABLE_LAKE from this run on (so runs on several lakes share one process); "ingest"
+    ({TABLE: [records]}) is ingested into STREAMTABLE_LAKE just before the run, and "read" ([TABLE]) gives the run's
+    "rows" of those tables just after it, so runs with new input between them share one process (Airflow's import,
+    DAG parse and in-process API cost about 8 CPU-s a process). `run_outputs` splits the output by run.
     A run refused before it starts (its conf breaks the params' schema) gives {"refused": message}.
     """
     proc = run_python(
         f"""
 import json
 import os
+import sys
 from datetime import datetime
 from sqlalchemy import select
 from airflow.dag_processing.dagbag import DagBag
@@ -157,12 +161,16 @@ from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
 
 results = []
-for spec in json.loads({json.dumps(json.dumps(runs))}):
+for number, spec in enumerate(json.loads({json.dumps(json.dumps(runs))})):
+    for stream in (sys.stdout, sys.stderr):
+        print({RUN_MARK!r} + str(number), file=stream, flush=True)
+    if spec.get("lake"):
+        os.environ["STREAMTABLE_LAKE"] = spec["lake"]
     for table, records in spec.get("ingest", {{}}).items():
         from streamtable.ingest.files import ingest_lines
         from streamtable.storage.lake import Lake
         ingest_lines(Lake(os.environ["STREAMTABLE_LAKE"]), table, [json.dumps(r) for r in records])
-    dag = DagBag(dag_folder=str({str(DAGS)!r} + "/" + spec["file"])).get_dag(spec["dag_id"])
+    dag = DagBag(dag_folder=os.path.join({str(DAGS)!r}, spec["file"])).get_dag(spec["dag_id"])
     kwargs = {{"run_conf": spec.get("conf")}}
     for key in ("logical_date", "run_after"):
         if spec.get(key):
@@ -192,6 +200,21 @@ print("RESULT " + json.dumps(results, default=str))
     return last_json(proc), proc.stdout + proc.stderr
 
 
+RUN_MARK = "DAG TEST RUN "  # dag_tests' line before each run, on stdout and on stderr
+
+
+def run_outputs(output: str) -> dict[int, str]:
+    """dag_tests' output by run: what each run's process wrote (stdout, then stderr) between its mark and the next."""
+    found: dict[int, str] = {}
+    number = None
+    for line in output.splitlines(keepends=True):
+        if line.startswith(RUN_MARK) and line[len(RUN_MARK) :].strip().isdigit():
+            number = int(line[len(RUN_MARK) :])
+        elif number is not None:
+            found[number] = found.get(number, "") + line
+    return found
+
+
 def local_frame(spark, rows: list[tuple], schema: pa.Schema):
     """A DataFrame of `rows` made through Arrow: a local relation, which Spark plans without Python workers."""
     return spark.createDataFrame(
@@ -209,3 +232,14 @@ def pipelines_folder(tmp_path: Path, name: str, source: str) -> Path:
     (folder / f"{name}.py").write_text(source)
     registry.current.cache_clear()
     return folder
+
+
+@contextmanager
+def spark_jobs(spark) -> Iterator[list[int]]:
+    """The number of Spark jobs the block ran (the driver's job counter; the list's one item, set when it ends): a
+    count, not a time, so a batch that recomputes its inputs at each use (hundreds of jobs) fails on any machine."""
+    scheduler = spark.sparkContext._jsc.sc().dagScheduler()
+    counted = [0]
+    first = scheduler.nextJobId()
+    yield counted
+    counted[0] = scheduler.nextJobId() - first

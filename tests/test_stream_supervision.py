@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -166,19 +167,29 @@ sys.exit(128 - code if code < 0 else code)
 """
 
 
-@pytest.fixture
-def fake(tmp_path):
-    (tmp_path / "jobs").mkdir()
-    (tmp_path / "jobs" / "streamtable_job.py").write_text(FAKE_DRIVER)
-    (tmp_path / "spark-submit").write_text(f"#!{sys.executable}\n" + FAKE_SUBMIT)
-    (tmp_path / "spark-submit").chmod(0o755)
-    yield tmp_path
-    for proc in psutil.process_iter(["cmdline"]):  # a failed test leaves no fake job behind
-        if str(tmp_path) in " ".join(proc.info.get("cmdline") or []):
+def make_fake(folder: Path) -> Path:
+    """`folder` with a fake `spark-submit` and its `jobs/streamtable_job.py`."""
+    (folder / "jobs").mkdir(parents=True)
+    (folder / "jobs" / "streamtable_job.py").write_text(FAKE_DRIVER)
+    (folder / "spark-submit").write_text(f"#!{sys.executable}\n" + FAKE_SUBMIT)
+    (folder / "spark-submit").chmod(0o755)
+    return folder
+
+
+def kill_fake_jobs(folder: Path) -> None:
+    """A failed test leaves no fake job behind."""
+    for proc in psutil.process_iter(["cmdline"]):
+        if str(folder) in " ".join(proc.info.get("cmdline") or []):
             try:
                 proc.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+@pytest.fixture
+def fake(tmp_path):
+    yield make_fake(tmp_path)
+    kill_fake_jobs(tmp_path)
 
 
 def start_job(fake: Path, mode: str, *args: str) -> subprocess.Popen:
@@ -266,11 +277,35 @@ def test_guardian_leaves_when_the_job_ends():
     assert job.poll() is not None or job.wait(1) == 0
 
 
-# ----------------------------------------------------------------------------------------- the operator
+# ----------------------------------------------------------------------------------------- the operator and the DAGs
 
-OPERATOR = """
-import json, sys, threading, time, types
-from datetime import datetime, timezone
+# One process that imports Airflow (importing it configures the whole process; see test_dags.py) answers the tests
+# below, each from its own part: first the DAG file's stream DAGs as Airflow parses them, then the operator in each
+# scenario with a fake `streamtable.runtime.observe.status` (the operator imports it when it starts watching) and a
+# fake job of its own (FAKE_MODE, FAKE_MARKER: what spark-submit's environment gives the driver), checked for fake
+# drivers left behind the moment it returns. Each Airflow import costs seconds of CPU: one for all, not one per test.
+SCENARIOS = {"stall": "ignore-term", "kill": "serve", "none": "exit"}  # scenario: the fake driver's mode
+
+AIRFLOW_PROCESS = """
+import json, os, runpy, sys, threading, time, types
+import psutil
+dags_file, fakes = sys.argv[1], json.loads(sys.argv[2])
+
+from streamtable.airflow.catalog import pipeline_names
+found = runpy.run_path(dags_file)
+dags = {k: v for k, v in found.items() if k.startswith("stream_") and hasattr(v, "dag_id")}
+out = {"pipelines": pipeline_names(), "dags": {}}
+for dag_id, dag in dags.items():
+    (task,) = dag.tasks
+    out["dags"][dag_id] = {
+        "schedule": dag.schedule, "max_active_runs": dag.max_active_runs, "doc": bool(dag.doc_md),
+        "params": {k: dag.params[k] for k in dag.params}, "type": type(task).__name__, "task_id": task.task_id,
+        "args": task.application_args, "pool": task.pool, "retries": task.retries,
+        "retry_delay_s": task.retry_delay.total_seconds(), "execution_timeout": task.execution_timeout,
+        "conn_id": task._conn_id, "stall": task.stall_timeout_s, "startup": task.startup_timeout_s,
+        "grace": task.stop_grace_s}
+print("DAGS " + json.dumps(out), flush=True)
+
 state = {"behind": False, "finished_at": None}
 fake_status = types.ModuleType("streamtable.runtime.observe.status")
 def pipeline_status(lake, pipeline, now=None):
@@ -284,113 +319,97 @@ streamtable.runtime.observe.status = fake_status
 from streamtable.airflow.stream import StreamServeOperator
 from airflow.sdk.exceptions import AirflowException
 
-scenario, fake = sys.argv[1], sys.argv[2]
-op = StreamServeOperator(task_id="serve", pipeline="word_count", application=fake + "/jobs/streamtable_job.py",
-                         application_args=["serve", "word_count", "--lake", fake + "/lake", "--interval", "2 seconds"],
-                         spark_binary=fake + "/spark-submit", conn_id="spark_default",
-                         stall_timeout_s="3", startup_timeout_s="3", stop_grace_s="2", poll_s=0.3)
-if scenario == "stall":
-    state["behind"] = True
-elif scenario == "kill":
-    threading.Timer(1.5, op.on_kill).start()
-started = time.monotonic()
-try:
-    result = {"returned": op.execute({})}
-except AirflowException as e:
-    result = {"raised": str(e)}
-result["seconds"] = time.monotonic() - started
-print("RESULT " + json.dumps(result))
+for scenario, (mode, fake) in fakes.items():
+    os.environ["FAKE_MODE"], os.environ["FAKE_MARKER"] = mode, fake + "/marker"
+    state.update(behind=scenario == "stall", finished_at=None)
+    op = StreamServeOperator(task_id="serve", pipeline="word_count", application=fake + "/jobs/streamtable_job.py",
+                             application_args=["serve", "word_count", "--lake", fake + "/lake", "--interval",
+                                               "2 seconds"],
+                             spark_binary=fake + "/spark-submit", conn_id="spark_default",
+                             stall_timeout_s="3", startup_timeout_s="3", stop_grace_s="2", poll_s=0.3)
+    if scenario == "kill":
+        threading.Timer(1.5, op.on_kill).start()
+    started = time.monotonic()
+    try:
+        result = {"returned": op.execute({})}
+    except AirflowException as e:
+        result = {"raised": str(e)}
+    result["seconds"] = time.monotonic() - started
+    deadline = time.monotonic() + 15  # the guardian may still be reaping
+    while (left := [p for p in psutil.process_iter(["cmdline"]) if p.pid != os.getpid()
+                    and fake in " ".join(p.info.get("cmdline") or [])]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    result["fake_driver_left"] = bool(left)
+    print("RESULT " + json.dumps({scenario: result}), flush=True)
 """
 
 
-def run_operator(fake: Path, scenario: str, mode: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
+@pytest.fixture(scope="module")
+def airflow_process(tmp_path_factory) -> Iterator[dict]:
+    """{"dags": the stream DAGs, "log": the process's output, SCENARIO: (the operator's result, its fake's folder)}."""
+    home = tmp_path_factory.mktemp("supervision")
+    fakes = {scenario: make_fake(home / scenario) for scenario in SCENARIOS}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))}
     env.update(
         {
-            "AIRFLOW_HOME": str(fake / "airflow_home"),
+            "AIRFLOW_HOME": str(home / "airflow_home"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "FAKE_MODE": mode,
-            "FAKE_MARKER": str(fake / "marker"),
+            "STREAMTABLE_LAKE": str(home / "lake"),
         }
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", OPERATOR, scenario, str(fake)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    return json.loads(lines[-1][len("RESULT ") :]) | {"log": proc.stdout + proc.stderr}
+    argv = [
+        str(ROOT / "dags" / "streamtable_dags.py"),
+        json.dumps({s: (SCENARIOS[s], str(f)) for s, f in fakes.items()}),
+    ]
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", AIRFLOW_PROCESS, *argv],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        log = f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        found = {"log": log}
+        for line in proc.stdout.splitlines():
+            if line.startswith("DAGS "):
+                found["dags"] = json.loads(line[len("DAGS ") :])
+            elif line.startswith("RESULT "):
+                [(scenario, result)] = json.loads(line[len("RESULT ") :]).items()
+                found[scenario] = (result | {"log": log}, fakes[scenario])
+        assert proc.returncode == 0 and set(SCENARIOS) | {"dags"} <= set(found), log
+        yield found
+    finally:
+        for folder in fakes.values():
+            kill_fake_jobs(folder)
 
 
-def no_fake_driver_left(fake: Path) -> bool:
-    deadline = time.monotonic() + 15  # the guardian may still be reaping
-    while time.monotonic() < deadline:
-        if not any(str(fake) in " ".join(p.info.get("cmdline") or []) for p in psutil.process_iter(["cmdline"])):
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def test_operator_fails_a_stalled_job_after_stopping_it(fake):
-    result = run_operator(fake, "stall", "ignore-term")
+def test_operator_fails_a_stalled_job_after_stopping_it(airflow_process):
+    result, fake = airflow_process["stall"]
     assert result.get("raised", "").startswith("stalled: word_count has unconsumed input"), result
     assert 3 <= result["seconds"] < 60
     assert "sigterm-ignored" in marker(fake)  # asked first, killed after the grace period
-    assert no_fake_driver_left(fake)
+    assert not result["fake_driver_left"], result
 
 
-def test_operator_on_kill_stops_the_driver_gracefully_and_fails_the_task(fake):
-    result = run_operator(fake, "kill", "serve")
+def test_operator_on_kill_stops_the_driver_gracefully_and_fails_the_task(airflow_process):
+    result, fake = airflow_process["kill"]
     assert result.get("raised", "").startswith("stopped: the task was killed; the job finished its batch"), result
     assert "stopping" in marker(fake)
-    assert no_fake_driver_left(fake)
+    assert not result["fake_driver_left"], result
 
 
-def test_operator_returns_the_report_when_the_job_ends_by_itself(fake):
-    result = run_operator(fake, "none", "exit")
+def test_operator_returns_the_report_when_the_job_ends_by_itself(airflow_process):
+    result, fake = airflow_process["none"]
     assert result.get("returned") == {"pipeline": "word_count", "batches": 0}, result
     assert "started serve word_count --lake" in marker(fake)
 
 
-# ----------------------------------------------------------------------------------------- the DAGs
-
-
-def test_one_stream_dag_per_pipeline(tmp_path):
+def test_one_stream_dag_per_pipeline(airflow_process):
     """stream_PIPELINE: triggered only, one run at a time, one supervised `serve` (no pool: the lake's lock)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))}
-    env.update(
-        {
-            "AIRFLOW_HOME": str(tmp_path / "airflow_home"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "STREAMTABLE_LAKE": str(tmp_path / "lake"),
-        }
-    )
-    code = f"""
-import json, runpy
-from streamtable.airflow.catalog import pipeline_names
-found = runpy.run_path({str(ROOT / "dags" / "streamtable_dags.py")!r})
-dags = {{k: v for k, v in found.items() if k.startswith("stream_") and hasattr(v, "dag_id")}}
-out = {{"pipelines": pipeline_names(), "dags": {{}}}}
-for dag_id, dag in dags.items():
-    (task,) = dag.tasks
-    out["dags"][dag_id] = {{
-        "schedule": dag.schedule, "max_active_runs": dag.max_active_runs, "doc": bool(dag.doc_md),
-        "params": {{k: dag.params[k] for k in dag.params}}, "type": type(task).__name__, "task_id": task.task_id,
-        "args": task.application_args, "pool": task.pool, "retries": task.retries,
-        "retry_delay_s": task.retry_delay.total_seconds(), "execution_timeout": task.execution_timeout,
-        "conn_id": task._conn_id, "stall": task.stall_timeout_s, "startup": task.startup_timeout_s,
-        "grace": task.stop_grace_s}}
-print("RESULT " + json.dumps(out))
-"""
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT ") :])
+    result = airflow_process["dags"]
     assert sorted(result["dags"]) == sorted(f"stream_{p}" for p in result["pipelines"])
     dag = result["dags"]["stream_word_count"]
     assert dag["schedule"] is None and dag["max_active_runs"] == 1 and dag["doc"]
@@ -408,10 +427,3 @@ print("RESULT " + json.dumps(out))
         "--stop-timeout",
         "{{ [params.stop_grace_s - 5, 1] | max }}",
     ]
-    assert dag["pool"] == "default_pool" and dag["conn_id"] == "spark_default"
-    assert dag["retries"] == 3 and dag["retry_delay_s"] == 15 and dag["execution_timeout"] is None
-    assert (dag["stall"], dag["startup"], dag["grace"]) == (
-        "{{ params.stall_timeout_s }}",
-        "{{ params.startup_timeout_s }}",
-        "{{ params.stop_grace_s }}",
-    )

@@ -40,10 +40,11 @@ from streamtable.runtime.inputs.keyed_changes import (
     CHANGE,
     NEWEST,
     OLDEST,
+    changes_between,
     fold_change_feed,
     fold_changelog,
     latest_rows,
-    latest_written,
+    written_per_key,
 )
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.runtime.query import streaming
@@ -526,8 +527,8 @@ def test_the_rows_a_delete_copied_into_a_new_file_keep_the_versions_they_were_wr
 
 def test_a_table_without_its_feed_is_looked_up_by_the_keys_a_batch_changed_as_read_whole(spark, tmp_path):
     """Without its Change Data Feed a keyed table's later batch read the whole table, its cost growing with the table's
-    size for a few changed keys (its changes, and `rows(keys_of=...)`). It now reads the records of those keys only,
-    with the versions and reasons the whole read gives them, and folds them alike."""
+    size for a few changed keys (its changes, and `rows(keys_of=...)`). It now reads the rows of those keys only, each
+    key's row written last as the whole read gives it (a key whose row written last breaks the rules is absent)."""
     path = str(tmp_path / "orders")
     write_deltalake(path, orders(("o1", "ann", "new", "10.00"), ("o2", "bob", "new", "20.00")))  # version 0
     write_deltalake(path, orders(("o1", "cy", "paid", "15.00"), ("o3", "dee", "new", "5.00")), mode="append")  # 1
@@ -537,15 +538,14 @@ def test_a_table_without_its_feed_is_looked_up_by_the_keys_a_batch_changed_as_re
     columns += (Column("amount", Type.decimal(18, 2)), Column("paid_at", Type.TIMESTAMP))
     table = Table("orders", columns, "input", keys=("order_id",), time_column="paid_at", path=path)
     lake, keys = Lake(tmp_path / "lake"), spark.createDataFrame([("o1",), ("o2",)], "order_id STRING")
-    whole = other_jobs.read_table(spark, lake, table, False, 2)
-    looked_up = other_jobs.read_records(spark, lake, table, 2, keys)
-    # (the same records: the fold of a key's records, its changes and its row, reads no other key's)
+    whole = other_jobs.read_written_rows(spark, lake, table, 2)
+    looked_up = other_jobs.read_written_rows(spark, lake, table, 2, keys)
     assert sorted(map(str, looked_up.collect())) == sorted(map(str, whole.where(F.col("order_id") != "o3").collect()))
-    good = F.col(other_jobs.REASON).isNull()
-    folded = fold_changelog(looked_up, table, 2, good).collect()
+    assert [(r["order_id"], r["customer"]) for r in looked_up.collect()] == [("o1", "eve")]
+    before = other_jobs.read_written_rows(spark, lake, table, 1, keys)  # the batch's changes: rows before and after
+    folded = changes_between(before, looked_up, table).collect()
     changes = sorted((r["order_id"], r.old and r.old["customer"], r.new and r.new["customer"]) for r in folded)
     assert changes == [("o1", "cy", "eve"), ("o2", "bob", None)]
-    assert [r["customer"] for r in latest_rows(looked_up, table, good).collect()] == ["eve"]
 
 
 def test_a_table_input_with_a_map_column_is_folded_and_read(spark):
@@ -565,7 +565,7 @@ def test_a_table_input_with_a_map_column_is_folded_and_read(spark):
     records = spark.createDataFrame([("a", {"x": 0}, 0), ("a", {"x": 1}, 1)], fields).withColumn(LINE, F.lit(0))
     assert [r["tags"] for r in latest_rows(records, tagged, F.lit(True)).collect()] == [{"x": 1}]
     spans = records.withColumn(OLDEST, F.col(COMMIT_VERSION)).withColumn(NEWEST, F.col(COMMIT_VERSION))
-    assert [r["tags"] for r in latest_written(spans, tagged, F.lit(True)).collect()] == [{"x": 1}]
+    assert [r["tags"] for r in written_per_key(spans, tagged, F.lit(True)).rows().collect()] == [{"x": 1}]
 
 
 @pytest.mark.extended  # the fold against tests/reference.py, feed on and off, is in make test
@@ -681,3 +681,31 @@ def test_a_table_whose_protocol_needs_a_feature_no_reader_here_has_is_refused_wi
     write_pipeline(pipelines, str(path))
     with pytest.raises(BadInputError, match=r"input orders .*fancyFuture.*refused"):
         run(lake, "order_totals")
+
+
+def test_the_spark_rule_of_a_key_written_last_is_the_one_show_and_query_use(spark):
+    """A key's row written last is decided twice: in a batch by Spark (`keyed_changes.written_per_key`) and by `show`,
+    `query` and `explain` without Spark (`storage.row_versions.written_last`). On random spans of random rows both
+    give each key the same row, and refuse the same keys (two different rows that nothing orders)."""
+    rng = random.Random(71)
+    table = Table("prices", (Column("item", Type.STRING), Column("price", Type.LONG)), "input", keys=("item",))
+    ordered: dict[str, int] = {}
+    tied: list[list[tuple]] = []
+    records: list[tuple] = []
+    for k in range(60):
+        spans = [sorted(rng.sample(range(8), 2)) for _ in range(rng.randint(1, 4))]
+        rows = [({"item": f"k{k}", "price": rng.randint(1, 3)}, (lo, hi)) for lo, hi in spans]
+        row, unordered_at = row_versions.written_last(rows)
+        key_records = [(r["item"], r["price"], lo, hi) for r, (lo, hi) in rows]
+        if unordered_at is None:
+            ordered[row["item"]] = row["price"]
+            records += key_records
+        else:
+            tied.append(key_records)
+    fields = f"item STRING, price BIGINT, {OLDEST} BIGINT, {NEWEST} BIGINT"
+    spark_rows = written_per_key(spark.createDataFrame(records, fields), table, F.lit(True)).rows().collect()
+    assert {r["item"]: r["price"] for r in spark_rows} == ordered
+    assert len(ordered) > 20 and len(tied) > 2
+    for key_records in tied[:2]:  # (each refusal fails its Spark job: one key per job)
+        with pytest.raises(Exception, match="has two rows at version"):
+            written_per_key(spark.createDataFrame(key_records, fields), table, F.lit(True)).rows().collect()

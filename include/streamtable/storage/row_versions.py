@@ -50,7 +50,7 @@ UNORDERED = (  # why two different rows of a key cannot be ordered by their span
 def written_last(rows: list[tuple[dict, Span]]) -> tuple[dict, int | None]:
     """Of a key's rows, each with its file's span, the one written last (greatest newest, then oldest version), and
     None; or that row and the version at which another, different row may have been written as late (no order: the
-    key is refused, `UNORDERED`). The rule `runtime.inputs.keyed_changes.latest_written` applies in a Spark job."""
+    key is refused, `UNORDERED`). The rule `runtime.inputs.keyed_changes.written_per_key` applies in a Spark job."""
     row, (oldest, newest) = max(rows, key=lambda r: (r[1][1], r[1][0]))
     tied = any(other != row and span[1] >= oldest for other, span in rows)
     return row, newest if tied else None

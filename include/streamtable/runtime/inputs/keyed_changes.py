@@ -166,13 +166,6 @@ def latest_rows(changelog: DataFrame, table: Table, present: SparkColumn) -> Dat
     return latest.where(F.col("_row").isNotNull()).select("_row.*")
 
 
-def latest_written(rows: DataFrame, table: Table, present: SparkColumn) -> DataFrame:
-    """A Delta table's rows (with `_oldest` and `_newest`: the span of versions each may have been written at,
-    `storage.row_versions`) as one row per key: the key's row written last, unless it breaks the input's rules; the
-    batch fails, in one line, when two different rows of a key are not ordered by their spans."""
-    return written_per_key(rows, table, present).rows()
-
-
 @dataclass(frozen=True)
 class Written:
     """A Delta table's rows grouped per key (`written_per_key`): `per_key` holds each key's rows' spans, `_all`, and
@@ -183,7 +176,8 @@ class Written:
     keys: tuple[str, ...]
 
     def rows(self) -> DataFrame:
-        """One row per key: its row written last, unless it breaks the input's rules (`latest_written`)."""
+        """One row per key: its row written last, unless it breaks the input's rules; the batch fails, in one line, when
+        two different rows of a key are not ordered by their spans."""
         latest = self.per_key.select(self.last.alias("_row"))
         return latest.where(F.col("_row").isNotNull()).select("_row.*")
 
@@ -202,7 +196,8 @@ class Written:
 
 
 def written_per_key(rows: DataFrame, table: Table, present: SparkColumn) -> Written:
-    """`rows` (as `latest_written` takes them) grouped per key."""
+    """A Delta table's rows (with `_oldest` and `_newest`: the span of versions each may have been written at,
+    `storage.row_versions`) grouped per key."""
     keys = require_keys(table)
     row = F.when(present, F.struct(*[c.name for c in table.columns]))
     written = F.struct(F.col(NEWEST).alias("newest"), F.col(OLDEST).alias("oldest"), row_id(table, row).alias("id"))

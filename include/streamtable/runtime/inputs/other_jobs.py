@@ -203,16 +203,11 @@ def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool,
     return from_change_feed(changes, table)
 
 
-def read_records(
-    spark: SparkSession, lake: Lake, table: Table, version: int, keys_of: DataFrame | None = None
-) -> DataFrame:
+def read_records(spark: SparkSession, lake: Lake, table: Table, version: int) -> DataFrame:
     """The external input read by its files (no Change Data Feed) up to `version`, as records, each with the newest
-    version that brought its file's rows, and `_reason`. With `keys_of`, only the records of its keys: a lookup, in
-    which Delta skips the files whose statistics exclude them (`listed_keys`)."""
+    version that brought its file's rows, and `_reason`."""
     require_whole_log(table)
     rows = spark.read.format("delta").option("versionAsOf", version).load(external.location(table))
-    if keys_of is not None:
-        rows = rows.where(_listed(rows, table, keys_of))
     tagged = (
         _typed(rows, table)
         .withColumn(LINE, F.lit(0).cast("bigint"))
@@ -221,13 +216,6 @@ def read_records(
         .withColumn(COMMIT_VERSION, F.lit(None).cast("bigint"))
         .withColumn(COMMITTED_AT, F.lit(None).cast("timestamp"))
     )
-    if keys_of is None:
-        return _versioned(spark, lake, table, version, tagged)
-    # (computed once: a batch reads its changes and rows several times, each a read of the table and its statistics)
-    return _versioned(spark, lake, table, version, of_keys(tagged, keys_of, table.keys)).localCheckpoint()
-
-
-def _versioned(spark: SparkSession, lake: Lake, table: Table, version: int, tagged: DataFrame) -> DataFrame:
     versioned = with_versions(spark, tagged, {table.name: external.file_versions(lake, table, version)})
     return with_reasons(versioned, table).drop(SOURCE)
 

@@ -24,21 +24,172 @@ DAG_FILES = sorted(p for p in DAGS.glob("*.py") if not p.name.startswith("_"))
 HEAVY = ("pyspark", "great_expectations", "delta", "py4j")  # what no DAG file may import at parse time
 
 
-def test_dagbag_imports_every_dag_without_errors(airflow_home):
-    proc = run_python(
-        f"""
-import json
+TEAM_PIPELINE = '''"""team_totals: the total `amount` per `key`."""
+from streamtable import Column, Pipeline, Type, changelog, table
+
+S, L, TS = Type.STRING, Type.LONG, Type.TIMESTAMP
+EVENTS = changelog("team_events", [Column("key", S), Column("amount", L), Column("event_time", TS)])
+TOTALS = table("team_totals", [Column("key", S), Column("amount", L)], keys=["key"])
+PIPELINE = Pipeline(name="team_totals", doc=__doc__, streams=("team_events",), outputs=(TOTALS,), process=print)
+'''
+ON_DATA = TEAM_PIPELINE.replace("process=print)", 'process=print, schedule="on_data")')
+SOURCES = """
+from streamtable import Column, Pipeline, Type, changelog, table
+
+S, TS = Type.STRING, Type.TIMESTAMP
+ORDERS = changelog("shop_orders", [Column("id", S), Column("event_time", TS)], kafka_topic="orders")
+DROPS = changelog("shop_drops", [Column("id", S), Column("event_time", TS)], landing_folder="{landing}")
+COUNTS = table("shop_counts", [Column("id", S)], keys=["id"])
+PIPELINE = Pipeline("shop", "", streams=("shop_orders", "shop_drops"), outputs=(COUNTS,), process=print)
+"""
+
+# Every parse-time check of this file, in one Airflow process (an Airflow import and a registry child process cost
+# about 5 CPU-s a process): the steps run in this order, each with the environment it names, the pipeline-folder
+# caches cleared between them. The first step runs before anything else is imported, so that what a DAG file imports
+# is its own.
+PARSE = """
+import json, os, runpy, sys
+from types import SimpleNamespace
+BASE = dict(os.environ)
+os.environ.pop("STREAMTABLE_LAKE")
+found = {}
+
+# each DAG file in turn, fresh: the heavy modules parsing it imported
+found["heavy"] = {}
+for path in DAG_FILES:
+    try:
+        runpy.run_path(path)
+    except Exception as e:
+        found["heavy"][path] = [f"parse failed: {type(e).__name__}: {e}"]
+        break
+    found["heavy"][path] = sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)
+    if found["heavy"][path]:
+        break  # later files would be blamed for this one's imports
+
 from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(dag_folder={str(DAGS)!r})
-print("RESULT " + json.dumps({{
-    "errors": {{str(k): str(v) for k, v in bag.import_errors.items()}},
-    "dags": {{d.dag_id: {{"file": d.fileloc, "doc_md": bool(d.doc_md), "tasks": len(d.tasks)}}
-             for d in bag.dags.values()}},
-}}))
-""",
-        airflow_env(airflow_home),
-    )
-    result = last_json(proc)
+from streamtable.airflow import catalog
+
+def environment(changes):  # the process's first environment with these changes (None: unset), caches cleared
+    os.environ.clear()
+    os.environ.update(BASE)
+    for key, value in changes.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    for cached in (catalog.registered, catalog.pipeline_folders, catalog.examples_wanted):
+        cached.cache_clear()
+
+# the whole dags/ folder as Airflow's DagBag imports it (no lake set, as in the first step)
+environment({"STREAMTABLE_LAKE": None})
+bag = DagBag(dag_folder=DAGS)
+found["dagbag"] = {
+    "errors": {str(k): str(v) for k, v in bag.import_errors.items()},
+    "dags": {d.dag_id: {"file": d.fileloc, "doc_md": bool(d.doc_md), "tasks": len(d.tasks)} for d in bag.dags.values()},
+}
+
+# which DAGs each case of the examples' settings makes
+found["cases"] = {}
+unset = dict.fromkeys(
+    ("STREAMTABLE_LAKE", "STREAMTABLE_EXAMPLES", "AIRFLOW_VAR_STREAMTABLE_EXAMPLES", "STREAMTABLE_PIPELINES")
+)
+for case, case_env in CASES.items():
+    environment(unset | case_env)
+    bag = DagBag(dag_folder=DAGS)
+    found["cases"][case] = {
+        "errors": [str(e) for e in bag.import_errors.values()],
+        "dags": sorted(bag.dag_ids),
+        "forms": {d: bag.get_dag(d).params.get_param("pipeline").schema.get("enum") for d in ("reprocess", "reset")
+                  if d in bag.dag_ids},
+    }
+
+def watchers(asset):
+    return [(w.name, *w.trigger.serialize()) for w in asset.watchers]
+def shape(dag):
+    tasks = {}
+    for t in dag.tasks:
+        tasks[t.task_id] = {
+            "type": type(t).__name__, "downstream": sorted(t.downstream_task_ids),
+            "outlets": [{"uri": a.uri, "name": a.name, "watchers": watchers(a)} for a in t.outlets],
+        }
+        if hasattr(t, "application"):
+            tasks[t.task_id] |= {
+                "application": t.application, "args": t.application_args,
+                "conn_id": t._conn_id, "jars": t.jars, "binary": t._spark_binary, "retries": t.retries,
+            }
+        if hasattr(t, "bash_command"):
+            tasks[t.task_id] |= {"command": t.bash_command, "env": t.env, "retries": t.retries}
+    schedule = dag.timetable.asset_condition if hasattr(dag.timetable, "asset_condition") else None
+    assets = getattr(schedule, "objects", [])
+    return {"schedule": str(dag.schedule), "timetable": type(dag.timetable).__name__,
+            "watchers": {a.name: watchers(a) for a in assets},
+            "catchup": dag.catchup, "max_active_runs": dag.max_active_runs, "tags": sorted(dag.tags),
+            "macros": sorted(dag.user_defined_macros or {}), "tasks": tasks}
+
+# the DAGs' shapes, with the lake set, for the built-in pipelines and for each pipeline folder
+found["shapes"] = {}
+for folder, dag_ids in SHAPES:
+    environment({"STREAMTABLE_PIPELINES": folder})
+    dags = runpy.run_path(DAG_FILE)
+    found["shapes"] |= {dag_id: shape(dags[dag_id]) for dag_id in dag_ids}
+
+# clicks_per_region's run task rendered as Airflow renders it when the task runs, the lake a Variable or not
+environment({"SPARK_DIST_CLASSPATH": "/opt/hadoop/share/common.jar"})  # a Hadoop-free Spark's, kept
+dag = runpy.run_path(DAG_FILE)["clicks_per_region"]
+task = dag.get_task("run")
+def rendered(variables):
+    context = {"var": SimpleNamespace(value=variables), **dag.user_defined_macros}
+    render = lambda field: task.render_template(field, context, jinja_env=dag.get_template_env())
+    return {"conf": render(task.conf), "env": render(task.env_vars)}
+found["rendered"] = {"s3": rendered({"streamtable_lake": "s3://streamtable/team"}), "local": rendered({})}
+print("RESULT " + json.dumps(found))
+"""
+
+
+@pytest.fixture(scope="module")
+def parsed(airflow_home, tmp_path_factory) -> dict:
+    """What the parse-time checks below read, from one process (PARSE), and the folders and lake it parsed with."""
+    root = tmp_path_factory.mktemp("parsed")
+    where = {name: root / name for name in ("team", "on_data", "shop", "landing")}
+    for folder in where.values():
+        folder.mkdir()
+    (where["team"] / "team_totals.py").write_text(TEAM_PIPELINE)
+    (where["on_data"] / "team.py").write_text(ON_DATA)
+    both = ON_DATA.replace("team_", "both_").replace('"on_data"', '"on_data or 0 * * * *"')
+    (where["on_data"] / "both.py").write_text(both)
+    (where["shop"] / "shop.py").write_text(SOURCES.format(landing=where["landing"]))
+    team = str(where["team"])
+    cases = {
+        "default": {"STREAMTABLE_PIPELINES": team},
+        "nothing": {},
+        "env": {"STREAMTABLE_PIPELINES": team, "STREAMTABLE_EXAMPLES": "1"},
+        "variable": {"AIRFLOW_VAR_STREAMTABLE_EXAMPLES": "true"},
+        "variable_off": {
+            "STREAMTABLE_PIPELINES": team,
+            "STREAMTABLE_EXAMPLES": "1",
+            "AIRFLOW_VAR_STREAMTABLE_EXAMPLES": "false",
+        },
+    }
+    shapes = [
+        (None, ["clicks_per_region", "validate_clicks_per_region"]),
+        (str(where["on_data"]), ["team_totals", "both_totals"]),
+        (str(where["shop"]), ["ingest_shop_orders", "ingest_shop_drops"]),
+    ]
+    lake = Lake(root / "lake")
+    given = {
+        "DAGS": str(DAGS),
+        "DAG_FILE": str(DAGS / "streamtable_dags.py"),
+        "DAG_FILES": [str(p) for p in DAG_FILES],
+        "HEAVY": HEAVY,
+        "CASES": cases,
+        "SHAPES": shapes,
+    }
+    code = "".join(f"{name} = {value!r}\n" for name, value in given.items()) + PARSE
+    return last_json(run_python(code, airflow_env(airflow_home, lake.root))) | {"where": where, "lake": lake}
+
+
+def test_dagbag_imports_every_dag_without_errors(parsed):
+    result = parsed["dagbag"]
     assert result["errors"] == {}, "DAG import errors:\n" + "\n".join(f"{k}: {v}" for k, v in result["errors"].items())
     files = {Path(d["file"]).name for d in result["dags"].values()}
     dag_files = {p.name for p in DAG_FILES} - {"pipeline_errors.py"}  # it only reports broken pipeline files
@@ -55,62 +206,11 @@ print("RESULT " + json.dumps({{
     assert {"reprocess", "reset"} <= set(result["dags"])
 
 
-TEAM_PIPELINE = '''"""team_totals: the total `amount` per `key`."""
-from streamtable import Column, Pipeline, Type, changelog, table
-
-S, L, TS = Type.STRING, Type.LONG, Type.TIMESTAMP
-EVENTS = changelog("team_events", [Column("key", S), Column("amount", L), Column("event_time", TS)])
-TOTALS = table("team_totals", [Column("key", S), Column("amount", L)], keys=["key"])
-PIPELINE = Pipeline(name="team_totals", doc=__doc__, streams=("team_events",), outputs=(TOTALS,), process=print)
-'''
-
-
-def test_the_built_in_pipelines_dags_are_made_only_where_asked(airflow_home, tmp_path):
+def test_the_built_in_pipelines_dags_are_made_only_where_asked(parsed):
     """The seven built-in pipelines are examples: without the Variable `streamtable_examples` or the env
     `STREAMTABLE_EXAMPLES` a team's Airflow shows its own pipelines' DAGs alone (and no form without a pipeline to
     choose); either asks for the examples, the Variable over the env (as for the pipeline folders)."""
-    folder = tmp_path / "pipelines"
-    folder.mkdir()
-    (folder / "team_totals.py").write_text(TEAM_PIPELINE)
-    cases = {
-        "default": {"STREAMTABLE_PIPELINES": str(folder)},
-        "nothing": {},
-        "env": {"STREAMTABLE_PIPELINES": str(folder), "STREAMTABLE_EXAMPLES": "1"},
-        "variable": {"AIRFLOW_VAR_STREAMTABLE_EXAMPLES": "true"},
-        "variable_off": {
-            "STREAMTABLE_PIPELINES": str(folder),
-            "STREAMTABLE_EXAMPLES": "1",
-            "AIRFLOW_VAR_STREAMTABLE_EXAMPLES": "false",
-        },
-    }
-    env = airflow_env(airflow_home)
-    env.pop("STREAMTABLE_EXAMPLES")
-    env.pop("STREAMTABLE_PIPELINES", None)
-    proc = run_python(
-        f"""
-import json, os
-from airflow.dag_processing.dagbag import DagBag
-from streamtable.airflow import catalog
-
-found = {{}}
-for case, case_env in {cases!r}.items():
-    for key in ("STREAMTABLE_EXAMPLES", "AIRFLOW_VAR_STREAMTABLE_EXAMPLES", "STREAMTABLE_PIPELINES"):
-        os.environ.pop(key, None)
-    os.environ.update(case_env)
-    for cached in (catalog.registered, catalog.pipeline_folders, catalog.examples_wanted):
-        cached.cache_clear()
-    bag = DagBag(dag_folder={str(DAGS)!r})
-    found[case] = {{
-        "errors": [str(e) for e in bag.import_errors.values()],
-        "dags": sorted(bag.dag_ids),
-        "forms": {{d: bag.get_dag(d).params.get_param("pipeline").schema.get("enum") for d in ("reprocess", "reset")
-                  if d in bag.dag_ids}},
-    }}
-print("RESULT " + json.dumps(found))
-""",
-        env,
-    )
-    found = last_json(proc)
+    found = parsed["cases"]
     from streamtable.core.registry import pipelines
 
     built_in = set(pipelines()) - {"team_totals"}
@@ -128,70 +228,18 @@ print("RESULT " + json.dumps(found))
     assert "team_totals" in found["env"]["dags"] and "team_totals" not in found["variable"]["dags"]
 
 
-@pytest.fixture(scope="module")
-def heavy_imports(airflow_home) -> dict[str, list[str]]:
-    """For each DAG file, the heavy modules that parsing it imported (all files parsed in turn in one process)."""
-    proc = run_python(
-        f"""
-import json, runpy, sys
-heavy = {{}}
-for path in {[str(p) for p in DAG_FILES]!r}:
-    runpy.run_path(path)
-    heavy[path] = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})
-    if heavy[path]:
-        break  # later files would be blamed for this one's imports
-print("RESULT " + json.dumps(heavy))
-""",
-        airflow_env(airflow_home),
-    )
-    return last_json(proc)
-
-
 @pytest.mark.parametrize("dag_file", DAG_FILES, ids=[p.name for p in DAG_FILES])
-def test_dag_file_does_not_import_pyspark(dag_file, heavy_imports):
+def test_dag_file_does_not_import_pyspark(dag_file, parsed):
+    heavy_imports = parsed["heavy"]
     assert str(dag_file) in heavy_imports, f"{dag_file.name} was not parsed: an earlier DAG file imports pyspark"
     heavy = heavy_imports[str(dag_file)]
     assert heavy == [], f"{dag_file.name} imports {heavy[:8]} when parsed: keep Spark and GX inside the job"
 
 
-SHAPES = """
-import json, runpy
-def watchers(asset):
-    return [(w.name, *w.trigger.serialize()) for w in asset.watchers]
-def shape(dag):
-    tasks = {}
-    for t in dag.tasks:
-        tasks[t.task_id] = {
-            "type": type(t).__name__, "downstream": sorted(t.downstream_task_ids),
-            "outlets": [{"uri": a.uri, "name": a.name, "watchers": watchers(a)} for a in t.outlets],
-        }
-        if hasattr(t, "application"):
-            tasks[t.task_id] |= {
-                "application": t.application, "args": t.application_args,
-                "conn_id": t._conn_id, "jars": t.jars, "binary": t._spark_binary, "retries": t.retries,
-            }
-    schedule = dag.timetable.asset_condition if hasattr(dag.timetable, "asset_condition") else None
-    assets = getattr(schedule, "objects", [])
-    return {"schedule": str(dag.schedule), "timetable": type(dag.timetable).__name__,
-            "watchers": {a.name: watchers(a) for a in assets},
-            "catchup": dag.catchup, "max_active_runs": dag.max_active_runs, "tags": sorted(dag.tags),
-            "macros": sorted(dag.user_defined_macros or {}), "tasks": tasks}
-dags = runpy.run_path(DAG_FILE)
-print("RESULT " + json.dumps({dag_id: shape(dags[dag_id]) for dag_id in DAG_IDS}))
-"""
-
-
-def dag_shapes(env: dict, *dag_ids: str) -> dict:
-    """Each DAG's schedule, its Asset watchers and its tasks (type, downstream, outlets, a spark-submit's arguments)."""
-    code = f"DAG_FILE, DAG_IDS = {str(DAGS / 'streamtable_dags.py')!r}, {list(dag_ids)!r}\n" + SHAPES
-    return last_json(run_python(code, env))
-
-
-def test_clicks_per_region_dag_shape(airflow_home, tmp_path):
+def test_clicks_per_region_dag_shape(parsed):
     """One spark-submit of `streamtable run` (its per-batch gate is the micro-batch's check: no full suites, no Data
     Docs in it), which updates the output's Asset, the lake templated; the full suites in `validate_PIPELINE`."""
-    shapes = dag_shapes(airflow_env(airflow_home, tmp_path / "lake"), "clicks_per_region", "validate_clicks_per_region")
-    dag, validation = shapes["clicks_per_region"], shapes["validate_clicks_per_region"]
+    dag, validation = parsed["shapes"]["clicks_per_region"], parsed["shapes"]["validate_clicks_per_region"]
     assert dag["catchup"] is False and dag["max_active_runs"] == 1
     assert dag["schedule"] == "*/5 * * * *" and dag["watchers"] == {}
     assert set(dag["tasks"]) == {"run"}
@@ -215,21 +263,12 @@ def test_clicks_per_region_dag_shape(airflow_home, tmp_path):
     assert check["type"] == "StreamtableSubmitOperator" and "validate" in validation["tags"]
 
 
-ON_DATA = TEAM_PIPELINE.replace("process=print)", 'process=print, schedule="on_data")')
-
-
-def test_a_pipeline_on_data_runs_on_its_inputs_assets_each_watched_by_its_delta_version(airflow_home, tmp_path):
+def test_a_pipeline_on_data_runs_on_its_inputs_assets_each_watched_by_its_delta_version(parsed):
     """`schedule="on_data"`: the micro-batch DAG is scheduled on its input's Asset, whose watcher is a
     DeltaVersionTrigger on the input's table in the lake; `pending` skips a run with nothing to consume;
     `on_data or CRON` adds the cron. An output's Asset (the run's outlet) is the same definition, watcher included:
     Airflow keeps the last one parsed, so an outlet without it would unwatch a pipeline scheduled on that table."""
-    folder, lake = tmp_path / "pipelines", Lake(tmp_path / "lake")
-    folder.mkdir()
-    (folder / "team.py").write_text(ON_DATA)
-    (folder / "both.py").write_text(ON_DATA.replace("team_", "both_").replace('"on_data"', '"on_data or 0 * * * *"'))
-    env = airflow_env(airflow_home, lake.root) | {"STREAMTABLE_PIPELINES": str(folder)}
-    shapes = dag_shapes(env, "team_totals", "both_totals")
-    dag, both = shapes["team_totals"], shapes["both_totals"]
+    lake, dag, both = parsed["lake"], parsed["shapes"]["team_totals"], parsed["shapes"]["both_totals"]
     assert dag["timetable"] == "AssetTriggeredTimetable" and "on_data" in dag["tags"]
     path = lake.table_path("team_events")
     [[name, classpath, kwargs]] = dag["watchers"]["streamtable.team_events"]
@@ -242,27 +281,11 @@ def test_a_pipeline_on_data_runs_on_its_inputs_assets_each_watched_by_its_delta_
     assert both["timetable"] == "AssetOrTimeSchedule" and list(both["watchers"]) == ["streamtable.both_events"]
 
 
-def test_a_lake_set_only_by_the_variable_gets_its_class_path_when_the_task_runs(airflow_home, tmp_path):
+def test_a_lake_set_only_by_the_variable_gets_its_class_path_when_the_task_runs(parsed):
     """The env's lake is local; the Variable says s3://: the task's spark-submit, rendered as Airflow renders it when
     the task runs, gets the s3a jars on the executors' class path and appended to the worker's SPARK_DIST_CLASSPATH
     for the driver (after Spark's jars, so the driver keeps its class archive); nothing for a local lake."""
-    proc = run_python(
-        f"""
-import json, os, runpy
-from types import SimpleNamespace
-os.environ["SPARK_DIST_CLASSPATH"] = "/opt/hadoop/share/common.jar"  # a Hadoop-free Spark's, kept
-dag = runpy.run_path({str(DAGS / "streamtable_dags.py")!r})["clicks_per_region"]
-task = dag.get_task("run")
-def rendered(variables):
-    context = {{"var": SimpleNamespace(value=variables), **dag.user_defined_macros}}
-    render = lambda field: task.render_template(field, context, jinja_env=dag.get_template_env())
-    return {{"conf": render(task.conf), "env": render(task.env_vars)}}
-s3 = rendered({{"streamtable_lake": "s3://streamtable/team"}})
-print("RESULT " + json.dumps({{"s3": s3, "local": rendered({{}})}}))
-""",
-        airflow_env(airflow_home, tmp_path / "lake"),
-    )
-    result = last_json(proc)
+    result = parsed["rendered"]
     jars = result["s3"]["conf"]["spark.executor.extraClassPath"].split(":")
     assert any(Path(j).name.startswith("hadoop-aws-") for j in jars) and all(Path(j).is_file() for j in jars), jars
     assert result["s3"]["env"]["SPARK_DIST_CLASSPATH"].split(":") == ["/opt/hadoop/share/common.jar", *jars]
@@ -367,41 +390,17 @@ def test_make_demo(fresh_airflow_home, tmp_path):
     assert named(complete["outputs"]) == [("file", moved.table_path("clicks_per_region"), "1")]
 
 
-SOURCES = """
-from streamtable import Column, Pipeline, Type, changelog, table
-
-S, TS = Type.STRING, Type.TIMESTAMP
-ORDERS = changelog("shop_orders", [Column("id", S), Column("event_time", TS)], kafka_topic="orders")
-DROPS = changelog("shop_drops", [Column("id", S), Column("event_time", TS)], landing_folder="{landing}")
-COUNTS = table("shop_counts", [Column("id", S)], keys=["id"])
-PIPELINE = Pipeline("shop", "", streams=("shop_orders", "shop_drops"), outputs=(COUNTS,), process=print)
-"""
-
-
 @pytest.mark.slow
-def test_an_input_with_a_topic_or_a_folder_gets_an_ingest_dag_whose_copier_stops_on_sigterm(airflow_home, tmp_path):
+def test_an_input_with_a_topic_or_a_folder_gets_an_ingest_dag_whose_copier_stops_on_sigterm(parsed, airflow_home):
     """`kafka_topic=` and `landing_folder=` on a changelog make `ingest_TABLE` DAGs (one copy task, retried, no
     schedule); the folder's task command, run as Airflow runs it, copies a dropped file once, then stops cleanly on
     SIGTERM (what marking the task failed sends)."""
-    landing, folder, lake = tmp_path / "landing", tmp_path / "pipelines", tmp_path / "lake"
-    landing.mkdir()
-    folder.mkdir()
-    (folder / "shop.py").write_text(SOURCES.format(landing=landing))
+    landing, folder, lake = parsed["where"]["landing"], parsed["where"]["shop"], parsed["lake"].root
     env = airflow_env(airflow_home, lake) | {"STREAMTABLE_PIPELINES": str(folder)}
-    proc = run_python(
-        f"""
-import json, runpy
-dags = runpy.run_path({str(DAGS / "streamtable_dags.py")!r})
-found = {{}}
-for dag_id in ("ingest_shop_orders", "ingest_shop_drops"):
-    [copy] = dags[dag_id].tasks
-    found[dag_id] = {{"task": copy.task_id, "type": type(copy).__name__, "command": copy.bash_command,
-                     "env": copy.env, "retries": copy.retries, "schedule": str(dags[dag_id].schedule)}}
-print("RESULT " + json.dumps(found))
-""",
-        env,
-    )
-    found = last_json(proc)
+    found = {dag_id: parsed["shapes"][dag_id] for dag_id in ("ingest_shop_orders", "ingest_shop_drops")}
+    for dag in found.values():
+        [task] = dag["tasks"]
+        dag |= {"task": task, **dag["tasks"][task]}
     orders, drops = found["ingest_shop_orders"], found["ingest_shop_drops"]
     for dag in (orders, drops):
         assert (dag["task"], dag["type"], dag["retries"], dag["schedule"]) == ("copy", "BashOperator", 3, "None")

@@ -149,6 +149,11 @@ print("RESULT " + json.dumps(result))
 """
 
 
+# A second proof (make test-all): in make test, test_s3_pipelines' every-command test has streamtable's own Spark
+# session on an s3 lake (s3a) read the tables delta-rs ingested and, in a reprocess's swap, overwrite an output with a
+# Spark commit that delta-rs reads back, equal to a local lake's; test_two_hosts reads a cluster's results with
+# delta-rs. This one builds such a session from the settings by hand (docs/operations.md).
+@pytest.mark.extended
 def test_spark_s3a_and_delta_rs_share_tables(object_store_env):
     """PySpark (Delta + hadoop-aws from jars/) writes a Delta table through s3a and reads delta-rs's; delta-rs reads
     Spark's. A process of its own: the s3a jars must be on the driver's class path when its JVM starts."""

@@ -1,5 +1,6 @@
 """Reprocessing and backfills driven from Airflow: the `reprocess`, `reprocess_daily_*` and `reset` DAGs, no pools,
-backfill-style runs of a pipeline DAG, and the pipeline lock between a reprocess and a run in two processes.
+backfill-style runs of a pipeline DAG, the pipeline lock between a reprocess and a run in two processes, and a refused
+request's alert to the configured webhook.
 
 DAG runs are `dag.test()` in subprocesses against the session's temporary AIRFLOW_HOME (`airflow_home` in
 conftest.py). Every spark-submit costs one to a few minutes on 2 cores, so each test submits as
@@ -12,14 +13,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
-from helpers import BIN, CLI, DAGS, ROOT, airflow_env, dag_tests, ingest, last_json, run_python, table
+from helpers import BIN, CLI, DAGS, airflow_env, dag_tests, ingest, last_json, run_python, table
 from reference import clicks_per_region as expected
 from streamtable.storage.lake import Lake
 
@@ -147,6 +150,8 @@ for dag_id, dag in bag.dags.items():
                               "args_from": getattr(t, "args_from", None),
                               "upstream": sorted(t.upstream_task_ids)}} for t in dag.tasks}},
     }}
+from airflow.models.pool import Pool
+out["pools"] = [p.pool for p in Pool.get_pools()]  # what `airflow pools list` lists, from the same metadata DB
 print("RESULT " + json.dumps(out, default=str))
 """,
         airflow_env(airflow_home),
@@ -193,23 +198,31 @@ print("RESULT " + json.dumps(out, default=str))
 
     # every pool a task names exists in a fresh metadata DB (a missing pool would leave its task unscheduled without
     # a word): none is made by set-up, so only Airflow's own default_pool; the lake's lock serialises a pipeline
-    listed = subprocess.run(
-        [str(BIN / "airflow"), "pools", "list", "-o", "json"],
-        env=airflow_env(airflow_home),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert listed.returncode == 0, listed.stdout + listed.stderr
-    existing = {p["pool"] for p in json.loads(listed.stdout)}
+    existing = set(result["pools"])
     used = {t["pool"] for dag in dags.values() for t in dag["tasks"].values()}
     assert used == {"default_pool"} and used <= existing, (used, existing)
+
+
+class Hook(BaseHTTPRequestHandler):
+    """A webhook on loopback: what it received."""
+
+    received: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        Hook.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
 @pytest.mark.timeout(1800)
 @pytest.mark.slow
 def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_submit(airflow_home, tmp_path):
+    """Also: a failed task reaches the operator through the notifier configured in one place
+    (`pipeline_dags(on_failure=)`), here a webhook on loopback that receives a refused request with its one-line reason
+    (docs/operations.md, Alerts)."""
     lake = Lake(tmp_path / "lake")
     fill(lake, 2)
     env = airflow_env(airflow_home, lake.root)
@@ -253,7 +266,18 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
             "mark_success": "^reprocess$",
         }
     )
-    results, output = dag_tests(env, runs)
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    team = tmp_path / "team.py"
+    team.write_text(
+        "from streamtable.airflow import WebhookNotifier, pipeline_dags\n\n"
+        f"pipeline_dags(globals(), on_failure=[WebhookNotifier('http://127.0.0.1:{server.server_port}/alerts')])\n"
+    )
+    runs.append({"file": str(team), "dag_id": "reprocess", "conf": {"pipeline": "word_count", "from_version": 0}})
+    try:
+        results, output = dag_tests(env, runs)
+    finally:
+        server.shutdown()
 
     for (conf, where, message), result in zip(bad, results[: len(bad)], strict=True):
         if where == "form":
@@ -265,13 +289,19 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
             assert any("refused: " in line and message in line for line in output.splitlines()), (conf, message)
     assert "'../lake' is not one of" in results[len(bad)]["refused"]
 
-    skipped, resolved = results[len(bad) + 1 :]
+    skipped, resolved, alerted = results[len(bad) + 1 :]
     assert skipped["state"] == "success" and skipped["tasks"] == {"since": "skipped", "reprocess": "skipped"}
     assert f"nothing was committed to {P}'s primary input since" in output
     assert resolved["state"] == "success", resolved
     assert resolved["xcom"]["since.args"] == ["--from-timestamp", between.isoformat()]
     assert "version 1 of user_clicks (the first committed since then)" in resolved["xcom"]["since.return_value"]
     assert not (Path(lake.root) / "tables" / P).exists()  # nothing ran
+
+    # only the team's DAG file names the webhook: its one refused run is the one alert
+    assert alerted["state"] == "failed", alerted
+    [alert] = Hook.received
+    assert (alert["dag_id"], alert["task_id"], alert["try_number"]) == ("reprocess", "check_params", 1), alert
+    assert "word_count's primary input, has no data yet" in alert["error"], alert
 
 
 # ---------------------------------------------------------------- with Spark

@@ -162,7 +162,6 @@ LONGEST_FIRST = (
     "test_presence_notifications.py",
     "test_clicks_per_region.py",
     "test_keyed_lookup.py",
-    "test_airflow_ui.py",
     "test_browser_captcha.py",
     "test_kafka_ingest.py",
     "test_disk_faults.py",

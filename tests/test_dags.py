@@ -1,5 +1,6 @@
-"""The Airflow DAGs: every file in dags/ imports cleanly and without pyspark, every pipeline has its DAGs, and
-`make demo` (clicks_per_region through `airflow dags test`) runs end to end.
+"""The Airflow DAGs: every file in dags/ imports cleanly and without pyspark, every pipeline has its DAGs,
+`make demo` (clicks_per_region through `airflow dags test`) runs end to end, and the Airflow UI, in a real browser,
+leads an operator from a refused validation's task to its Data Docs.
 
 Airflow runs in subprocesses, against the session's temporary AIRFLOW_HOME (`airflow_home` in conftest.py, one
 SQLite DB made once by `airflow db migrate`): importing Airflow configures logging, settings and an ORM for the
@@ -9,13 +10,19 @@ whole process, which must not leak into the other tests (nor theirs into Airflow
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
+from browser import by_text, keep_failure, screenshot, wait_until
 from helpers import BIN, DAGS, ROOT, airflow_env, dag_ids_of, ingest, last_json, pipeline_dag_ids, run_python
+from servers import free_port
 from streamtable.runtime import spark_settings as settings
 from streamtable.storage.lake import Lake
 
@@ -294,23 +301,33 @@ def test_a_lake_set_only_by_the_variable_gets_its_class_path_when_the_task_runs(
     assert result["local"]["env"]["SPARK_DIST_CLASSPATH"] == "/opt/hadoop/share/common.jar"
 
 
-# The last clicks_per_region DAG run: its state, its tasks' states and its asset events (URI, extra).
-EVENTS = """
+# The last clicks_per_region DAG run (the demo's), then the DAG run again on the env's lake as `airflow dags test` runs
+# it (dag.test() of the DAG as parsed from dags/), then its last run again: each run's state, its tasks' states and its
+# asset events (URI, extra). One Airflow process for both.
+AFTER_DEMO = """
 import json
 from sqlalchemy import select
+from airflow.dag_processing.dagbag import DagBag
 from airflow.models.asset import AssetEvent, AssetModel
 from airflow.models.dagrun import DagRun
 from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
 
-with create_session() as session:
-    run = session.scalars(select(DagRun).where(DagRun.dag_id == "clicks_per_region").order_by(DagRun.id.desc())).first()
-    states = {ti.task_id: str(ti.state) for ti in session.scalars(
-        select(TaskInstance).where(TaskInstance.dag_id == "clicks_per_region", TaskInstance.run_id == run.run_id))}
-    events = [[uri, extra] for uri, extra in session.execute(
-        select(AssetModel.uri, AssetEvent.extra).join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
-        .where(AssetEvent.source_run_id == run.run_id))]
-    print("RESULT " + json.dumps({"state": str(run.state), "tasks": states, "asset_events": events}))
+def last_run():
+    with create_session() as session:
+        run = session.scalars(
+            select(DagRun).where(DagRun.dag_id == "clicks_per_region").order_by(DagRun.id.desc())
+        ).first()
+        states = {ti.task_id: str(ti.state) for ti in session.scalars(
+            select(TaskInstance).where(TaskInstance.dag_id == "clicks_per_region", TaskInstance.run_id == run.run_id))}
+        events = [[uri, extra] for uri, extra in session.execute(
+            select(AssetModel.uri, AssetEvent.extra).join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_run_id == run.run_id))]
+        return {"run_id": run.run_id, "state": str(run.state), "tasks": states, "asset_events": events}
+
+demo = last_run()
+again = DagBag(dag_folder=DAGS).get_dag("clicks_per_region").test()
+print("RESULT " + json.dumps({"demo": demo, "again": last_run() | {"test_state": str(again.state)}}))
 """
 
 
@@ -330,8 +347,18 @@ def test_make_demo(fresh_airflow_home, tmp_path):
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:] + (tmp_path / "demo.log").read_text()[-3000:]
     assert "as expected: americas 101" in demo.stdout
 
-    proc = run_python(EVENTS, airflow_env(fresh_airflow_home, lake))
-    result = last_json(proc)
+    # the demo's run, and a second run after the lake moved (below), in one Airflow process
+    moved = Lake(tmp_path / "moved_lake")
+    for table in ("user_regions", "user_clicks"):
+        ingest(moved, table, [json.loads(line) for line in (EXAMPLE / f"{table}.jsonl").read_text().splitlines()])
+    lineage = tmp_path / "openlineage.jsonl"  # Airflow's OpenLineage provider, to a file transport
+    transport = {
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage), "append": True})
+    }
+    runs = run_python(
+        f"DAGS = {str(DAGS)!r}\n" + AFTER_DEMO, airflow_env(fresh_airflow_home, moved.root) | transport, timeout=1500
+    )
+    result = last_json(runs)["demo"]
     assert result["state"] == "success", result
     assert result["tasks"] == {"run": "success"}
     [[uri, extra]] = result["asset_events"]
@@ -349,23 +376,9 @@ def test_make_demo(fresh_airflow_home, tmp_path):
 
     # The lake moves (one setting, read by the DAG file and the tasks alike): the next DAG run writes the new lake and
     # its asset event says so; no task fails on an Asset parsed with the old lake (Airflow's inactive-asset refusal).
-    moved = Lake(tmp_path / "moved_lake")
-    for table in ("user_regions", "user_clicks"):
-        ingest(moved, table, [json.loads(line) for line in (EXAMPLE / f"{table}.jsonl").read_text().splitlines()])
-    lineage = tmp_path / "openlineage.jsonl"  # Airflow's OpenLineage provider, to a file transport
-    transport = {
-        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage), "append": True})
-    }
-    second = subprocess.run(
-        [str(BIN / "airflow"), "dags", "test", "clicks_per_region"],
-        env=airflow_env(fresh_airflow_home, moved.root) | transport,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    result = last_json(run_python(EVENTS, airflow_env(fresh_airflow_home, moved.root)))
+    result = last_json(runs)["again"]
+    assert result["test_state"] == result["state"] == "success", runs.stdout[-3000:] + runs.stderr[-3000:]
+    assert result["run_id"] != last_json(runs)["demo"]["run_id"]
     assert result["tasks"] == {"run": "success"}, result
     assert result["asset_events"] == [
         [
@@ -428,20 +441,15 @@ def test_an_input_with_a_topic_or_a_folder_gets_an_ingest_dag_whose_copier_stops
     assert [json.loads(line)["id"] for line in shown.stdout.splitlines()] == ["x"], shown.stderr
 
 
-@pytest.mark.slow
-def test_a_published_table_that_fails_its_suite_passes_the_micro_batch_and_fails_its_validation(
-    spark, airflow_home, tmp_path
-):
-    """The micro-batch's `run` validates once, with its per-batch gate: a batch that breaks nothing is published, even
-    on a table that an earlier writer broke; the full suites of `validate_word_count` then refuse the table, with the
-    failed expectation in the log and the task's Data Docs link on the failed validation's page."""
+@pytest.fixture(scope="module")
+def refused_validation(spark, airflow_home, tmp_path_factory) -> dict:
+    """A lake whose `word_count` ran a batch, then got a row that breaks `word_counts`' suite, with one more line
+    waiting; then its micro-batch DAG run and its `validate_word_count` run (refused by the full suites), in one
+    Airflow process: what the micro-batch test and the Airflow UI test below check."""
     from helpers import dag_tests, word_count_refusing_its_next_batch
-    from streamtable.airflow.data_docs import MOUNT
-    from streamtable.storage.reader import rows
 
-    lake = Lake(tmp_path / "lake")
+    lake = Lake(tmp_path_factory.mktemp("refused_validation") / "lake")
     word_count_refusing_its_next_batch(lake)
-
     [batch, validation], output = dag_tests(
         airflow_env(airflow_home, lake.root),
         [
@@ -449,6 +457,19 @@ def test_a_published_table_that_fails_its_suite_passes_the_micro_batch_and_fails
             {"file": "streamtable_dags.py", "dag_id": "validate_word_count"},
         ],
     )
+    return {"lake": lake, "batch": batch, "validation": validation, "output": output}
+
+
+@pytest.mark.slow
+def test_a_published_table_that_fails_its_suite_passes_the_micro_batch_and_fails_its_validation(refused_validation):
+    """The micro-batch's `run` validates once, with its per-batch gate: a batch that breaks nothing is published, even
+    on a table that an earlier writer broke; the full suites of `validate_word_count` then refuse the table, with the
+    failed expectation in the log and the task's Data Docs link on the failed validation's page."""
+    from streamtable.airflow.data_docs import MOUNT
+    from streamtable.storage.reader import rows
+
+    lake, batch, validation = refused_validation["lake"], refused_validation["batch"], refused_validation["validation"]
+    output = refused_validation["output"]
     assert batch["tasks"] == {"run": "success"}, output[-3000:]
     assert "validation" not in batch["xcom"]["run.return_value"], "one validation per micro-batch: its gate"
     assert {"word": "c", "count": 1} in rows(lake, "word_counts"), "the run committed its batch"
@@ -456,6 +477,127 @@ def test_a_published_table_that_fails_its_suite_passes_the_micro_batch_and_fails
     assert "word_count: " in output and "count" in output.split("word_count: ", 1)[1][:400], output[-3000:]
     link = validation["xcom"]["validate._link_DataDocsLink"]
     assert link.startswith(f"{MOUNT}/") and "validations" in link and "word_count.word_counts" in link, link
+
+
+# The Airflow UI as an operator uses it, in a real browser: Debian's Chromium (headless, through Selenium and
+# chromedriver) against a real `airflow api-server` with streamtable's Data Docs plugin, on the AIRFLOW_HOME whose
+# `validate_word_count` run above was refused by the full suites (its `validate` task failed).
+#
+# The browser reaches nothing but 127.0.0.1 (`--host-resolver-rules`), as in a production network without the
+# internet: the Data Docs pages must load every style, script and font from Airflow. Each step's screenshot is kept
+# in `build/screenshots/` (CI's artifacts); docs/operations.md shows two of them.
+
+USER, PASSWORD = "operator", "a-password-of-this-test"
+
+
+@pytest.fixture
+def api_server(refused_validation, airflow_home, tmp_path) -> Iterator[str]:
+    """`airflow api-server` on a free loopback port, with one user (Airflow's simple auth manager) and the lake."""
+    passwords = tmp_path / "passwords.json"
+    passwords.write_text(json.dumps({USER: PASSWORD}))
+    port = free_port()
+    env = airflow_env(airflow_home, refused_validation["lake"].root) | {
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(32).hex(),
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__API__EXPOSE_CONFIG": "False",
+    }
+    log = open(tmp_path / "api-server.log", "wb")
+    server = subprocess.Popen(
+        [str(BIN / "airflow"), "api-server", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert server.poll() is None, (tmp_path / "api-server.log").read_text()[-3000:]
+            try:
+                if requests.get(f"{url}/api/v2/monitor/health", timeout=5).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "api-server did not answer in 300 s"
+            time.sleep(1)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_operator_logs_in_and_opens_the_refused_batch_s_data_docs_from_its_task(
+    refused_validation, api_server, browser
+):
+    assert refused_validation["validation"]["tasks"] == {"validate": "failed"}, refused_validation["output"][-3000:]
+    try:
+        _operator_path(refused_validation["validation"], api_server, browser)
+    except Exception:
+        keep_failure(browser, "failure")
+        raise
+
+
+def _operator_path(result: dict, api_server: str, browser) -> None:
+    from selenium.webdriver.common.by import By
+
+    docs = f"{api_server}/streamtable/data-docs/index.html"
+
+    # 1. Without an Airflow session the plugin answers 401: Airflow does not guard a plugin's app by itself.
+    browser.get(docs)
+    assert "Not authenticated" in browser.find_element(By.TAG_NAME, "body").text
+    screenshot(browser, "1-data-docs-without-a-session")
+
+    # 2. Log in through Airflow's login form.
+    browser.get(f"{api_server}/")
+    wait_until(lambda: browser.find_element(By.NAME, "username"), what="the login form")
+    browser.find_element(By.NAME, "username").send_keys(USER)
+    browser.find_element(By.NAME, "password").send_keys(PASSWORD)
+    screenshot(browser, "2-login")
+    next(b for b in browser.find_elements(By.TAG_NAME, "button") if b.text == "Sign in").click()
+    wait_until(lambda: any(c["name"] == "_token" for c in browser.get_cookies()), what="the session cookie")
+
+    # 3. The refused validation's task: failed; its Details list the extra link "Data Docs".
+    browser.get(f"{api_server}/dags/validate_word_count/runs/{result['run_id']}/tasks/validate")
+    wait_until(lambda: by_text(browser, "Details"), what="the task's Details tab").click()
+    link = wait_until(lambda: by_text(browser, "Data Docs"), what="the Data Docs link of validate")
+    assert "Failed" in browser.find_element(By.TAG_NAME, "body").text
+    screenshot(browser, "3-validate-task")
+    link.click()  # a link to Airflow's own origin opens in the same tab
+
+    # 4. The failed validation's page, styled and scripted from Airflow alone.
+    wait_until(lambda: "/streamtable/data-docs/validations/" in browser.current_url, what="the validation page")
+    wait_until(lambda: browser.execute_script("return document.readyState") == "complete", what="the page loaded")
+    text = browser.find_element(By.TAG_NAME, "body").text
+    assert "word_count.word_counts" in text and "Failed" in text, text[:2000]
+    loaded = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => [e.name, e.responseStatus])"
+    )
+    assert loaded and [(n, s) for n, s in loaded if not n.startswith(api_server) or s != 200] == [], loaded
+    assert browser.execute_script("return typeof jQuery === 'function' && typeof jQuery.fn.modal === 'function'")
+    navbar = browser.find_element(By.CSS_SELECTOR, "nav.navbar")
+    assert navbar.value_of_css_property("display") == "flex", "Bootstrap's CSS did not apply"
+    screenshot(browser, "4-failed-validation-page")
+
+    # 5. The index lists the validations (its table is drawn by bootstrap-table, so only with the scripts loaded).
+    browser.get(docs)
+    rows = wait_until(
+        lambda: browser.find_elements(By.CSS_SELECTOR, ".ge-index-page-validation-results-table tbody tr"),
+        what="the index's rows",
+    )
+    assert any("word_count.word_counts" in r.text for r in rows), [r.text for r in rows]
+    screenshot(browser, "5-data-docs-index")
 
 
 @pytest.mark.slow

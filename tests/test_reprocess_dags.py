@@ -4,8 +4,9 @@ request's alert to the configured webhook.
 
 DAG runs are `dag.test()` in subprocesses against the session's temporary AIRFLOW_HOME (`airflow_home` in
 conftest.py). Every spark-submit costs one to a few minutes on 2 cores, so each test submits as
-little as it can: set-up runs happen in this process (the `spark` fixture), and the checks that need no
-Spark (refused requests, the look-back, the DAGs' shape) run together without any.
+little as it can: set-up runs happen in this process (the `spark` fixture), the checks that need no
+Spark (refused requests, the look-back, the DAGs' shape) run together without any, and the DAG runs that
+spark-submit share one Airflow process (`dag_runs`), each on a lake of its own.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from helpers import BIN, CLI, DAGS, airflow_env, dag_tests, ingest, last_json, run_python, table
+from helpers import BIN, CLI, DAGS, airflow_env, dag_tests, ingest, last_json, run_outputs, run_python, table
 from reference import clicks_per_region as expected
 from streamtable.storage.lake import Lake
 
@@ -307,24 +308,88 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
 # ---------------------------------------------------------------- with Spark
 
 
+@pytest.fixture(scope="module")
+def dag_runs(spark, airflow_home, tmp_path_factory) -> dict:
+    """The DAG runs that spark-submit, each on a lake of its own made here, all in one Airflow process (dag_tests):
+    a reprocess from a timestamp, a reprocess whose suite fails, two backfill-style runs, a reset listed then done.
+    Each test below checks its own runs (and their own part of the output) and goes on on its own lake."""
+    from streamtable.core.registry import get_input
+    from streamtable.core.tables import LINE
+    from streamtable.ingest.changelog import append_rows
+    from streamtable.runtime.commands.lifecycle import run
+    from streamtable.storage.reader import rows
+
+    def new_lake(name: str) -> Lake:
+        return Lake(tmp_path_factory.mktemp(name) / "lake")
+
+    rebuilt = {"lake": new_lake("from_timestamp")}
+    rebuilt["versions"] = fill(rebuilt["lake"], 3, gap_s=1.1)
+    run(rebuilt["lake"], P)
+    assert totals(rebuilt["lake"]) == want(*CLICKS[:3])
+    committed = commit_millis(rebuilt["lake"], "user_clicks")
+    first, second = (committed[v] for v in rebuilt["versions"][:2])
+    rebuilt["moment"] = iso_millis((first + second) / 2)  # between the 1st and 2nd commits
+
+    refused = {"lake": new_lake("suite_fails")}
+    lake = refused["lake"]
+    fill(lake, 2)
+    run(lake, P)
+    refused |= {"rows": rows(lake, P), "version": DeltaTable(lake.table_path(P)).version()}
+    refused |= {"generation": lake.generation(P), "totals": totals(lake)}
+    # bad data: a writer that bypassed `ingest`'s checks appends a negative count, which drives asia below 0
+    bad = {**click("alice", -1000, "2026-03-01T10:01:30Z"), "event_time": datetime(2026, 3, 1, 10, 1, 30, tzinfo=UTC)}
+    append_rows(lake, get_input("user_clicks"), [bad | {LINE: 0}])
+
+    backfilled = {"lake": new_lake("backfill")}
+    fill(backfilled["lake"], 1)
+
+    reset = {"lake": new_lake("reset")}
+    fill(reset["lake"], 2)
+    run(reset["lake"], P)
+    reset |= {"totals": totals(reset["lake"]), "generation": reset["lake"].generation(P)}
+
+    dags, past, forms = "streamtable_dags.py", {"file": "streamtable_dags.py", "dag_id": P}, ("reprocess", "reset")
+    reprocess, reset_form = ({"file": dags, "dag_id": form} for form in forms)
+    scenarios = {
+        "rebuilt": [
+            reprocess | {"lake": rebuilt["lake"].root, "conf": {"pipeline": P, "from_timestamp": rebuilt["moment"]}}
+        ],
+        "refused": [reprocess | {"lake": refused["lake"].root, "conf": {"pipeline": P, "from_version": 0}}],
+        # dag.test() with logical dates in the past stands for backfilled intervals (in the past, out of order); the
+        # second run's input is ingested between the two runs
+        "backfilled": [
+            past | {"lake": backfilled["lake"].root, "logical_date": "2026-02-01T00:05:00+00:00", "read": [P]},
+            past | {"logical_date": "2026-02-01T00:00:00+00:00", "ingest": {"user_clicks": CLICKS[1]}},
+        ],
+        "reset": [
+            reset_form | {"lake": reset["lake"].root, "conf": {"pipeline": P}},
+            reset_form | {"conf": {"pipeline": P, "dry_run": False}},
+        ],
+    }
+    started = time.monotonic()
+    results, output = dag_tests(
+        airflow_env(airflow_home), [spec for specs in scenarios.values() for spec in specs], timeout=3000
+    )
+    print(f"{len(results)} DAG runs: {time.monotonic() - started:.0f} s")
+    outputs, number = run_outputs(output), 0
+    found = {"rebuilt": rebuilt, "refused": refused, "backfilled": backfilled, "reset": reset}
+    for name, specs in scenarios.items():
+        found[name] |= {
+            "results": results[number : number + len(specs)],
+            "output": "".join(outputs.get(n, "") for n in range(number, number + len(specs))),
+        }
+        number += len(specs)
+    return found
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_run_goes_on(spark, airflow_home, lake):
+@pytest.mark.timeout(3600)
+def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_run_goes_on(dag_runs):
     from streamtable.runtime.commands.lifecycle import run
 
-    versions = fill(lake, 3, gap_s=1.1)
-    run(lake, P)
-    assert totals(lake) == want(*CLICKS[:3])
-    committed = commit_millis(lake, "user_clicks")
-    moment = iso_millis((committed[versions[0]] + committed[versions[1]]) / 2)  # between the 1st and 2nd commits
-
-    started = time.monotonic()
-    [result], output = dag_tests(
-        airflow_env(airflow_home, lake.root),
-        [{"file": "streamtable_dags.py", "dag_id": "reprocess", "conf": {"pipeline": P, "from_timestamp": moment}}],
-    )
-    print(f"reprocess DAG run: {time.monotonic() - started:.0f} s")
-    assert result["state"] == "success", output[-5000:]
+    rebuilt = dag_runs["rebuilt"]
+    lake, versions, [result], output = rebuilt["lake"], rebuilt["versions"], rebuilt["results"], rebuilt["output"]
+    assert result.get("state") == "success", (result.get("refused"), output[-5000:])
     assert result["tasks"][f"reprocess_{P}"] == "success" and result["tasks"]["reprocess_word_count"] == "skipped"
     report = result["xcom"][f"reprocess_{P}.return_value"]
     assert report["from_version"] == versions[1] and report["published"] is True and report["suites"] == "passed"
@@ -340,41 +405,19 @@ def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(spark, airflow_home, lake):
-    from streamtable.core.registry import get_input
-    from streamtable.core.tables import LINE
-    from streamtable.ingest.changelog import append_rows
-    from streamtable.runtime.commands.lifecycle import run
+@pytest.mark.timeout(3600)
+def test_reprocess_dag_whose_suite_fails_fails_and_leaves_the_live_tables(dag_runs):
     from streamtable.storage.reader import rows
 
-    fill(lake, 2)
-    run(lake, P)
-    live, live_version, generation = rows(lake, P), DeltaTable(lake.table_path(P)).version(), lake.generation(P)
-    assert totals(lake) == want(*CLICKS[:2])
-    # bad data: a writer that bypassed `ingest`'s checks appends a negative count, which drives asia below 0
-    append_rows(
-        lake,
-        get_input("user_clicks"),
-        [
-            {
-                **click("alice", -1000, "2026-03-01T10:01:30Z"),
-                "event_time": datetime(2026, 3, 1, 10, 1, 30, tzinfo=UTC),
-                LINE: 0,
-            }
-        ],
-    )
-
-    [result], output = dag_tests(
-        airflow_env(airflow_home, lake.root),
-        [{"file": "streamtable_dags.py", "dag_id": "reprocess", "conf": {"pipeline": P, "from_version": 0}}],
-    )
+    refused = dag_runs["refused"]
+    lake, [result], output = refused["lake"], refused["results"], refused["output"]
+    assert refused["totals"] == want(*CLICKS[:2])
     assert result["state"] == "failed"
     assert result["tasks"]["check_params"] == "success" and result["tasks"][f"reprocess_{P}"] == "failed"
     assert f"reprocess_{P}.return_value" not in result["xcom"]
     assert "quality gate failed, nothing published" in output
-    assert rows(lake, P) == live and DeltaTable(lake.table_path(P)).version() == live_version
-    assert lake.generation(P) == generation
+    assert rows(lake, P) == refused["rows"] and DeltaTable(lake.table_path(P)).version() == refused["version"]
+    assert lake.generation(P) == refused["generation"]
 
 
 @pytest.mark.slow
@@ -425,49 +468,34 @@ def test_a_run_waits_for_a_reprocess_holding_the_lock_and_nothing_is_counted_twi
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
-def test_backfill_style_runs_of_a_pipeline_dag_are_bounded_runs_that_count_nothing_twice(spark, airflow_home, lake):
+@pytest.mark.timeout(3600)
+def test_backfill_style_runs_of_a_pipeline_dag_are_bounded_runs_that_count_nothing_twice(dag_runs):
     """What `airflow backfill create` does to clicks_per_region: each interval's run is one bounded run.
 
     dag.test() with logical dates in the past stands for backfilled intervals (in the past, out of order).
     The micro-batch is its one `run` task (its per-batch gate is its check; validate_PIPELINE runs the suites).
     """
-    fill(lake, 1)
-    env = airflow_env(airflow_home, lake.root)
-    past = {"file": "streamtable_dags.py", "dag_id": P}
-    # the second run's input is ingested between the two runs, in their one process (helpers.dag_tests)
-    (first, second), output = dag_tests(
-        env,
-        [
-            past | {"logical_date": "2026-02-01T00:05:00+00:00", "read": [P]},
-            past | {"logical_date": "2026-02-01T00:00:00+00:00", "ingest": {"user_clicks": CLICKS[1]}},
-        ],
-    )
+    backfilled = dag_runs["backfilled"]
+    (first, second), output = backfilled["results"], backfilled["output"]
     assert first["state"] == "success" and first["tasks"] == {"run": "success"}, output[-3000:]
     assert {r["region"]: r["clicks"] for r in first["rows"][P]} == want(CLICKS[0])
     assert second["state"] == "success", output[-3000:]
-    assert totals(lake) == want(*CLICKS[:2])
+    assert totals(backfilled["lake"]) == want(*CLICKS[:2])
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
-def test_reset_dag_lists_then_forgets_and_the_next_run_starts_from_version_0(spark, airflow_home, lake):
+@pytest.mark.timeout(3600)
+def test_reset_dag_lists_then_forgets_and_the_next_run_starts_from_version_0(dag_runs):
     from streamtable.runtime.commands.lifecycle import run
 
-    fill(lake, 2)
-    run(lake, P)
-    before, generation = totals(lake), lake.generation(P)
-    env = airflow_env(airflow_home, lake.root)
-    reset = {"file": "streamtable_dags.py", "dag_id": "reset"}
-    (listed, done), output = dag_tests(
-        env, [reset | {"conf": {"pipeline": P}}, reset | {"conf": {"pipeline": P, "dry_run": False}}]
-    )
+    reset = dag_runs["reset"]
+    lake, (listed, done), output = reset["lake"], reset["results"], reset["output"]
     assert listed["state"] == "success", output[-5000:]
     plan = listed["xcom"][f"reset_{P}.return_value"]
     assert plan["dry_run"] is True and plan["outputs"] == [lake.table_path(P)]
     assert done["state"] == "success", output[-5000:]
     assert done["xcom"][f"reset_{P}.return_value"]["dry_run"] is False
-    assert before == want(*CLICKS[:2]) and totals(lake) == {} and lake.generation(P) > generation
+    assert reset["totals"] == want(*CLICKS[:2]) and totals(lake) == {} and lake.generation(P) > reset["generation"]
 
     ingest(lake, "user_clicks", CLICKS[2])
     run(lake, P)

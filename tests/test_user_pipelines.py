@@ -7,7 +7,10 @@ by tests/test_docs.py); its results are checked against `orders_model`, written 
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import json
+import logging
 import os
 import re
 import subprocess
@@ -183,12 +186,32 @@ BROKEN = {
 }
 
 
+def in_process(*argv: str) -> tuple[int, str, str]:
+    """`streamtable ARGV...` run by `main` in this process (as the console script runs it), its folders loaded anew:
+    its exit code, stdout and stderr. The caller gives back STREAMTABLE_PIPELINES (which `--pipelines` sets)."""
+    from streamtable.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    registry.current.cache_clear()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(argv))
+    finally:
+        logging.disable(logging.NOTSET)  # main() disables logging without --debug
+        registry.current.cache_clear()
+    return code, out.getvalue(), err.getvalue()
+
+
 @pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
-def test_a_broken_file_is_one_line_naming_its_file_and_line_and_breaks_only_itself(case, tmp_path):
+def test_a_broken_file_is_one_line_naming_its_file_and_line_and_breaks_only_itself(case, tmp_path, monkeypatch):
     """The contract: every command prints one line naming FILE:LINE and the reason, without Spark; `pipelines` lists
     the pipelines of the files that loaded, then exits non-zero; a command naming what a loaded file declares goes
-    on; one naming what the broken file declares exits non-zero."""
+    on; one naming what the broken file declares exits non-zero.
+
+    `pipelines` runs as a process of its own (what a user's shell gets, all of its stderr); the commands after it run
+    the same `main` in this process, each on the folder loaded anew."""
     text, expected = BROKEN[case]
+    monkeypatch.setenv(registry.ENV, "")  # `--pipelines` adds to it: the folder leaves with the test
     (tmp_path / "orders.py").write_text(text)
     (tmp_path / "zz_good.py").write_text(
         GOOD.replace('"orders"', '"shop_orders"')
@@ -198,26 +221,30 @@ def test_a_broken_file_is_one_line_naming_its_file_and_line_and_breaks_only_itse
     )
     lake = Lake(tmp_path / "lake")
 
-    def command(*argv: str) -> subprocess.CompletedProcess:
-        proc = cli(lake, *argv, "--pipelines", str(tmp_path), check=False)
-        line, *more = proc.stderr.splitlines()
-        assert not more or proc.returncode not in (0, 5), proc.stderr  # a failing command adds its own line
+    def said(returncode: int, stderr: str) -> None:
+        line, *more = stderr.splitlines()
+        assert not more or returncode not in (0, 5), stderr  # a failing command adds its own line
         assert re.match(rf"streamtable: {re.escape(str(tmp_path / 'orders.py'))}:\d+: ", line), line
         assert re.search(expected, line), line
-        return proc
 
-    listed = command("pipelines")
+    def command(*argv: str) -> tuple[int, str]:
+        code, _, err = in_process(*argv, "--pipelines", str(tmp_path), "--lake", str(lake.root))
+        said(code, err)
+        return code, err
+
+    listed = cli(lake, "pipelines", "--pipelines", str(tmp_path), check=False)
+    said(listed.returncode, listed.stderr)
     names = [json.loads(line)["pipeline"] for line in listed.stdout.splitlines()]
     assert listed.returncode == 5 and {"clicks_per_region", "word_count", "shop_orders"} <= set(names), names
     assert "orders" not in names and "other" not in names
     assert not (tmp_path / "lake").exists(), "listing started or wrote nothing"
     (tmp_path / "lake").mkdir()  # (a lake that does not exist is said on stderr by the reading commands)
-    assert command("status", "word_count").returncode == 0
-    assert command("status", "shop_orders").returncode == 0
-    assert command("show", "word_counts").returncode == 0
+    assert command("status", "word_count")[0] == 0
+    assert command("status", "shop_orders")[0] == 0
+    assert command("show", "word_counts")[0] == 0
     if case != "a name taken twice":  # there, word_count is the built-in's
-        unknown = command("status", "orders")
-        assert unknown.returncode == 2 and "unknown pipeline 'orders'" in unknown.stderr
+        code, err = command("status", "orders")
+        assert code == 2 and "unknown pipeline 'orders'" in err
 
 
 def test_a_column_made_at_import_is_one_line_naming_the_file_line_and_what_to_do(tmp_path):
@@ -235,14 +262,17 @@ def test_a_column_made_at_import_is_one_line_naming_the_file_line_and_what_to_do
 
 
 @pytest.mark.slow
-def test_ingest_and_run_of_a_built_in_go_on_beside_a_broken_file(tmp_path):
+def test_ingest_and_run_of_a_built_in_go_on_beside_a_broken_file(spark, tmp_path, monkeypatch):
+    """The commands' own code (`main`), in this process on the session's Spark: a broken file is loaded as a command
+    loads it, and its line printed, whatever process runs the command."""
     (tmp_path / "orders.py").write_text(BROKEN["a syntax error"][0])
     lake = Lake(tmp_path / "lake")
     (tmp_path / "lines.jsonl").write_text('{"line": "a b a", "event_time": "2026-03-01T10:00:00Z"}\n')
+    monkeypatch.setenv(registry.ENV, "")  # `--pipelines` adds to it: the folder leaves with the test
     for argv in (("ingest", "text_lines", str(tmp_path / "lines.jsonl")), ("run", "word_count")):
-        proc = cli(lake, *argv, "--pipelines", str(tmp_path), check=False)
-        assert proc.returncode == 0, proc.stderr
-        assert [line for line in proc.stderr.splitlines() if "orders.py" in line] == [
+        code, _, err = in_process(*argv, "--pipelines", str(tmp_path), "--lake", str(lake.root))
+        assert code == 0, err
+        assert [line for line in err.splitlines() if "orders.py" in line] == [
             f"streamtable: {tmp_path / 'orders.py'}:1: SyntaxError: '(' was never closed"
         ]
     assert {r["word"]: r["count"] for r in rows(lake, "word_counts")} == {"a": 2, "b": 1}

@@ -313,7 +313,7 @@ def test_streamtable_new_refuses_a_name_a_loaded_file_declares(tmp_path, monkeyp
     written."""
     from streamtable.cli.main import main
 
-    monkeypatch.delenv(registry.ENV, raising=False)  # (main's --pipelines sets it: given back after the test)
+    monkeypatch.setenv(registry.ENV, "")  # `--pipelines` adds to it: the folder leaves with the test
     mine, other = tmp_path / "mine", tmp_path / "other"
     assert main(["new", "shop", "--dir", str(mine)]) == 0
     (mine / "orders.py").write_text(GOOD)

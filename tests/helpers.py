@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pyarrow as pa
@@ -64,6 +66,21 @@ def cli(lake: Lake, *args: str, env: dict | None = None, check: bool = True) -> 
 
 
 FINALISED = "interpreter finalised"  # what run_entry's atexit hook writes: the interpreter was finalised
+
+
+def run_main(*argv: str) -> tuple[int, str, str]:
+    """`streamtable ARGV...` run by the console script's `main` in this process: (exit code, stdout, stderr)."""
+    from streamtable.cli import main as cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = cli.main(list(argv))
+        except SystemExit as e:  # argparse's usage errors
+            code = e.code if isinstance(e.code, int) else 2
+        finally:
+            logging.disable(logging.NOTSET)  # main silences logging for the process; not for the other tests
+    return code, out.getvalue(), err.getvalue()
 
 
 def run_entry(lake: Lake, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

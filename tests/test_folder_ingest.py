@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import csv
-import io
 import json
-import logging
 import os
 import signal
 import subprocess
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -19,8 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import CLI, ingest
-from streamtable.cli import main as cli
+from helpers import CLI, ingest, run_main
 from streamtable.core import registry
 from streamtable.core.schema import Type
 from streamtable.ingest.folders import ingest_folder, widens
@@ -35,17 +31,6 @@ CLICKS = [
     {"user": "erin", "clicks": 5, "event_time": "2026-03-01T10:04:00Z"},
     {"user": "frank", "clicks": 1, "event_time": "2026-03-01T10:05:00Z"},
 ]
-
-
-def run_main(*argv: str) -> tuple[int, str, str]:
-    """`streamtable ARGV...` in-process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = cli.main(list(argv))
-        finally:
-            logging.disable(logging.NOTSET)  # main silences logging for the process; not for the other tests
-    return code, out.getvalue(), err.getvalue()
 
 
 def write_jsonl(path: Path, records: list[dict]) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 import shutil
 import signal
@@ -16,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -25,8 +24,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from helpers import CLI, ROOT
-from streamtable.cli import main as cli
+from helpers import CLI, ROOT, run_main
 from streamtable.core import registry
 from streamtable.core.schema import Column, Type, arrow_schema
 from streamtable.ingest import files as ingest
@@ -63,19 +61,6 @@ def fresh_lake() -> Iterator[Lake]:
     """A lake of its own for one Hypothesis example."""
     with tempfile.TemporaryDirectory() as folder:
         yield Lake(Path(folder))
-
-
-def run_main(*argv: str) -> tuple[int, str, str]:
-    """`streamtable ARGV...` in-process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = cli.main(list(argv))
-        except SystemExit as e:  # argparse's usage errors
-            code = e.code if isinstance(e.code, int) else 2
-        finally:
-            logging.disable(logging.NOTSET)  # main silences logging for the process; not for the other tests
-    return code, out.getvalue(), err.getvalue()
 
 
 def ingest_bytes(lake: Lake, table: str, data: bytes, max_line_bytes: int = ingest.MAX_LINE_BYTES) -> IngestResult:

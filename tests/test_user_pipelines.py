@@ -7,10 +7,7 @@ by tests/test_docs.py); its results are checked against `orders_model`, written 
 from __future__ import annotations
 
 import ast
-import contextlib
-import io
 import json
-import logging
 import os
 import re
 import subprocess
@@ -22,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 import streamtable
-from helpers import BIN, DAGS, ROOT, airflow_env, cli, last_json, run_python
+from helpers import BIN, DAGS, ROOT, airflow_env, cli, last_json, run_main, run_python
 from streamtable.core import registry
 from streamtable.core.errors import INPUT_REFUSED, BadInputError, PipelineCodeError
 from streamtable.ingest.files import ingest_lines
@@ -187,19 +184,13 @@ BROKEN = {
 
 
 def in_process(*argv: str) -> tuple[int, str, str]:
-    """`streamtable ARGV...` run by `main` in this process (as the console script runs it), its folders loaded anew:
-    its exit code, stdout and stderr. The caller gives back STREAMTABLE_PIPELINES (which `--pipelines` sets)."""
-    from streamtable.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
+    """`run_main`, the pipeline folders loaded anew (the caller gives back STREAMTABLE_PIPELINES, which `--pipelines`
+    sets)."""
     registry.current.cache_clear()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(argv))
+        return run_main(*argv)
     finally:
-        logging.disable(logging.NOTSET)  # main() disables logging without --debug
         registry.current.cache_clear()
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))

@@ -279,6 +279,7 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
         results, output = dag_tests(env, runs)
     finally:
         server.shutdown()
+        server.server_close()  # its socket too, not left to the garbage collector
 
     for (conf, where, message), result in zip(bad, results[: len(bad)], strict=True):
         if where == "form":

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,9 @@ from confluent_kafka.admin import AdminClient
 from helpers import CLI, ROOT
 from servers import free_port
 from streamtable.ingest.kafka_copier import BROKER_TIMEOUT_S, METADATA_REFRESH_S
+from streamtable.storage import reader
+from streamtable.storage.delta_rs import open_table
+from streamtable.storage.lake import Lake
 
 pytestmark = pytest.mark.slow
 
@@ -80,12 +85,19 @@ class Follow:
         return self.stderr_path.read_text()[-3000:]
 
     def clicks(self) -> list[int]:
+        """The `clicks` of every row that landed, as `streamtable show` prints them."""
         shown = subprocess.run([CLI, "show", "user_clicks", "--lake", self.lake], capture_output=True, text=True)
         return [json.loads(line)["clicks"] for line in shown.stdout.splitlines()]
 
+    def landed(self) -> list[int]:
+        """The same, read here: polled every half second, a `show` process each time cost more than the copier."""
+        if open_table(Lake(self.lake).table_path("user_clicks")) is None:
+            return []
+        return [row["clicks"] for row in reader.rows(self.lake, "user_clicks")]
+
     def wait(self, rows: int, timeout_s: float = 120) -> list[int]:
         deadline = time.monotonic() + timeout_s
-        while len(landed := self.clicks()) < rows:
+        while len(landed := self.landed()) < rows:
             assert self.process.poll() is None, self.stderr()
             assert time.monotonic() < deadline, f"{len(landed)} of {rows} rows after {timeout_s} s; {self.stderr()}"
             time.sleep(0.5)
@@ -100,12 +112,19 @@ class Follow:
         return self.clicks()
 
 
-def follow(lake: Path, bootstrap: str, topic: str, records: int) -> Follow:
-    """A copier that has copied `records` records of `clicks(0, records)`, produced here before it starts."""
+@contextmanager
+def following(lake: Path, bootstrap: str, topic: str, records: int) -> Iterator[Follow]:
+    """A copier that has copied `records` records of `clicks(0, records)`, produced here before it starts; killed
+    on the way out if it still runs (a failed check must not leave it copying)."""
     produce(bootstrap, topic, clicks(0, records))
     copier = Follow(lake, bootstrap, topic)
-    copier.wait(records)
-    return copier
+    try:
+        copier.wait(records)
+        yield copier
+    finally:
+        if copier.process.poll() is None:
+            copier.process.kill()
+            copier.process.wait(timeout=60)
 
 
 def new_topic() -> str:
@@ -156,22 +175,22 @@ def test_a_broker_of_its_own_keeps_its_records_across_a_restart_and_a_taken_port
         )
         bootstrap = f"127.0.0.1:{port}"
         produce(bootstrap, topic, [{"n": 1}, {"n": 2}])
-        copier = follow(tmp_path / "lake", bootstrap, topic, 200)
-        assert kafka_sh("stop").returncode == 0  # mid-copy: the copier waits for the broker to come back
-        assert kafka_sh("status").returncode == 3
-        # down longer than a partition refresh plus its timeout: the follower gave up on the refresh's timeout (exit
-        # 2, "cannot reach the Kafka broker") when a restart was that slow (CI, under load)
-        time.sleep(METADATA_REFRESH_S + BROKER_TIMEOUT_S + 2)
-        assert copier.process.poll() is None, copier.stderr()
-        restarted = kafka_sh("start")
-        assert (restarted.returncode, restarted.stdout) == (0, started.stdout), restarted.stderr
-        # every record the broker had before its restart (three partitions: read them all, in no particular order)
-        kept = consume(bootstrap, topic, 202)
-        assert len(kept) == 202 and sorted(r["n"] for r in kept if "n" in r) == [1, 2]
-        produce(bootstrap, topic, clicks(200, 400))
-        landed = copier.stop(when_rows=400)
-        assert sorted(landed) == list(range(400)), "every record of both sides of the restart, once"
-        assert "rdkafka" not in copier.stderr_path.read_text(), "librdkafka's reconnect lines go to the debug log"
+        with following(tmp_path / "lake", bootstrap, topic, 200) as copier:
+            assert kafka_sh("stop").returncode == 0  # mid-copy: the copier waits for the broker to come back
+            assert kafka_sh("status").returncode == 3
+            # down longer than a partition refresh plus its timeout: the follower gave up on the refresh's timeout
+            # (exit 2, "cannot reach the Kafka broker") when a restart was that slow (CI, under load)
+            time.sleep(METADATA_REFRESH_S + BROKER_TIMEOUT_S + 2)
+            assert copier.process.poll() is None, copier.stderr()
+            restarted = kafka_sh("start")
+            assert (restarted.returncode, restarted.stdout) == (0, started.stdout), restarted.stderr
+            # every record the broker had before its restart (three partitions: read them all, in no particular order)
+            kept = consume(bootstrap, topic, 202)
+            assert len(kept) == 202 and sorted(r["n"] for r in kept if "n" in r) == [1, 2]
+            produce(bootstrap, topic, clicks(200, 400))
+            landed = copier.stop(when_rows=400)
+            assert sorted(landed) == list(range(400)), "every record of both sides of the restart, once"
+            assert "rdkafka" not in copier.stderr_path.read_text(), "librdkafka's reconnect lines go to the debug log"
     finally:
         assert kafka_sh("stop").returncode == 0
     assert kafka_sh("status").returncode == 3

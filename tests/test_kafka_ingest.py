@@ -23,6 +23,8 @@ from confluent_kafka.admin import AdminClient
 
 from helpers import ROOT
 from streamtable.cli import main as cli
+from streamtable.core.registry import get_input
+from streamtable.ingest import kafka_copier
 from streamtable.ingest.files import ingest_file
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import json_lines, rows
@@ -305,3 +307,40 @@ def test_follow_copies_what_arrives_until_sigterm(kafka_bootstrap, lake):
         follower.send_signal(signal.SIGTERM)
     assert follower.wait(30) == 0, follower.stderr.read()
     assert len(rows(lake, "user_clicks")) == 18 and len(rows(lake, "quarantine")) == 2
+
+
+@pytest.mark.slow
+def test_a_follower_whose_fetch_stalls_starts_it_again_and_copies_each_record_once(
+    kafka_bootstrap, lake, monkeypatch, caplog
+):
+    """A fetch that stops while records wait (librdkafka#5153, after a broker restart) is made here by pausing the
+    consumer's partitions after the first commit: the follower's watch finds it and copies what waits."""
+    monkeypatch.setattr(kafka_copier, "METADATA_REFRESH_S", 0.5)  # looks every half second, not every 10
+    monkeypatch.setattr(logging.root.manager, "disable", logging.NOTSET)  # an in-process CLI run turned logs off
+    topic = new_topic()
+    send(kafka_bootstrap, topic, numbered(24)[:12])
+    commits: list[kafka_copier.KafkaResult] = []
+
+    def on_commit(result: kafka_copier.KafkaResult) -> None:
+        if not commits:
+            copier.consumer.pause(copier.consumer.assignment())
+        commits.append(result)
+
+    copier = kafka_copier.Copier(lake, get_input("user_clicks"), topic, kafka_bootstrap, on_commit)
+    stop = threading.Event()
+    follower = threading.Thread(target=copier.run, args=(True, stop))
+    with caplog.at_level(logging.WARNING, logger="streamtable.ingest.kafka"):
+        follower.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not commits and follower.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            send(kafka_bootstrap, topic, numbered(24)[12:])  # to a paused consumer
+            while sum(c.appended for c in commits) < 21 and follower.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            follower.join(60)
+            copier.close()
+    assert_each_once(lake, topic, 24)
+    assert "fetched nothing while records wait" in caplog.text

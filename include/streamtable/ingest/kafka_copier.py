@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, TopicPartition
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 
@@ -40,6 +40,7 @@ from streamtable.core.faults import crash_point
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import LINE, QUARANTINE, Table
 from streamtable.ingest.changelog import TARGET_FILE_SIZE, WRITER_PROPERTIES, check_schema
+from streamtable.ingest.kafka_consumer import FetchWatch, new_consumer
 from streamtable.ingest.kafka_records import record_row
 from streamtable.ingest.quarantine import (
     QUARANTINE_SCHEMA,
@@ -65,18 +66,6 @@ log = logging.getLogger("streamtable.ingest.kafka")
 
 class BrokerUnreachable(BadInputError):
     """The broker did not answer within BROKER_TIMEOUT_S: a copy's start fails in one line; a follower goes on."""
-
-
-class _LibrdkafkaLog:
-    """Where librdkafka's own lines go (confluent-kafka's `logger`): to streamtable's debug log, not stderr.
-
-    By default librdkafka writes a line to stderr for every failed reconnect while a broker is down, about 20 a
-    second: a long outage would flood an Airflow task's log, and block a copier whose stderr nobody reads. An
-    outage is said once instead, at warning (`Copier._on_error`).
-    """
-
-    def log(self, level: int, fmt: str, *args: Any) -> None:
-        log.debug(fmt, *args)
 
 
 def records_app_id(topic: str, partition: int) -> str:
@@ -135,20 +124,8 @@ class Copier:
         self.schema = arrow_schema(table.stored_columns)
         self.errors: list[str] = []
         self.round_rows = max(1, int(os.environ.get("STREAMTABLE_KAFKA_COMMIT_ROWS") or ROUND_ROWS))
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"streamtable-kafka-{table.name}",  # offsets are committed there only for monitoring
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "allow.auto.create.topics": False,
-                "isolation.level": "read_committed",
-                "error_cb": self._on_error,
-                "logger": _LibrdkafkaLog(),
-            }
-        )
+        self.consumer = new_consumer(bootstrap, table.name, self._on_error)
+        self.watch = FetchWatch()
         self.partitions = self._partitions()
         self.next: dict[int, int] = {}  # partition -> next offset to copy (as committed, then as consumed)
         self.snapshot: DeltaTable | None = None
@@ -192,6 +169,7 @@ class Copier:
         while True:
             if follow and time.monotonic() - refreshed > METADATA_REFRESH_S:
                 self._add_new_partitions()
+                self._restart_stalled_fetch()
                 refreshed = time.monotonic()
             if not follow and self._all_done():
                 break
@@ -263,6 +241,26 @@ class Copier:
             self.next[p] = self.committed[p] = self._committed(p)
         if new:
             self.consumer.incremental_assign([TopicPartition(self.topic, p, self.next[p]) for p in new])
+
+    def _restart_stalled_fetch(self) -> None:
+        """Assign the consumer again at the positions when its fetch stalled (`FetchWatch`); make it anew when that
+        did not help. Records fetched twice are dropped by `_take`, as after any seek."""
+        stalled = self.watch.stalled(self.next, self._end_offset)
+        if not stalled:
+            return
+        renewed = self.watch.stalls > 1
+        again = "making a new consumer" if renewed else "assigning them again"
+        log.warning("%s: partitions %s fetched nothing while records wait; %s", self.topic, stalled, again)
+        if renewed:
+            self.consumer.close()
+            self.consumer = new_consumer(self.bootstrap, self.table.name, self._on_error)
+        self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in self.next.items()])
+
+    def _end_offset(self, partition: int) -> int | None:
+        try:
+            return self._watermarks(partition)[1]
+        except BadInputError:  # the broker is away: no stall can be told, the next look tries again
+            return None
 
     def _all_done(self) -> bool:
         return all(self.next[p] >= self.end[p] for p in self.partitions)

@@ -1,0 +1,64 @@
+"""The copier's Kafka consumer: its settings, where librdkafka's own lines go, and the watch on a stalled fetch."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError
+
+log = logging.getLogger("streamtable.ingest.kafka")
+
+
+class _LibrdkafkaLog:
+    """Where librdkafka's own lines go (confluent-kafka's `logger`): to streamtable's debug log, not stderr.
+
+    By default librdkafka writes a line to stderr for every failed reconnect while a broker is down, about 20 a
+    second: a long outage would flood an Airflow task's log, and block a copier whose stderr nobody reads. An
+    outage is said once instead, at warning (`Copier._on_error`).
+    """
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        log.debug(fmt, *args)
+
+
+def new_consumer(bootstrap: str, table: str, on_error: Callable[[KafkaError], None]) -> Consumer:
+    """A consumer the copier `assign`s partitions to: it commits nothing itself and reads committed records only."""
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"streamtable-kafka-{table}",  # offsets are committed there only for monitoring
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "allow.auto.create.topics": False,
+            "isolation.level": "read_committed",
+            "error_cb": on_error,
+            "logger": _LibrdkafkaLog(),
+        }
+    )
+
+
+class FetchWatch:
+    """Finds a follower's fetch that stopped while records wait: a partition whose position did not move between
+    two looks although the broker holds records past it.
+
+    librdkafka's `assign`ed consumers can stop fetching after a broker restart and stay so until they are made anew
+    (confluentinc/librdkafka#5153): a follower that copies for months would go silently stale. The copier looks
+    every METADATA_REFRESH_S; the first stall of a run of them re-assigns the consumer, a stall that outlives that
+    makes a new consumer (`stalls`).
+    """
+
+    def __init__(self) -> None:
+        self.looked: dict[int, int] = {}  # partition -> its position at the last look
+        self.stalls = 0  # looks in a row that found a stall
+
+    def stalled(self, positions: dict[int, int], end: Callable[[int], int | None]) -> list[int]:
+        """The partitions stalled since the last look; `end(p)` is the broker's end offset of p (None: no answer)."""
+        unmoved = [p for p, at in positions.items() if self.looked.get(p) == at]
+        self.looked = dict(positions)
+        stalled = [p for p in unmoved if (end_offset := end(p)) is not None and end_offset > positions[p]]
+        self.stalls = self.stalls + 1 if stalled else 0
+        return stalled

@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ import pytest
 import requests
 from selenium.webdriver.common.by import By
 
-from browser import by_text, keep_failure, screenshot, visible, wait_until
+from browser import by_text, headless_chromium, keep_failure, screenshot, visible, wait_until
 from reference import word_count
 from servers import free_port
 from streamtable.airflow.supervise import find_drivers
@@ -594,9 +595,11 @@ class OnData:
 # ------------------------------------------------------------------------------------------------ the test
 
 
-def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack, browser):
+def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack):
     started = time.monotonic()
     phase = "setup"
+    # Chromium runs only for the UI's steps: idle through the first minutes, it still costs CPU the Spark jobs need
+    ui, browser = ExitStack(), None
 
     def step(name: str) -> None:
         nonlocal phase
@@ -729,6 +732,7 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack, bro
         third = wait_for("the driver of try 3", driver, 120)
 
         step("mark the task failed in the Airflow UI, as an operator does: on_kill stops the job")
+        browser = ui.enter_context(headless_chromium())
         mark_failed_in_the_ui(browser, stack.api, run_id)
         wait_for(
             "the driver of try 3 to exit",
@@ -771,6 +775,8 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack, bro
         reason = task_log_in_the_ui(browser, stack.api, refused, "check_params", "refused: ")
         assert "from_version 1000000 is beyond the latest version of text_lines" in reason, reason[-2000:]
         screenshot(browser, "reprocess-3-refused-reason-in-the-log")
+        ui.close()
+        browser = None
         assert counts(stack) == lines.expected()
 
         step("the on_data micro-batch its input's Asset event triggered succeeded, counting every note once")
@@ -786,10 +792,13 @@ def test_stream_word_count_survives_a_crash_and_a_stall_under_airflow(stack, bro
         wait_for("every process of the test to end", lambda: not stack.leftovers(), 60, seen=stack.leftovers)
         step("done")
     except BaseException:
-        keep_failure(browser, "stream-failure")
+        if browser is not None:
+            keep_failure(browser, "stream-failure")
         print(
             f"\n===== FAILED in phase '{phase}' after {time.monotonic() - started:.0f} s; logs:\n{stack.report()}",
             file=sys.stderr,
             flush=True,
         )
         raise
+    finally:
+        ui.close()

@@ -4,36 +4,61 @@ Change Data Feed and deletion vectors on, as Delta 4 makes such tables: its MERG
 vectors instead of rewriting files. Each step is one commit (one Delta version) of the kinds a team's job makes:
 inserts, a MERGE that updates and deletes in one commit, an UPDATE that moves an order to another customer, a
 DELETE, the re-insert of a deleted key, several changes of one key between two runs.
+
+`DeltaRs` makes the same commits with delta-rs, for the tests that are not about what Spark writes: a Spark
+MERGE, UPDATE or DELETE costs seconds of CPU, delta-rs's milliseconds. `current` reads the rows without Spark.
 """
 
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
+from streamtable.storage.snapshot import current_rows
+
 COLUMNS = "order_id STRING, customer STRING, status STRING, amount DECIMAL(18,2), paid_at TIMESTAMP"
+SCHEMA = pa.schema(
+    [("order_id", pa.string()), ("customer", pa.string()), ("status", pa.string()), ("amount", pa.decimal128(18, 2))]
+    + [("paid_at", pa.timestamp("us", "UTC"))]
+)
 CUSTOMERS = ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal")
 STATUSES = ("new", "paid", "shipped")
+PAID = datetime(2026, 3, 1, 10, tzinfo=UTC)
+
+
+def properties(column_mapping: bool = False, change_feed: bool = True) -> dict[str, str]:
+    """The table's properties: with `column_mapping`, its columns mapped by name (physical names differ from logical
+    ones); without `change_feed`, an append-only table (no Change Data Feed)."""
+    mapping = {"delta.columnMapping.mode": "name"} if column_mapping else {}
+    return {"delta.enableChangeDataFeed": str(change_feed).lower(), "delta.enableDeletionVectors": "true"} | mapping
 
 
 def create(spark: SparkSession, path: str, column_mapping: bool = False, change_feed: bool = True) -> None:
-    """The table, empty; with `column_mapping`, its columns mapped by name (physical names differ from logical ones);
-    without `change_feed`, an append-only table (no Change Data Feed)."""
-    mapping = ", 'delta.columnMapping.mode' = 'name'" if column_mapping else ""
-    feed = str(change_feed).lower()
-    spark.sql(
-        f"CREATE TABLE delta.`{path}` ({COLUMNS}) USING delta TBLPROPERTIES ("
-        f"'delta.enableChangeDataFeed' = '{feed}', 'delta.enableDeletionVectors' = 'true'{mapping})"
-    )
+    """The table, empty, with its `properties`."""
+    listed = ", ".join(f"'{k}' = '{v}'" for k, v in properties(column_mapping, change_feed).items())
+    spark.sql(f"CREATE TABLE delta.`{path}` ({COLUMNS}) USING delta TBLPROPERTIES ({listed})")
+
+
+def order_row(i: int, rng: random.Random) -> dict:
+    """An order's row."""
+    amount = Decimal(rng.randint(1, 10**6)) / 100
+    customer, status = rng.choice(CUSTOMERS), rng.choice(STATUSES)
+    paid_at = PAID + timedelta(minutes=i)
+    return {"order_id": f"o{i}", "customer": customer, "status": status, "amount": amount, "paid_at": paid_at}
 
 
 def order(i: int, rng: random.Random) -> str:
     """An order's row as SQL values."""
-    amount = Decimal(rng.randint(1, 10**6)) / 100
-    customer, status = rng.choice(CUSTOMERS), rng.choice(STATUSES)
-    return f"('o{i}', '{customer}', '{status}', {amount}, timestamp'2026-03-01 10:00:00' + INTERVAL {i} MINUTES)"
+    row = order_row(i, rng)
+    return (
+        f"('o{i}', '{row['customer']}', '{row['status']}', {row['amount']}, "
+        f"timestamp'2026-03-01 10:00:00' + INTERVAL {i} MINUTES)"
+    )
 
 
 def insert(spark: SparkSession, path: str, ids: range, rng: random.Random) -> None:
@@ -60,7 +85,12 @@ def move(spark: SparkSession, path: str, order_id: int, customer: str) -> None:
 
 
 def delete(spark: SparkSession, path: str, ids: list[int]) -> None:
-    spark.sql(f"DELETE FROM delta.`{path}` WHERE order_id IN ({', '.join(repr(f'o{i}') for i in ids)})")
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE {of_orders(ids)}")
+
+
+def of_orders(ids: list[int]) -> str:
+    """The SQL predicate of the orders `ids`."""
+    return f"order_id IN ({', '.join(repr(f'o{i}') for i in ids)})"
 
 
 def random_step(spark: SparkSession, path: str, known: list[int], rng: random.Random, next_id: int) -> int:
@@ -92,3 +122,54 @@ def optimize(spark: SparkSession, path: str) -> None:
 def snapshot(spark: SparkSession, path: str) -> list[dict]:
     """The table's rows now (Delta applies the deletion vectors)."""
     return [r.asDict() for r in spark.read.format("delta").load(path).collect()]
+
+
+def current(path: str) -> list[dict]:
+    """The table's rows now, read without Spark (delta-rs's DataFusion reader applies the deletion vectors), their
+    `paid_at` in UTC where `snapshot`'s is naive."""
+    return current_rows(DeltaTable(path)).to_pylist()
+
+
+class DeltaRs:
+    """The commits of the functions above, made by delta-rs on the table at `path`, each one Delta version of the same
+    operation. delta-rs writes no deletion vectors (its MERGE, UPDATE and DELETE rewrite files, and write the Change
+    Data Feed as Spark's do) and maps no columns."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def create(self, change_feed: bool = True) -> None:
+        DeltaTable.create(self.path, SCHEMA, configuration=properties(change_feed=change_feed))
+
+    def append(self, rows: list[dict]) -> None:
+        """One commit that adds `rows` (one file)."""
+        write_deltalake(self.path, pa.Table.from_pylist(rows, SCHEMA), mode="append")
+
+    def insert(self, ids: range, rng: random.Random) -> None:
+        self.append([order_row(i, rng) for i in ids])
+
+    def merge(self, upserts: list[int], deletes: list[int], rng: random.Random) -> None:
+        """`merge`'s MERGE."""
+        rows = [order_row(i, rng) | {"gone": False} for i in upserts] + [
+            {"order_id": f"o{i}", "gone": True} for i in deletes
+        ]
+        source = pa.Table.from_pylist(rows, SCHEMA.append(pa.field("gone", pa.bool_())))
+        values = {c: f"s.{c}" for c in SCHEMA.names}
+        (
+            DeltaTable(self.path)
+            .merge(source, "t.order_id = s.order_id", source_alias="s", target_alias="t")
+            .when_matched_delete("s.gone")
+            .when_matched_update({c: v for c, v in values.items() if c != "order_id"})
+            .when_not_matched_insert(values, "NOT s.gone")
+            .execute()
+        )
+
+    def move(self, order_id: int, customer: str) -> None:
+        DeltaTable(self.path).update(updates={"customer": f"'{customer}'"}, predicate=of_orders([order_id]))
+
+    def delete(self, ids: list[int]) -> None:
+        DeltaTable(self.path).delete(of_orders(ids))
+
+    def optimize(self) -> None:
+        """`optimize`: one commit named OPTIMIZE, its files added and removed with dataChange false."""
+        DeltaTable(self.path).optimize.compact()

@@ -1,6 +1,6 @@
-"""The Airflow DAGs: every file in dags/ imports cleanly and without pyspark, every pipeline has its DAGs,
-`make demo` (clicks_per_region through `airflow dags test`) runs end to end, and the Airflow UI, in a real browser,
-leads an operator from a refused validation's task to its Data Docs.
+"""The Airflow DAGs: every file in dags/ imports cleanly and without pyspark, every pipeline has its DAGs (none
+needs a pool), `make demo` (clicks_per_region through `airflow dags test`) runs end to end, and the Airflow UI, in a
+real browser, leads an operator from a refused validation's task to its Data Docs.
 
 Airflow runs in subprocesses, against the session's temporary AIRFLOW_HOME (`airflow_home` in conftest.py, one
 SQLite DB made once by `airflow db migrate`): importing Airflow configures logging, settings and an ORM for the
@@ -94,6 +94,20 @@ found["dagbag"] = {
     "errors": {str(k): str(v) for k, v in bag.import_errors.items()},
     "dags": {d.dag_id: {"file": d.fileloc, "doc_md": bool(d.doc_md), "tasks": len(d.tasks)} for d in bag.dags.values()},
 }
+# what the runs of each DAG of that bag depend on: schedule, pools, the forms' params, each task's arguments
+found["runs"] = {
+    dag_id: {
+        "schedule": str(dag.schedule), "paused": dag.is_paused_upon_creation, "max_active_runs": dag.max_active_runs,
+        "params": {k: dag.params.get_param(k).dump() for k in dag.params},
+        "tasks": {t.task_id: {"type": type(t).__name__, "pool": t.pool,
+                              "args": getattr(t, "application_args", None),
+                              "args_from": getattr(t, "args_from", None),
+                              "upstream": sorted(t.upstream_task_ids)} for t in dag.tasks},
+    }
+    for dag_id, dag in bag.dags.items()
+}
+from airflow.models.pool import Pool
+found["pools"] = [p.pool for p in Pool.get_pools()]  # what `airflow pools list` lists, from the same metadata DB
 
 # which DAGs each case of the examples' settings makes
 found["cases"] = {}
@@ -149,7 +163,7 @@ def rendered(variables):
     render = lambda field: task.render_template(field, context, jinja_env=dag.get_template_env())
     return {"conf": render(task.conf), "env": render(task.env_vars)}
 found["rendered"] = {"s3": rendered({"streamtable_lake": "s3://streamtable/team"}), "local": rendered({})}
-print("RESULT " + json.dumps(found))
+print("RESULT " + json.dumps(found, default=str))
 """
 
 
@@ -211,6 +225,54 @@ def test_dagbag_imports_every_dag_without_errors(parsed):
         for dag_id in pipeline_dag_ids(name):
             assert dag_id in result["dags"], f"pipeline {name} has no DAG {dag_id}"
     assert {"reprocess", "reset"} <= set(result["dags"])
+
+
+def test_dags_shape_pools_and_params(parsed):
+    """No task needs a pool set-up must make; one run at a time per scheduled DAG; the forms of `reprocess` and
+    `reset` (test_reprocess_dags.py runs them)."""
+    dags = parsed["runs"]
+    from streamtable.core.registry import pipelines
+
+    names = sorted(pipelines())
+    for dag_id, dag in dags.items():
+        for task_id, t in dag["tasks"].items():
+            if t["type"] in ("SparkSubmitOperator", "StreamtableSubmitOperator"):
+                command, pipeline = t["args"][:2]
+                assert pipeline in names and t["pool"] == "default_pool", (dag_id, task_id, t["pool"])
+                # bounded runs do not depend on the run's interval: a backfilled interval is just another run
+                assert not any("ds" in a or "logical_date" in a or "data_interval" in a for a in t["args"]), t["args"]
+
+    reprocess = dags["reprocess"]
+    assert reprocess["schedule"] == "None"
+    params = reprocess["params"]
+    assert set(params) == {"pipeline", "input", "from_version", "from_timestamp", "dry_run"}
+    assert all(p["description"] for p in params.values())
+    assert params["pipeline"]["schema"]["enum"] == names
+    assert params["from_version"]["schema"] == {"type": ["null", "integer"], "minimum": 0, "title": "From version"}
+    assert params["from_timestamp"]["schema"]["format"] == "date-time"
+    assert params["dry_run"]["schema"]["type"] == "boolean" and params["dry_run"]["value"] is False
+    assert set(reprocess["tasks"]) == {"check_params"} | {f"reprocess_{n}" for n in names}
+    for n in names:
+        t = reprocess["tasks"][f"reprocess_{n}"]
+        assert t["args"][:2] == ["reprocess", n] and t["args_from"] == "check_params"
+        assert t["upstream"] == ["check_params"]
+
+    reset = dags["reset"]
+    assert reset["params"]["dry_run"]["value"] is True  # a reset only lists what it would delete unless asked
+    assert set(reset["tasks"]) == {"check_params"} | {f"reset_{n}" for n in names}
+
+    for n in names:
+        daily = dags[f"reprocess_daily_{n}"]
+        assert daily["schedule"] == "@daily" and daily["paused"] is True and daily["max_active_runs"] == 1
+        assert dags[n]["max_active_runs"] == 1 and dags[f"stream_{n}"]["max_active_runs"] == 1
+        assert daily["tasks"]["reprocess"]["args"][:2] == ["reprocess", n]
+        assert daily["tasks"]["reprocess"]["upstream"] == ["since"]
+
+    # every pool a task names exists in a fresh metadata DB (a missing pool would leave its task unscheduled without
+    # a word): none is made by set-up, so only Airflow's own default_pool; the lake's lock serialises a pipeline
+    existing = set(parsed["pools"])
+    used = {t["pool"] for dag in dags.values() for t in dag["tasks"].values()}
+    assert used == {"default_pool"} and used <= existing, (used, existing)
 
 
 def test_the_built_in_pipelines_dags_are_made_only_where_asked(parsed):
@@ -441,23 +503,105 @@ def test_an_input_with_a_topic_or_a_folder_gets_an_ingest_dag_whose_copier_stops
     assert [json.loads(line)["id"] for line in shown.stdout.splitlines()] == ["x"], shown.stderr
 
 
-@pytest.fixture(scope="module")
-def refused_validation(spark, airflow_home, tmp_path_factory) -> dict:
-    """A lake whose `word_count` ran a batch, then got a row that breaks `word_counts`' suite, with one more line
-    waiting; then its micro-batch DAG run and its `validate_word_count` run (refused by the full suites), in one
-    Airflow process: what the micro-batch test and the Airflow UI test below check."""
-    from helpers import dag_tests, word_count_refusing_its_next_batch
+def shop_outputs(lake: Lake) -> tuple[list[dict], list[dict]]:
+    """The table-driven pipeline `shop_totals`' two outputs (read by name: its folder must be the registry's)."""
+    from streamtable.storage.reader import rows
 
-    lake = Lake(tmp_path_factory.mktemp("refused_validation") / "lake")
-    word_count_refusing_its_next_batch(lake)
-    [batch, validation], output = dag_tests(
-        airflow_env(airflow_home, lake.root),
-        [
-            {"file": "streamtable_dags.py", "dag_id": "word_count"},
-            {"file": "streamtable_dags.py", "dag_id": "validate_word_count"},
-        ],
+    return rows(lake, "revenue_per_customer"), rows(lake, "orders_per_status")
+
+
+def shop_expected(spark, path: str) -> tuple[list[dict], list[dict]]:
+    """`shop_totals`' outputs as a plain-Python aggregate of the orders table's latest snapshot."""
+    from collections import defaultdict
+    from decimal import Decimal
+
+    import orders_job
+
+    revenue: dict[str, list] = defaultdict(lambda: [0, Decimal("0.00")])
+    statuses: dict[str, int] = defaultdict(int)
+    for row in orders_job.snapshot(spark, path):
+        revenue[row["customer"]][0] += 1
+        revenue[row["customer"]][1] += row["amount"]
+        statuses[row["status"]] += 1
+    return (
+        [{"customer": c, "orders": n, "revenue": total} for c, (n, total) in sorted(revenue.items())],
+        [{"status": s, "orders": n} for s, n in sorted(statuses.items())],
     )
-    return {"lake": lake, "batch": batch, "validation": validation, "output": output}
+
+
+def shop_after_the_other_job(spark, root: Path) -> dict:
+    """docs/sources.md's `shop_totals` (a table input only, no stream) as a user's pipeline in a folder of `root`: its
+    first run in this process after the other job (tests/orders_job.py, plain Spark: MERGE, UPDATE, DELETE, deletion
+    vectors) wrote, then the other job's next changes. The lake, the folder, the orders' path, and the first run's
+    batches, outputs and expected outputs (the orders' snapshot then)."""
+    import random
+    import re
+
+    import orders_job
+
+    from streamtable.core import registry
+    from streamtable.runtime.commands.lifecycle import run
+
+    path, lake, folder = str(root / "orders"), Lake(root / "lake"), root / "shop_pipelines"
+    doc = (ROOT / "docs" / "sources.md").read_text()
+    shop = re.search(r'^```python title="~/shop_pipelines/shop.py"\n(.*?)^```$', doc, re.S | re.M)
+    assert shop and '"~/shop_job/orders"' in shop.group(1)
+    folder.mkdir()
+    (folder / "shop.py").write_text(shop.group(1).replace('"~/shop_job/orders"', repr(path)))
+    rng = random.Random(35)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(registry.ENV, str(folder))  # this process runs the pipeline and reads its outputs by name
+        registry.current.cache_clear()
+        try:
+            orders_job.create(spark, path)
+            orders_job.insert(spark, path, range(0, 8), rng)
+            orders_job.merge(spark, path, upserts=[1, 8], deletes=[2], rng=rng)
+            first = {"batches": run(lake, "shop_totals").batches, "outputs": shop_outputs(lake)}
+            first["expected"] = shop_expected(spark, path)
+
+            # the other job goes on: a MERGE that updates, deletes and inserts, an order moved, a DELETE, a re-insert
+            orders_job.merge(spark, path, upserts=[3, 4, 9], deletes=[5, 6], rng=rng)
+            orders_job.move(spark, path, 7, "zed")
+            orders_job.delete(spark, path, [0])
+            orders_job.merge(spark, path, upserts=[5], deletes=[], rng=rng)
+        finally:
+            registry.current.cache_clear()  # the next lookup loads the folders of its own environment
+    return {"lake": lake, "folder": folder, "path": path, "first": first}
+
+
+@pytest.fixture(scope="module")
+def dag_runs(spark, airflow_home, tmp_path_factory) -> dict:
+    """The DAG runs of the tests below, in one Airflow process (its import, DAG parse and in-process API cost about
+    14 CPU-s a process), each on a lake of its own made here:
+
+    - "refused": a lake whose `word_count` ran a batch, then got a row that breaks `word_counts`' suite, with one more
+      line waiting; its micro-batch DAG run and its `validate_word_count` run (refused by the full suites): what the
+      micro-batch test and the Airflow UI test check;
+    - "shop": the table-driven pipeline's micro-batch DAG run after the other job's changes
+      (`shop_after_the_other_job`), its folder a user's beside the built-in pipelines."""
+    from helpers import dag_tests, run_outputs, word_count_refusing_its_next_batch
+    from streamtable.core import registry
+
+    refused = {"lake": Lake(tmp_path_factory.mktemp("refused_validation") / "lake")}
+    word_count_refusing_its_next_batch(refused["lake"])
+    shop = shop_after_the_other_job(spark, tmp_path_factory.mktemp("shop"))
+    dags = "streamtable_dags.py"
+    runs = [
+        {"file": dags, "dag_id": "word_count", "lake": refused["lake"].root},
+        {"file": dags, "dag_id": "validate_word_count"},
+        {"file": dags, "dag_id": "shop_totals", "lake": shop["lake"].root},
+    ]
+    [batch, validation, micro_batch], output = dag_tests(
+        airflow_env(airflow_home) | {registry.ENV: str(shop["folder"])}, runs
+    )
+    outputs = run_outputs(output)
+    refused |= {"batch": batch, "validation": validation, "output": outputs.get(0, "") + outputs.get(1, "")}
+    return {"refused": refused, "shop": shop | {"result": micro_batch, "output": outputs.get(2, "")}}
+
+
+@pytest.fixture(scope="module")
+def refused_validation(dag_runs) -> dict:
+    return dag_runs["refused"]
 
 
 @pytest.mark.slow
@@ -603,69 +747,28 @@ def _operator_path(result: dict, api_server: str, browser) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_table_driven_pipeline_under_dag_test_picks_up_the_other_jobs_newest_commits(
-    spark, airflow_home, tmp_path, monkeypatch, request
+    spark, dag_runs, monkeypatch, request
 ):
     """docs/sources.md's `shop_totals` (a table input only, no stream) as a user's pipeline: a first run after the other
     job (tests/orders_job.py, plain Spark: MERGE, UPDATE, DELETE, deletion vectors) wrote, then its micro-batch DAG
     under `dag.test()` after the job changed orders: the outputs equal a plain-Python aggregate of the table's latest
     snapshot each time, and the DAG run's report names the version it read. The first run is this process's (the DAG's
     task runs the same `run`, in a spark-submit of its own): the DAG run goes on from the lake it left, as it goes on
-    from a DAG run before it."""
-    import random
-    import re
-    from collections import defaultdict
-    from decimal import Decimal
-
-    import orders_job
-
-    from helpers import dag_tests
+    from a DAG run before it. Both are `dag_runs`' (`shop_after_the_other_job`)."""
     from streamtable.core import registry
-    from streamtable.runtime.commands.lifecycle import run
     from streamtable.storage.delta_rs import table_version
-    from streamtable.storage.reader import rows
 
-    path, lake, folder = str(tmp_path / "orders"), Lake(tmp_path / "lake"), tmp_path / "shop_pipelines"
-    doc = (ROOT / "docs" / "sources.md").read_text()
-    shop = re.search(r'^```python title="~/shop_pipelines/shop.py"\n(.*?)^```$', doc, re.S | re.M)
-    assert shop and '"~/shop_job/orders"' in shop.group(1)
-    folder.mkdir()
-    (folder / "shop.py").write_text(shop.group(1).replace('"~/shop_job/orders"', repr(path)))
-    env = airflow_env(airflow_home, lake.root) | {registry.ENV: str(folder), "STREAMTABLE_EXAMPLES": "0"}
-    monkeypatch.setenv(registry.ENV, str(folder))  # this process reads the outputs by name
+    shop = dag_runs["shop"]
+    first, result, output = shop["first"], shop["result"], shop["output"]
+    assert first["batches"] == 1
+    assert first["outputs"] == first["expected"]
+
+    monkeypatch.setenv(registry.ENV, str(shop["folder"]))  # this process reads the outputs by name
     registry.current.cache_clear()
     request.addfinalizer(registry.current.cache_clear)  # the next test loads its own folders
-
-    def expected() -> tuple[list[dict], list[dict]]:
-        revenue: dict[str, list] = defaultdict(lambda: [0, Decimal("0.00")])
-        statuses: dict[str, int] = defaultdict(int)
-        for row in orders_job.snapshot(spark, path):
-            revenue[row["customer"]][0] += 1
-            revenue[row["customer"]][1] += row["amount"]
-            statuses[row["status"]] += 1
-        return (
-            [{"customer": c, "orders": n, "revenue": total} for c, (n, total) in sorted(revenue.items())],
-            [{"status": s, "orders": n} for s, n in sorted(statuses.items())],
-        )
-
-    def micro_batch() -> dict:
-        [result], output = dag_tests(env, [{"file": "streamtable_dags.py", "dag_id": "shop_totals"}], timeout=600)
-        assert result.get("tasks") == {"run": "success"}, output[-4000:]
-        return result["xcom"]["run.return_value"]
-
-    rng = random.Random(35)
-    orders_job.create(spark, path)
-    orders_job.insert(spark, path, range(0, 8), rng)
-    orders_job.merge(spark, path, upserts=[1, 8], deletes=[2], rng=rng)
-    assert run(lake, "shop_totals").batches == 1
-    assert (rows(lake, "revenue_per_customer"), rows(lake, "orders_per_status")) == expected()
-
-    # the other job goes on: a MERGE that updates, deletes and inserts, an order moved, a DELETE, a re-insert
-    orders_job.merge(spark, path, upserts=[3, 4, 9], deletes=[5, 6], rng=rng)
-    orders_job.move(spark, path, 7, "zed")
-    orders_job.delete(spark, path, [0])
-    orders_job.merge(spark, path, upserts=[5], deletes=[], rng=rng)
-    report = micro_batch()
-    assert (rows(lake, "revenue_per_customer"), rows(lake, "orders_per_status")) == expected()
+    assert result.get("tasks") == {"run": "success"}, output[-4000:]
+    report = result["xcom"]["run.return_value"]
+    assert shop_outputs(shop["lake"]) == shop_expected(spark, shop["path"])
     assert report["batches"] == 1, report
     (consumed,) = report["lineage"]["inputs"]
-    assert consumed["version"] == table_version(path), report  # it read the other job's newest commit
+    assert consumed["version"] == table_version(shop["path"]), report  # it read the other job's newest commit

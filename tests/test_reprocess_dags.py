@@ -1,12 +1,12 @@
-"""Reprocessing and backfills driven from Airflow: the `reprocess`, `reprocess_daily_*` and `reset` DAGs, no pools,
-backfill-style runs of a pipeline DAG, the pipeline lock between a reprocess and a run in two processes, and a refused
-request's alert to the configured webhook.
+"""Reprocessing and backfills driven from Airflow: the `reprocess`, `reprocess_daily_*` and `reset` DAGs (their
+shape, forms and pools are read in test_dags.py's parse process), backfill-style runs of a pipeline DAG, the pipeline
+lock between a reprocess and a run in two processes, and a refused request's alert to the configured webhook.
 
 DAG runs are `dag.test()` in subprocesses against the session's temporary AIRFLOW_HOME (`airflow_home` in
 conftest.py). Every spark-submit costs one to a few minutes on 2 cores, so each test submits as
-little as it can: set-up runs happen in this process (the `spark` fixture), the checks that need no
-Spark (refused requests, the look-back, the DAGs' shape) run together without any, and the DAG runs that
-spark-submit share one Airflow process (`dag_runs`), each on a lake of its own.
+little as it can: set-up runs happen in this process (the `spark` fixture), and every DAG run shares one
+Airflow process (`dag_runs`, about 8 CPU-s a process), each scenario on a lake of its own: the refused
+requests and the look-back first, which submit nothing, then those that spark-submit.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from helpers import BIN, CLI, DAGS, airflow_env, dag_tests, ingest, last_json, run_outputs, run_python, table
+from helpers import BIN, CLI, airflow_env, dag_tests, ingest, run_outputs, table
 from reference import clicks_per_region as expected
 from streamtable.storage.lake import Lake
 
@@ -133,102 +133,13 @@ def test_check_of_a_reprocess_request(lake):
     assert reset_arguments(P, dry_run=False)[0] == []
 
 
-@pytest.mark.slow
-def test_dags_shape_pools_and_params(airflow_home):
-    """No task needs a pool set-up must make; one run at a time per scheduled DAG; the forms' schemas."""
-    proc = run_python(
-        f"""
-import json
-from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(dag_folder={str(DAGS)!r})
-out = {{"errors": {{str(k): str(v) for k, v in bag.import_errors.items()}}, "dags": {{}}}}
-for dag_id, dag in bag.dags.items():
-    out["dags"][dag_id] = {{
-        "schedule": str(dag.schedule), "paused": dag.is_paused_upon_creation, "max_active_runs": dag.max_active_runs,
-        "params": {{k: dag.params.get_param(k).dump() for k in dag.params}},
-        "tasks": {{t.task_id: {{"type": type(t).__name__, "pool": t.pool,
-                              "args": getattr(t, "application_args", None),
-                              "args_from": getattr(t, "args_from", None),
-                              "upstream": sorted(t.upstream_task_ids)}} for t in dag.tasks}},
-    }}
-from airflow.models.pool import Pool
-out["pools"] = [p.pool for p in Pool.get_pools()]  # what `airflow pools list` lists, from the same metadata DB
-print("RESULT " + json.dumps(out, default=str))
-""",
-        airflow_env(airflow_home),
-    )
-    result = last_json(proc)
-    assert result["errors"] == {}
-    dags = result["dags"]
-    from streamtable.core.registry import pipelines
-
-    names = sorted(pipelines())
-    for dag_id, dag in dags.items():
-        for task_id, t in dag["tasks"].items():
-            if t["type"] in ("SparkSubmitOperator", "StreamtableSubmitOperator"):
-                command, pipeline = t["args"][:2]
-                assert pipeline in names and t["pool"] == "default_pool", (dag_id, task_id, t["pool"])
-                # bounded runs do not depend on the run's interval: a backfilled interval is just another run
-                assert not any("ds" in a or "logical_date" in a or "data_interval" in a for a in t["args"]), t["args"]
-
-    reprocess = dags["reprocess"]
-    assert reprocess["schedule"] == "None"
-    params = reprocess["params"]
-    assert set(params) == {"pipeline", "input", "from_version", "from_timestamp", "dry_run"}
-    assert all(p["description"] for p in params.values())
-    assert params["pipeline"]["schema"]["enum"] == names
-    assert params["from_version"]["schema"] == {"type": ["null", "integer"], "minimum": 0, "title": "From version"}
-    assert params["from_timestamp"]["schema"]["format"] == "date-time"
-    assert params["dry_run"]["schema"]["type"] == "boolean" and params["dry_run"]["value"] is False
-    assert set(reprocess["tasks"]) == {"check_params"} | {f"reprocess_{n}" for n in names}
-    for n in names:
-        t = reprocess["tasks"][f"reprocess_{n}"]
-        assert t["args"][:2] == ["reprocess", n] and t["args_from"] == "check_params"
-        assert t["upstream"] == ["check_params"]
-
-    reset = dags["reset"]
-    assert reset["params"]["dry_run"]["value"] is True  # a reset only lists what it would delete unless asked
-    assert set(reset["tasks"]) == {"check_params"} | {f"reset_{n}" for n in names}
-
-    for n in names:
-        daily = dags[f"reprocess_daily_{n}"]
-        assert daily["schedule"] == "@daily" and daily["paused"] is True and daily["max_active_runs"] == 1
-        assert dags[n]["max_active_runs"] == 1 and dags[f"stream_{n}"]["max_active_runs"] == 1
-        assert daily["tasks"]["reprocess"]["args"][:2] == ["reprocess", n]
-        assert daily["tasks"]["reprocess"]["upstream"] == ["since"]
-
-    # every pool a task names exists in a fresh metadata DB (a missing pool would leave its task unscheduled without
-    # a word): none is made by set-up, so only Airflow's own default_pool; the lake's lock serialises a pipeline
-    existing = set(result["pools"])
-    used = {t["pool"] for dag in dags.values() for t in dag["tasks"].values()}
-    assert used == {"default_pool"} and used <= existing, (used, existing)
+# ---------------------------------------------------------------- the DAG runs, in one Airflow process
 
 
-class Hook(BaseHTTPRequestHandler):
-    """A webhook on loopback: what it received."""
-
-    received: list[dict] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        Hook.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.mark.timeout(1800)
-@pytest.mark.slow
-def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_submit(airflow_home, tmp_path):
-    """Also: a failed task reaches the operator through the notifier configured in one place
-    (`pipeline_dags(on_failure=)`), here a webhook on loopback that receives a refused request with its one-line reason
-    (docs/operations.md, Alerts)."""
-    lake = Lake(tmp_path / "lake")
-    fill(lake, 2)
-    env = airflow_env(airflow_home, lake.root)
+def bad_requests(lake: Lake) -> list[tuple[dict, str, str]]:
+    """Requests refused on a lake of two click batches, by the form or by the check: (conf, where, message)."""
     latest_commit = max(commit_millis(lake, "user_clicks").values())
-    bad = [
+    return [
         ({"pipeline": "nope", "from_version": 0}, "form", "'nope' is not one of"),
         ({"pipeline": P, "from_version": -1}, "form", "-1 is less than the minimum of 0"),
         ({"pipeline": P, "dry_run": "yes"}, "form", "is not of type 'boolean'"),
@@ -250,12 +161,19 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
             "text_lines, word_count's primary input, has no data yet",
         ),
     ]
-    runs = [{"file": "streamtable_dags.py", "dag_id": "reprocess", "conf": conf} for conf, _, _ in bad]
+
+
+def request_runs(lake: Lake, bad: list[tuple[dict, str, str]], team: Path) -> tuple[list[dict], datetime]:
+    """The runs of the bad requests on `lake`, a refused reset, two daily reprocesses, and a refused run of the team's
+    DAG file `team`; and the daily look-back's start that lies between versions 0 and 1."""
+    reprocess = {"file": "streamtable_dags.py", "dag_id": "reprocess"}
+    runs = [reprocess | {"conf": conf} for conf, _, _ in bad]
+    runs[0]["lake"] = lake.root  # this lake from the first run on
     runs.append({"file": "streamtable_dags.py", "dag_id": "reset", "conf": {"pipeline": "../lake"}})
     # the daily reprocess: nothing committed in the look-back (the run skips), then a look-back that starts
     # between version 0 and version 1 (the reprocess is marked success instead of spark-submitted)
     committed = commit_millis(lake, "user_clicks")
-    after_all = datetime.fromtimestamp(latest_commit / 1000, tz=UTC) + timedelta(hours=1, seconds=1)
+    after_all = datetime.fromtimestamp(max(committed.values()) / 1000, tz=UTC) + timedelta(hours=1, seconds=1)
     between = datetime.fromtimestamp((committed[0] + committed[1]) / 2000, tz=UTC)
     daily = {"file": "streamtable_dags.py", "dag_id": f"reprocess_daily_{P}"}
     runs.append(daily | {"conf": {"lookback_hours": 1}, "run_after": after_all.isoformat()})
@@ -267,53 +185,31 @@ def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_subm
             "mark_success": "^reprocess$",
         }
     )
-    server = HTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    team = tmp_path / "team.py"
-    team.write_text(
-        "from streamtable.airflow import WebhookNotifier, pipeline_dags\n\n"
-        f"pipeline_dags(globals(), on_failure=[WebhookNotifier('http://127.0.0.1:{server.server_port}/alerts')])\n"
-    )
     runs.append({"file": str(team), "dag_id": "reprocess", "conf": {"pipeline": "word_count", "from_version": 0}})
-    try:
-        results, output = dag_tests(env, runs)
-    finally:
-        server.shutdown()
-        server.server_close()  # its socket too, not left to the garbage collector
-
-    for (conf, where, message), result in zip(bad, results[: len(bad)], strict=True):
-        if where == "form":
-            assert "refused" in result and message in result["refused"], (conf, result)
-        else:
-            assert result["state"] == "failed", (conf, result)
-            assert result["tasks"]["check_params"] == "failed"
-            assert {s for t, s in result["tasks"].items() if t != "check_params"} == {"upstream_failed"}
-            assert any("refused: " in line and message in line for line in output.splitlines()), (conf, message)
-    assert "'../lake' is not one of" in results[len(bad)]["refused"]
-
-    skipped, resolved, alerted = results[len(bad) + 1 :]
-    assert skipped["state"] == "success" and skipped["tasks"] == {"since": "skipped", "reprocess": "skipped"}
-    assert f"nothing was committed to {P}'s primary input since" in output
-    assert resolved["state"] == "success", resolved
-    assert resolved["xcom"]["since.args"] == ["--from-timestamp", between.isoformat()]
-    assert "version 1 of user_clicks (the first committed since then)" in resolved["xcom"]["since.return_value"]
-    assert not (Path(lake.root) / "tables" / P).exists()  # nothing ran
-
-    # only the team's DAG file names the webhook: its one refused run is the one alert
-    assert alerted["state"] == "failed", alerted
-    [alert] = Hook.received
-    assert (alert["dag_id"], alert["task_id"], alert["try_number"]) == ("reprocess", "check_params", 1), alert
-    assert "word_count's primary input, has no data yet" in alert["error"], alert
+    return runs, between
 
 
-# ---------------------------------------------------------------- with Spark
+class Hook(BaseHTTPRequestHandler):
+    """A webhook on loopback: what it received."""
+
+    received: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        Hook.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
 @pytest.fixture(scope="module")
 def dag_runs(spark, airflow_home, tmp_path_factory) -> dict:
-    """The DAG runs that spark-submit, each on a lake of its own made here, all in one Airflow process (dag_tests):
-    a reprocess from a timestamp, a reprocess whose suite fails, two backfill-style runs, a reset listed then done.
-    Each test below checks its own runs (and their own part of the output) and goes on on its own lake."""
+    """Every DAG run of this file, each scenario on a lake of its own made here, all in one Airflow process
+    (dag_tests): bad requests and daily look-backs that submit nothing and a team's refused run that alerts its
+    webhook (on loopback, serving while they run), then a reprocess from a timestamp, a reprocess whose suite fails,
+    two backfill-style runs, a reset listed then done. Each test below checks its own runs (and their own part of
+    the output) and goes on on its own lake."""
     from streamtable.core.registry import get_input
     from streamtable.core.tables import LINE
     from streamtable.ingest.changelog import append_rows
@@ -322,6 +218,17 @@ def dag_runs(spark, airflow_home, tmp_path_factory) -> dict:
 
     def new_lake(name: str) -> Lake:
         return Lake(tmp_path_factory.mktemp(name) / "lake")
+
+    requested = {"lake": new_lake("bad_requests")}
+    fill(requested["lake"], 2)
+    requested["bad"] = bad_requests(requested["lake"])
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    team = tmp_path_factory.mktemp("team") / "team.py"
+    team.write_text(
+        "from streamtable.airflow import WebhookNotifier, pipeline_dags\n\n"
+        f"pipeline_dags(globals(), on_failure=[WebhookNotifier('http://127.0.0.1:{server.server_port}/alerts')])\n"
+    )
+    request_specs, requested["between"] = request_runs(requested["lake"], requested["bad"], team)
 
     rebuilt = {"lake": new_lake("from_timestamp")}
     rebuilt["versions"] = fill(rebuilt["lake"], 3, gap_s=1.1)
@@ -352,6 +259,7 @@ def dag_runs(spark, airflow_home, tmp_path_factory) -> dict:
     dags, past, forms = "streamtable_dags.py", {"file": "streamtable_dags.py", "dag_id": P}, ("reprocess", "reset")
     reprocess, reset_form = ({"file": dags, "dag_id": form} for form in forms)
     scenarios = {
+        "requested": request_specs,
         "rebuilt": [
             reprocess | {"lake": rebuilt["lake"].root, "conf": {"pipeline": P, "from_timestamp": rebuilt["moment"]}}
         ],
@@ -368,12 +276,17 @@ def dag_runs(spark, airflow_home, tmp_path_factory) -> dict:
         ],
     }
     started = time.monotonic()
-    results, output = dag_tests(
-        airflow_env(airflow_home), [spec for specs in scenarios.values() for spec in specs], timeout=3000
-    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        results, output = dag_tests(
+            airflow_env(airflow_home), [spec for specs in scenarios.values() for spec in specs], timeout=3000
+        )
+    finally:
+        server.shutdown()
+        server.server_close()  # its socket too, not left to the garbage collector
     print(f"{len(results)} DAG runs: {time.monotonic() - started:.0f} s")
     outputs, number = run_outputs(output), 0
-    found = {"rebuilt": rebuilt, "refused": refused, "backfilled": backfilled, "reset": reset}
+    found = {"requested": requested, "rebuilt": rebuilt, "refused": refused, "backfilled": backfilled, "reset": reset}
     for name, specs in scenarios.items():
         found[name] |= {
             "results": results[number : number + len(specs)],
@@ -403,6 +316,39 @@ def test_reprocess_dag_from_a_timestamp_rebuilds_from_that_version_and_the_live_
     later = run(lake, P)
     assert later.generation == report["generation"] and later.records == len(CLICKS[3])
     assert totals(lake) == want(*CLICKS[1:4])
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.slow
+def test_bad_requests_are_refused_by_the_form_or_the_check_before_any_spark_submit(dag_runs):
+    """Also: a failed task reaches the operator through the notifier configured in one place
+    (`pipeline_dags(on_failure=)`), here a webhook on loopback that receives a refused request with its one-line reason
+    (docs/operations.md, Alerts)."""
+    requested = dag_runs["requested"]
+    lake, bad, results, output = requested["lake"], requested["bad"], requested["results"], requested["output"]
+    for (conf, where, message), result in zip(bad, results[: len(bad)], strict=True):
+        if where == "form":
+            assert "refused" in result and message in result["refused"], (conf, result)
+        else:
+            assert result["state"] == "failed", (conf, result)
+            assert result["tasks"]["check_params"] == "failed"
+            assert {s for t, s in result["tasks"].items() if t != "check_params"} == {"upstream_failed"}
+            assert any("refused: " in line and message in line for line in output.splitlines()), (conf, message)
+    assert "'../lake' is not one of" in results[len(bad)]["refused"]
+
+    skipped, resolved, alerted = results[len(bad) + 1 :]
+    assert skipped["state"] == "success" and skipped["tasks"] == {"since": "skipped", "reprocess": "skipped"}
+    assert f"nothing was committed to {P}'s primary input since" in output
+    assert resolved["state"] == "success", resolved
+    assert resolved["xcom"]["since.args"] == ["--from-timestamp", requested["between"].isoformat()]
+    assert "version 1 of user_clicks (the first committed since then)" in resolved["xcom"]["since.return_value"]
+    assert not (Path(lake.root) / "tables" / P).exists()  # nothing ran
+
+    # only the team's DAG file names the webhook: its one refused run is the one alert
+    assert alerted["state"] == "failed", alerted
+    [alert] = Hook.received
+    assert (alert["dag_id"], alert["task_id"], alert["try_number"]) == ("reprocess", "check_params", 1), alert
+    assert "word_count's primary input, has no data yet" in alert["error"], alert
 
 
 @pytest.mark.slow

@@ -1,9 +1,11 @@
 """Tables that change drive pipelines: a Delta table another job updates and deletes (MERGE, UPDATE, DELETE with
 deletion vectors), read as a keyed table input, its changes aggregated with retraction (Kafka Streams' KTable).
 
-The other job is tests/orders_job.py (plain Spark SQL). After every run, each output must equal the same aggregate
-computed in plain Python (`decimal`) from the table's latest snapshot: a table input's changes, applied batch by
-batch, are the table.
+The other job is tests/orders_job.py: plain Spark SQL where the test is what Delta Spark writes (MERGE, UPDATE,
+DELETE with deletion vectors, with column mapping, OPTIMIZE), the same commits by delta-rs in the others (a Spark
+commit costs seconds of CPU). After every run, each output must equal the same aggregate computed in plain Python
+(`decimal`) from the table's latest snapshot (read without Spark): a table input's changes, applied batch by batch,
+are the table.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def test_a_table_only_pipeline_follows_merges_updates_and_deletes(spark, pipelin
     rng = random.Random(35)
     orders_job.insert(spark, path, range(0, 8), rng)
     report = run(lake, "order_totals")
-    assert report.batches == 1 and outputs(lake) == expected(orders_job.snapshot(spark, path))
+    assert report.batches == 1 and outputs(lake) == expected(orders_job.current(path))
     # its whole read told that the table holds one row per key: kept, the next batch does not read it whole for that
     assert unique_keys.kept(lake, registry.get_input("orders"), table_version(path)) is True
 
@@ -152,12 +154,12 @@ def test_a_table_only_pipeline_follows_merges_updates_and_deletes(spark, pipelin
     status = pipeline_status(lake, "order_totals").as_dict()
     (lag,) = status["inputs"]
     assert status["behind"] and lag["table"] == "orders" and lag["versions_behind"] == 4 and lag["records_behind"] > 0
-    assert outputs(lake) != expected(orders_job.snapshot(spark, path))  # stale until the run: and it says so
+    assert outputs(lake) != expected(orders_job.current(path))  # stale until the run: and it says so
 
     with spark_jobs(spark) as jobs:
         report = run(lake, "order_totals")
     assert jobs[0] < 80  # about 36: a fold that recomputes its lookups at each use runs hundreds (as 23e6102 fixed)
-    assert report.batches == 1 and outputs(lake) == expected(orders_job.snapshot(spark, path))
+    assert report.batches == 1 and outputs(lake) == expected(orders_job.current(path))
     assert report.inputs == {"orders": lag["records_behind"]}  # an update is one change, as status counts it
     assert not pipeline_status(lake, "order_totals").as_dict()["behind"]
     (consumed,) = report.lineage["inputs"]
@@ -171,7 +173,7 @@ def test_a_table_only_pipeline_follows_merges_updates_and_deletes(spark, pipelin
         for _ in range(rng.randint(1, 4)):
             next_id = orders_job.random_step(spark, path, known, rng, next_id)
         run(lake, "order_totals")
-        assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+        assert outputs(lake) == expected(orders_job.current(path))
 
 
 def test_reprocess_from_a_table_inputs_version_and_a_changed_declaration(spark, pipelines, tmp_path):
@@ -187,18 +189,18 @@ def test_reprocess_from_a_table_inputs_version_and_a_changed_declaration(spark, 
     # wall_clock turned on: the heartbeat joins the query's inputs, applied in a new checkpoint
     write_pipeline(pipelines, path, "\n    wall_clock=True,")
     run(lake, "order_totals")
-    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+    assert outputs(lake) == expected(orders_job.current(path))
     orders_job.move(spark, path, 2, "zed")
     write_pipeline(pipelines, path)  # ... and off again
     run(lake, "order_totals")
-    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+    assert outputs(lake) == expected(orders_job.current(path))
 
     # the table seeks: its rows at version 2 - 1 arrive as inserts, its later changes in order
     result = reprocess(lake, "order_totals", 2, input_name="orders")
-    assert result.published and outputs(lake) == expected(orders_job.snapshot(spark, path))
+    assert result.published and outputs(lake) == expected(orders_job.current(path))
     orders_job.delete(spark, path, [0])
     run(lake, "order_totals")  # goes on from the reprocess, nothing counted twice
-    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+    assert outputs(lake) == expected(orders_job.current(path))
 
     # a stream input added: named in one line, with what applies it; never a Spark stack trace
     (pipelines / "clicks.py").write_text(
@@ -222,30 +224,29 @@ def test_an_append_only_table_compacted_by_optimize_counts_each_row_once(spark, 
     its files: a file that OPTIMIZE made holds rows of the versions it compacted, not new ones (it had counted every row
     again, exit 0)."""
     path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
-    orders_job.create(spark, path, change_feed=False)
+    job = orders_job.DeltaRs(path)  # (Spark's OPTIMIZE: the test of an optimize that skips a version)
+    job.create(change_feed=False)
     write_pipeline(pipelines, path)
     rng = random.Random(38)
-    orders_job.insert(spark, path, range(0, 3), rng)
-    first = orders_job.snapshot(spark, path)
-    orders_job.insert(spark, path, range(2, 5), rng)  # o2 again: its later record replaces the first (a changelog)
-    latest = {r["order_id"]: r for r in first} | {
-        r["order_id"]: r for r in orders_job.snapshot(spark, path) if r not in first
-    }
+    job.insert(range(0, 3), rng)
+    first = orders_job.current(path)
+    job.insert(range(2, 5), rng)  # o2 again: its later record replaces the first (a changelog)
+    latest = {r["order_id"]: r for r in first} | {r["order_id"]: r for r in orders_job.current(path) if r not in first}
     run(lake, "order_totals")  # its first batch takes the table's rows whole: o2 once (it had counted both)
     assert outputs(lake) == expected(list(latest.values()))
-    orders_job.optimize(spark, path)  # version 3: the rows of versions 1 and 2, consumed, in one file
-    before = orders_job.snapshot(spark, path)
-    orders_job.insert(spark, path, range(4, 7), rng)  # o4 again: its old row is looked up in the compacted file
+    job.optimize()  # version 3: the rows of versions 1 and 2, consumed, in one file
+    before = orders_job.current(path)
+    job.insert(range(4, 7), rng)  # o4 again: its old row is looked up in the compacted file
     with spark_jobs(spark) as jobs:
         run(lake, "order_totals")
     # a later batch runs about 50 jobs; it ran 330 when its changes were computed again at each use (23e6102)
     assert jobs[0] < 100
-    latest |= {r["order_id"]: r for r in orders_job.snapshot(spark, path) if r not in before}
+    latest |= {r["order_id"]: r for r in orders_job.current(path) if r not in before}
     assert outputs(lake) == expected(list(latest.values()))
 
     # a compaction of consumed rows with unconsumed ones: which are new is lost, so the run refuses, in one line
-    orders_job.insert(spark, path, range(7, 8), rng)
-    orders_job.optimize(spark, path)  # version 6: rows of versions 1 to 4 (consumed) and 5 (not)
+    job.insert(range(7, 8), rng)
+    job.optimize()  # version 6: rows of versions 1 to 4 (consumed) and 5 (not)
     with pytest.raises(BadInputError) as refused:
         run(lake, "order_totals")
     message = str(refused.value)
@@ -258,11 +259,11 @@ def test_two_rows_of_a_key_in_one_version_of_a_table_without_its_feed_are_refuse
     """Without a Change Data Feed a keyed table's rows are ordered by the versions that added them: two rows of one
     key in one commit have no order, and each key's latest row had been either, whichever Spark met last, exit 0."""
     path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
-    orders_job.create(spark, path, change_feed=False)
+    job = orders_job.DeltaRs(path)
+    job.create(change_feed=False)
     write_pipeline(pipelines, path)
     rng = random.Random(40)
-    rows = [orders_job.order(1, rng), orders_job.order(1, rng), orders_job.order(2, rng)]
-    spark.sql(f"INSERT INTO delta.`{path}` VALUES {', '.join(rows)}")
+    job.append([orders_job.order_row(1, rng), orders_job.order_row(1, rng), orders_job.order_row(2, rng)])
     with pytest.raises(BadInputError) as refused:  # exit 2: the input, not the pipeline's code
         run(lake, "order_totals")
     message = str(refused.value)
@@ -276,21 +277,21 @@ def test_an_optimize_that_skips_a_version_leaves_its_compacted_rows_unordered_wi
     a later batch, whose changes ordered the rows by their files' newest version, as in a first batch. The file's
     span does not order them: both are refused."""
     path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
-    orders_job.create(spark, path, change_feed=False)
+    job = orders_job.DeltaRs(path)  # the appends by delta-rs, the OPTIMIZE by Spark (Delta's own)
+    job.create(change_feed=False)
     write_pipeline(pipelines, path)
-    many = "SELECT concat('{}', id), 'ann', 'new', 1.00, timestamp'2026-03-01 10:00:00' FROM range(400)"
+    many = {"customer": "ann", "status": "new", "amount": Decimal("1.00"), "paid_at": orders_job.PAID}
 
-    def large(row: str, prefix: str) -> None:  # one file, larger than optimize.minFileSize below
-        both = f"SELECT * FROM VALUES {row} UNION ALL {many.format(prefix)}"
-        spark.sql(f"INSERT INTO delta.`{path}` SELECT /*+ COALESCE(1) */ * FROM ({both})")
+    def large(row: dict, prefix: str) -> None:  # one file, larger than optimize.minFileSize below
+        job.append([row] + [many | {"order_id": f"{prefix}{i}"} for i in range(400)])
 
     rng = random.Random(41)
-    large(orders_job.order(9, rng), "y")  # version 1
+    large(orders_job.order_row(9, rng), "y")  # version 1
     run(lake, "order_totals")
-    orders_job.insert(spark, path, range(1, 2), rng)  # version 2: o1, a small file
-    large(orders_job.order(1, rng), "x")  # version 3: o1 again
-    orders_job.insert(spark, path, range(2, 3), rng)  # version 4: o2, a small file
-    # (bytes) a file of one order is about 1.5 kB, one of 400 about 3.3 kB: few rows, and the large ones left alone
+    job.insert(range(1, 2), rng)  # version 2: o1, a small file
+    large(orders_job.order_row(1, rng), "x")  # version 3: o1 again
+    job.insert(range(2, 3), rng)  # version 4: o2, a small file
+    # (bytes) a file of one order is about 1.6 kB, one of 400 about 3.8 kB: few rows, and the large ones left alone
     spark.conf.set("spark.databricks.delta.optimize.minFileSize", "2500")
     try:
         orders_job.optimize(spark, path)  # version 5: versions 2 and 4's files
@@ -308,11 +309,12 @@ def test_a_table_whose_change_data_feed_was_turned_off_is_refused_naming_that_ve
     """The refusal had said the table had no feed since version 0, where it had one until the version that turned it
     off."""
     path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
-    orders_job.create(spark, path)
+    job = orders_job.DeltaRs(path)
+    job.create()
     write_pipeline(pipelines, path)
-    orders_job.insert(spark, path, range(0, 2), random.Random(39))
-    orders_job.move(spark, path, 0, "zed")  # version 2, read through the feed
-    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'false')")
+    job.insert(range(0, 2), random.Random(39))
+    job.move(0, "zed")  # version 2, read through the feed
+    DeltaTable(path).alter.set_table_properties({CHANGE_FEED: "false"})
     with pytest.raises(BadInputError) as refused:
         run(lake, "order_totals")
     assert str(refused.value) == (
@@ -343,7 +345,7 @@ def test_a_table_whose_log_retention_removed_consumed_versions_is_read_on(spark,
     assert log_entry(path, 0) is None
     DeltaTable(path).update(updates={"customer": "'bob'"}, predicate="order_id = 'o1'")
     run(lake, "order_totals")
-    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+    assert outputs(lake) == expected(orders_job.current(path))
     # then the version the pipeline read last goes too (its checkpoint pointed into it: Spark's read failed with
     # DELTA_LOG_FILE_NOT_FOUND_FOR_STREAMING_SOURCE, exit 1): the run goes on from the version after it
     DeltaTable(path).update(updates={"customer": "'cy'"}, predicate="order_id = 'o2'")
@@ -351,7 +353,7 @@ def test_a_table_whose_log_retention_removed_consumed_versions_is_read_on(spark,
     DeltaTable(path).cleanup_metadata()
     assert log_entry(path, 2) is None and log_entry(path, 3) is not None
     run(lake, "order_totals")
-    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+    assert outputs(lake) == expected(orders_job.current(path))
 
     # without the feed its rows are records read from version 0 on: with that version gone, refused in one line
     records = str(tmp_path / "records")
@@ -644,19 +646,20 @@ def test_a_column_renamed_while_serve_runs_is_refused_in_the_line_run_gives(spar
 @pytest.mark.slow
 def test_runs_killed_mid_commit_and_at_a_random_moment_lose_and_repeat_nothing(spark, pipelines, tmp_path):
     path, lake = str(tmp_path / "orders"), Lake(tmp_path / "lake")
-    orders_job.create(spark, path)
+    job = orders_job.DeltaRs(path)
+    job.create()
     write_pipeline(pipelines, path)
     rng = random.Random(37)
     env = {registry.ENV: str(pipelines)}
-    orders_job.insert(spark, path, range(0, 8), rng)
+    job.insert(range(0, 8), rng)
     run(lake, "order_totals")
-    orders_job.merge(spark, path, upserts=[1, 2, 9], deletes=[3], rng=rng)
-    orders_job.move(spark, path, 4, "zed")
+    job.merge(upserts=[1, 2, 9], deletes=[3], rng=rng)
+    job.move(4, "zed")
     # killed after its first output committed, before the second: the next run commits the rest, once
     point = {"STREAMTABLE_KILL_AT": "committed:revenue_per_customer"}
     killed = cli(lake, "run", "order_totals", env=env | point, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    orders_job.delete(spark, path, [5, 6])  # the other job goes on meanwhile
+    job.delete([5, 6])  # the other job goes on meanwhile
     # killed at a random moment of a run
     proc = subprocess.Popen(
         [CLI, "run", "order_totals", "--lake", str(lake.root)],
@@ -668,14 +671,14 @@ def test_runs_killed_mid_commit_and_at_a_random_moment_lose_and_repeat_nothing(s
     proc.kill()
     proc.wait()
     run(lake, "order_totals")
-    assert outputs(lake) == expected(orders_job.snapshot(spark, path))
+    assert outputs(lake) == expected(orders_job.current(path))
 
 
 def test_a_table_whose_protocol_needs_a_feature_no_reader_here_has_is_refused_with_the_feature_named(
     spark, pipelines, tmp_path
 ):
     path, lake = tmp_path / "orders", Lake(tmp_path / "lake")
-    orders_job.create(spark, str(path))
+    orders_job.DeltaRs(str(path)).create()
     commit = {"commitInfo": {"timestamp": 1, "operation": "SET TBLPROPERTIES"}}
     protocol = {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["fancyFuture"]}}
     protocol["protocol"]["writerFeatures"] = ["fancyFuture"]

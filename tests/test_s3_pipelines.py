@@ -1,13 +1,19 @@
-"""Every command of every built-in pipeline exits 0 as a process of its own; the pipelines keeping every kind of state
-give on an `s3://` lake what they give on a local one; `serve` runs on one too.
+"""Every command of every built-in pipeline returns 0, and their process exits 0; the pipelines keeping every kind of
+state give on an `s3://` lake what they give on a local one; `serve` runs on one too.
 
 One test does the first two, as the second's local half is what the first's commands leave. First, what a user's shell
 or an Airflow task does all day: each command of each pipeline (ingest of garbage into each input, run, status, show of
-each output) on a local lake, one after another, every one a process of its own (helpers.run_entry) that must exit 0
-without finalising the interpreter (an abort at exit after the work was done made a good run fail:
-tests/test_cli_exit.py), leave nothing in its working directory (no `spark-warehouse/`, no `metastore_db/`), and, for a
-run, log nothing without `--log-level`. The inputs are the benchmarks' generators (bench/workloads.py: keys, deletes,
-late and out-of-order records) in two commits.
+each output) on a local lake, one after another, by the console script's `main`, in one process of its own
+(LOCAL_JOB) in an empty working directory that ends through `entry()` with the last command: every command returns 0;
+the process, after all seven pipelines' runs, exits 0 without finalising the interpreter (an abort at exit after the
+work was done made a good run fail: tests/test_cli_exit.py) and leaves nothing in its working directory (no
+`spark-warehouse/`, no `metastore_db/`); no run logs anything without `--log-level` (neither on its own stderr nor on
+the process's, where the JVM writes). One process, not one per command: `entry()` is `os._exit(main(...))` after
+stopping Spark, so what a process of its own adds for a command whose `main` returned 0 does not depend on which
+command or pipeline it was; what a pipeline can change (its code, its logs, the files it leaves, the native threads
+left at exit) is all seen here, for all seven at once, without a Python for each of 36 commands and a JVM for each run.
+The inputs are the benchmarks' generators (bench/workloads.py: keys, deletes, late and out-of-order records) in two
+commits.
 
 Then the s3 smoke subset, not every pipeline twice: the storage layer is the same for every pipeline, so the subset is
 the pipelines that between them keep every kind of state a lake holds (S3_SUBSET). One driver gives the s3 lake what
@@ -32,7 +38,7 @@ import uuid
 
 import pytest
 
-from helpers import CLI, FINALISED, ROOT, run_entry
+from helpers import CLI, FINALISED, ROOT
 from streamtable.core.registry import pipelines
 from streamtable.storage.lake import Lake
 
@@ -44,6 +50,21 @@ pytestmark = pytest.mark.slow
 S3_SUBSET = ("browser_captcha", "call_analytics", "clicks_per_region")
 RECORDS = 60  # of each pipeline's streams, in two commits
 GARBAGE = b"{not json\n\xff\xfe\n[1, 2]\n"  # three lines, each quarantined
+LOCAL_JOB = r"""
+import atexit, contextlib, io, json, sys
+atexit.register(lambda: sys.stderr.write(sys.argv[1]))  # (helpers.run_entry's hook) written if it is finalised
+from streamtable.cli.main import entry, main
+
+lake, report, commands = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+done = {}
+for argv in commands[:-1]:  # what each prints, apart; the JVM's stderr is the process's
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        done[" ".join(argv)] = (main([*argv, "--lake", lake]), out.getvalue(), err.getvalue())
+with open(report, "w") as file:
+    json.dump(done, file)
+entry([*commands[-1], "--lake", lake])  # the last one as the console script does: stop Spark, leave by os._exit
+"""
 SUBSET_JOB = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -99,9 +120,10 @@ def s3_lake() -> str:
     return f"s3://streamtable/tests/seven-{uuid.uuid4().hex[:12]}"
 
 
-def back_to_back(lake: Lake, tmp_path) -> dict[str, subprocess.CompletedProcess]:
-    """Every command of every pipeline on `lake` (its inputs generated first), one after another, each a process of its
-    own in an empty working directory, which must stay empty; {command line: its process}."""
+def back_to_back(lake: Lake, tmp_path) -> dict[str, tuple[int, str, str]]:
+    """Every command of every pipeline on `lake` (its inputs generated first), one after another by `main` in one
+    process of its own (LOCAL_JOB, the last command through `entry()`) in an empty working directory, which must stay
+    empty and the process not be finalised; {command line: (its code, stdout, stderr)}, the last one's the process's."""
     sys.path.insert(0, str(ROOT / "bench"))
     from workloads import generate
 
@@ -116,27 +138,32 @@ def back_to_back(lake: Lake, tmp_path) -> dict[str, subprocess.CompletedProcess]
         commands += [("ingest", table, str(garbage), "--id", f"garbage-{table}") for table in inputs]
         commands += [("run", name), ("status", name)]
         commands += [("show", table.name) for table in pipeline.outputs]
-    done = {" ".join(argv): run_entry(lake, *argv, cwd=work) for argv in commands}
+    report = tmp_path / "commands.json"
+    args = [FINALISED, str(lake.root), str(report), json.dumps(commands)]
+    proc = subprocess.run(
+        [sys.executable, "-c", LOCAL_JOB, *args], capture_output=True, text=True, timeout=900, cwd=work
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert FINALISED not in proc.stderr, "the interpreter was finalised"
     assert list(work.iterdir()) == [], "a command left files in its working directory"
-    return done
+    done = {argv: (code, out, err) for argv, (code, out, err) in json.loads(report.read_text()).items()}
+    return {**done, " ".join(commands[-1]): (proc.returncode, proc.stdout, proc.stderr)}
 
 
 def test_every_command_of_every_pipeline_exits_0_and_the_stateful_ones_give_on_s3_what_they_gave_locally(env, tmp_path):
     local = Lake(tmp_path / "lake")
     done = back_to_back(local, tmp_path)
-    codes = {argv: proc.returncode for argv, proc in done.items()}
-    assert set(codes.values()) == {0}, {argv: (code, done[argv].stderr[-2000:]) for argv, code in codes.items() if code}
+    codes = {argv: code for argv, (code, _, _) in done.items()}
+    assert set(codes.values()) == {0}, {argv: (code, done[argv][2][-2000:]) for argv, code in codes.items() if code}
     assert len(codes) >= 5 * len(pipelines()) == 35
-    assert not [argv for argv, proc in done.items() if FINALISED in proc.stderr], "an interpreter was finalised"
-    quarantined = [json.loads(proc.stdout) for argv, proc in done.items() if argv.startswith("ingest ")]
+    quarantined = [json.loads(out) for argv, (_, out, _) in done.items() if argv.startswith("ingest ")]
     assert all((q["appended"], q["quarantined"]) == (0, 3) for q in quarantined), quarantined
-    for argv, proc in done.items():  # without --log-level a successful run logs nothing (see test_cli_exit.py)
+    process_stderr = done[list(done)[-1]][2]  # the JVM's, of every run
+    for argv, (_, out, err) in done.items():  # without --log-level a successful run logs nothing (see test_cli_exit.py)
         if argv.startswith("run "):
-            assert json.loads(proc.stdout.splitlines()[-1])["pipeline"] == argv.split()[1], proc.stdout
-            assert not [line for line in proc.stderr.splitlines() if "streamtable" in line or "INFO" in line], (
-                argv,
-                proc.stderr,
-            )
+            assert json.loads(out.splitlines()[-1])["pipeline"] == argv.split()[1], out
+            logged = [line for line in (err + process_stderr).splitlines() if "streamtable" in line or "INFO" in line]
+            assert not logged, (argv, err, process_stderr)
 
     lake = s3_lake()
     job = [

@@ -3,9 +3,10 @@
 Before, `streamtable run` ended with SIGABRT ("terminate called without an active exception", from native
 threads at interpreter shutdown) in about one run of ten, after committing its batch. An atexit hook that
 writes to stderr shows whether the interpreter was finalised (helpers.run_entry): `entry()` must skip it, with or
-without Spark. Every command of every built-in pipeline, `run` among them, is run back to back that way, each a process
-of its own that must exit 0, finalise nothing, leave nothing in its working directory and log nothing without
-`--log-level`, in tests/test_s3_pipelines.py (whose check on an s3 lake takes that local lake as its reference).
+without Spark. Every command of every built-in pipeline, `run` among them, is run back to back by `main` in one
+process that ends through `entry()`: each must return 0 and log nothing without `--log-level`, the process exit 0,
+finalise nothing and leave nothing in its working directory, in tests/test_s3_pipelines.py (whose check on an s3 lake
+takes that local lake as its reference).
 """
 
 from __future__ import annotations

@@ -145,13 +145,20 @@ def run_python(code: str, env: dict[str, str], timeout: float = 300) -> subproce
     )
 
 
+def last_result(stdout: str) -> dict | None:
+    """The JSON of the last `RESULT {...}` line in `stdout`, None if there is none. Airflow logs on stdout too, from
+    threads of its own (OpenLineage's adapter): a log line can land between the JSON and its newline."""
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    return json.JSONDecoder().raw_decode(lines[-1], len("RESULT "))[0] if lines else None
+
+
 def last_json(proc: subprocess.CompletedProcess) -> dict:
-    """The last `RESULT {...}` line a subprocess printed (Airflow logs on stdout too)."""
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, (
+    """The last `RESULT {...}` line a subprocess printed, which must have exited 0."""
+    result = last_result(proc.stdout)
+    assert proc.returncode == 0 and result is not None, (
         f"exit {proc.returncode}\n--- stdout (tail)\n{proc.stdout[-6000:]}\n--- stderr (tail)\n{proc.stderr[-6000:]}"
     )
-    return json.loads(lines[-1][len("RESULT ") :])
+    return result
 
 
 def dag_tests(env: dict, runs: list[dict], timeout: float = 1800) -> tuple[list[dict], str]:

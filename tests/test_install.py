@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, dag_ids_of
+from helpers import ROOT, dag_ids_of, last_result
 from servers import free_port
 from streamtable.airflow.web_assets import WEB_ASSETS
 from streamtable.runtime import spark_settings as settings
@@ -117,7 +117,9 @@ def run(command: list[str], env: dict[str, str] | None = None, cwd: Path | None 
 def dag_test(python: Path, base: Path, env: dict[str, str]) -> dict:
     """DAG_TEST's result, run with the team's venv in its folder."""
     out = run([str(python), "-c", DAG_TEST.replace("DAGS", str(base / "dags"))], env, base, 900)
-    return json.loads([line for line in out.splitlines() if line.startswith("RESULT ")][-1][len("RESULT ") :])
+    result = last_result(out)
+    assert result is not None, out[-4000:]
+    return result
 
 
 @dataclass

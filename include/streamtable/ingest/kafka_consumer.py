@@ -56,9 +56,16 @@ class FetchWatch:
         self.stalls = 0  # looks in a row that found a stall
 
     def stalled(self, positions: dict[int, int], end: Callable[[int], int | None]) -> list[int]:
-        """The partitions stalled since the last look; `end(p)` is the broker's end offset of p (None: no answer)."""
+        """The partitions stalled since the last look; `end(p)` is the broker's end offset of p (None: no answer,
+        and the broker is not asked again in this look: each unanswered question waits for its timeout)."""
         unmoved = [p for p, at in positions.items() if self.looked.get(p) == at]
         self.looked = dict(positions)
-        stalled = [p for p in unmoved if (end_offset := end(p)) is not None and end_offset > positions[p]]
+        stalled = []
+        for p in unmoved:
+            end_offset = end(p)
+            if end_offset is None:
+                break
+            if end_offset > positions[p]:
+                stalled.append(p)
         self.stalls = self.stalls + 1 if stalled else 0
         return stalled

@@ -168,8 +168,8 @@ class Copier:
         refreshed, lost = time.monotonic(), 0
         while True:
             if follow and time.monotonic() - refreshed > METADATA_REFRESH_S:
-                self._add_new_partitions()
-                self._restart_stalled_fetch()
+                if self._add_new_partitions():  # the broker answered: its end offsets can be asked for
+                    self._restart_stalled_fetch()
                 refreshed = time.monotonic()
             if not follow and self._all_done():
                 break
@@ -226,14 +226,15 @@ class Copier:
             return low
         return recorded
 
-    def _add_new_partitions(self) -> None:
-        """Take the partitions added to the topic since (--follow). A broker away (a restart, an outage longer than
-        BROKER_TIMEOUT_S) is no failure here: the consumer reconnects by itself, and the next refresh looks again."""
+    def _add_new_partitions(self) -> bool:
+        """Take the partitions added to the topic since (--follow); False when the broker did not answer. A broker
+        away (a restart, an outage longer than BROKER_TIMEOUT_S) is no failure here: the consumer reconnects by
+        itself, and the next refresh looks again."""
         try:
             found = self._partitions()
         except BrokerUnreachable as e:
             log.debug("partition refresh skipped: %s", e)
-            return
+            return False
         new = [p for p in found if p not in self.next]
         for p in new:
             self.low[p] = self._watermarks(p)[0]
@@ -241,6 +242,7 @@ class Copier:
             self.next[p] = self.committed[p] = self._committed(p)
         if new:
             self.consumer.incremental_assign([TopicPartition(self.topic, p, self.next[p]) for p in new])
+        return True
 
     def _restart_stalled_fetch(self) -> None:
         """Assign the consumer again at the positions when its fetch stalled (`FetchWatch`); make it anew when that

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import resource
 import shutil
@@ -78,6 +79,14 @@ def browser() -> Iterator:
 
     with headless_chromium() as driver:
         yield driver
+
+
+@pytest.fixture(autouse=True)
+def logging_on() -> Iterator[None]:
+    """Each test starts with logging on: `streamtable`'s `main` turns it off for the whole process when no
+    `--log-level` is given, and a test that called it would leave it off for the next ones (their `caplog` empty)."""
+    yield
+    logging.disable(logging.NOTSET)
 
 
 @pytest.fixture

@@ -21,8 +21,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from helpers import ROOT
-from streamtable.cli import main as cli
+from helpers import ROOT, run_main
 from streamtable.core.registry import get_input
 from streamtable.ingest import kafka_copier
 from streamtable.ingest.files import ingest_file
@@ -56,14 +55,10 @@ def send(bootstrap: str, topic: str, messages: list[dict]) -> None:
     assert not errors, errors
 
 
-def ingest_kafka(lake: Lake, bootstrap: str | None, table: str, topic: str, capsys) -> tuple[int, list[dict], str]:
+def ingest_kafka(lake: Lake, bootstrap: str | None, table: str, topic: str) -> tuple[int, list[dict], str]:
     """`streamtable ingest TABLE --kafka TOPIC` in this process: (exit code, JSON lines printed, stderr)."""
     argv = ["ingest", table, "--kafka", topic, "--lake", str(lake.root)]
-    try:
-        code = cli.main(argv + (["--bootstrap-servers", bootstrap] if bootstrap else []))
-    finally:
-        logging.disable(logging.NOTSET)  # main() disables logging without --debug
-    out, err = capsys.readouterr()
+    code, out, err = run_main(*argv, *(["--bootstrap-servers", bootstrap] if bootstrap else []))
     return code, [json.loads(line) for line in out.splitlines()], err
 
 
@@ -76,7 +71,7 @@ def clicks(i: int, **fields) -> dict:
     return {"user": f"u{i}", "clicks": i, "event_time": T0 + i * 1000} | fields
 
 
-def test_a_bounded_copy_equals_the_same_records_ingested_from_a_file(kafka_bootstrap, lake, tmp_path, capsys):
+def test_a_bounded_copy_equals_the_same_records_ingested_from_a_file(kafka_bootstrap, lake, tmp_path):
     topic = new_topic()
     lines = (ROOT / "examples" / "clicks_per_region" / "user_clicks.jsonl").read_text().splitlines()
     lines += ['{"user": "zed", "clicks": -1, "event_time": "2026-01-01T10:05:00Z"}', "not json", '{"user": ""}']
@@ -84,7 +79,7 @@ def test_a_bounded_copy_equals_the_same_records_ingested_from_a_file(kafka_boots
     messages.append({"value": None, "key": "zed", "partition": 1})  # a tombstone: user_clicks has no keys
     send(kafka_bootstrap, topic, messages)
 
-    code, printed, err = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)
+    code, printed, err = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)
     per_partition = Counter(m["partition"] for m in messages)
     assert (code, err) == (0, "")
     assert printed == [
@@ -116,7 +111,7 @@ def test_a_bounded_copy_equals_the_same_records_ingested_from_a_file(kafka_boots
     assert "tombstone" in tombstone["reason"] and "no keys" in tombstone["reason"]
 
     # run again: nothing new; then two new records: one more commit
-    assert ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)[1][0] | {"offsets": None} == {
+    assert ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)[1][0] | {"offsets": None} == {
         "table": "user_clicks",
         "appended": 0,
         "quarantined": 0,
@@ -124,13 +119,13 @@ def test_a_bounded_copy_equals_the_same_records_ingested_from_a_file(kafka_boots
         "offsets": None,
     }
     send(kafka_bootstrap, topic, [{"value": clicks(100), "partition": 2}, {"value": clicks(101), "partition": 2}])
-    again = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)[1][0]
+    again = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)[1][0]
     assert (again["appended"], again["version"], again["offsets"]["2"]) == (2, 1, per_partition[2] + 2)
     assert len(rows(lake, "user_clicks")) == len(lines) - 3 + 2
     assert len(rows(lake, "quarantine")) == 4
 
 
-def test_a_record_without_the_time_column_takes_the_kafka_timestamp(kafka_bootstrap, lake, capsys):
+def test_a_record_without_the_time_column_takes_the_kafka_timestamp(kafka_bootstrap, lake):
     topic = new_topic()
     send(
         kafka_bootstrap,
@@ -141,7 +136,7 @@ def test_a_record_without_the_time_column_takes_the_kafka_timestamp(kafka_bootst
             {"value": {"user": "cid", "clicks": 3, "event_time": None}, "timestamp": T0},  # null: its own, refused
         ],
     )
-    assert ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)[0] == 0
+    assert ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)[0] == 0
     assert show(lake, "user_clicks") == [
         {"user": "ann", "clicks": 1, "event_time": "2026-01-01T10:00:00.005Z"},
         {"user": "bob", "clicks": 2, "event_time": "2026-02-01T00:00:00.000Z"},
@@ -149,7 +144,7 @@ def test_a_record_without_the_time_column_takes_the_kafka_timestamp(kafka_bootst
     assert [r["reason"] for r in rows(lake, "quarantine")] == ["event_time is null"]
 
 
-def test_a_tombstone_deletes_its_key_on_a_keyed_input(kafka_bootstrap, lake, tmp_path, capsys):
+def test_a_tombstone_deletes_its_key_on_a_keyed_input(kafka_bootstrap, lake, tmp_path):
     topic = new_topic()
     send(
         kafka_bootstrap,
@@ -160,7 +155,7 @@ def test_a_tombstone_deletes_its_key_on_a_keyed_input(kafka_bootstrap, lake, tmp
             {"value": None, "timestamp": T0},  # no key: nothing to delete
         ],
     )
-    code, printed, _ = ingest_kafka(lake, kafka_bootstrap, "user_regions", topic, capsys)
+    code, printed, _ = ingest_kafka(lake, kafka_bootstrap, "user_regions", topic)
     assert code == 0 and (printed[0]["appended"], printed[0]["quarantined"]) == (2, 1)
     # as a file says it: a null region deletes the user's region
     file = tmp_path / "regions.jsonl"
@@ -176,7 +171,7 @@ def test_a_tombstone_deletes_its_key_on_a_keyed_input(kafka_bootstrap, lake, tmp
     ]
 
 
-def test_a_transactional_producers_topic_copies_its_committed_records_only(kafka_bootstrap, lake, capsys):
+def test_a_transactional_producers_topic_copies_its_committed_records_only(kafka_bootstrap, lake):
     """A topic written with exactly-once producers (Kafka Streams' `exactly_once_v2`): aborted records are never
     copied, transaction markers take offsets, and a bounded copy stops at an open transaction (the last stable
     offset) instead of waiting for it; the next copy takes the records once it commits."""
@@ -199,26 +194,26 @@ def test_a_transactional_producers_topic_copies_its_committed_records_only(kafka
         producer.produce(topic, json.dumps(clicks(i)), partition=0)
     assert producer.flush(30) == 0
 
-    code, printed, _ = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)
+    code, printed, _ = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)
     # offsets 0-2, marker 3, aborted 4-5, marker 6, 7-8, marker 9; the open transaction's records are 10 and 11
     assert (code, printed[0]["appended"], printed[0]["offsets"]["0"]) == (0, 5, 10)
     producer.commit_transaction(30)
-    code, printed, _ = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)
+    code, printed, _ = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)
     assert (code, printed[0]["appended"], printed[0]["offsets"]["0"]) == (0, 2, 13)
     assert sorted(r["clicks"] for r in rows(lake, "user_clicks")) == [0, 1, 2, 3, 4, 20, 21]
     assert rows(lake, "quarantine") == []
 
 
-def test_a_topic_that_does_not_exist_is_one_line_and_is_not_created(kafka_bootstrap, lake, capsys, monkeypatch):
+def test_a_topic_that_does_not_exist_is_one_line_and_is_not_created(kafka_bootstrap, lake, monkeypatch):
     topic = new_topic()
-    code, printed, err = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic, capsys)
+    code, printed, err = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)
     assert (code, printed) == (2, [])  # bad input
     assert err.count("\n") == 1 and topic in err and "does not exist" in err
     assert topic not in AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
     assert not os.path.exists(lake.table_path("user_clicks"))
 
     monkeypatch.delenv("STREAMTABLE_KAFKA", raising=False)  # no broker named anywhere
-    code, _, err = ingest_kafka(lake, None, "user_clicks", topic, capsys)
+    code, _, err = ingest_kafka(lake, None, "user_clicks", topic)
     assert code == 2 and err.count("\n") == 1 and "--bootstrap-servers" in err and "STREAMTABLE_KAFKA" in err
 
 
@@ -316,7 +311,6 @@ def test_a_follower_whose_fetch_stalls_starts_it_again_and_copies_each_record_on
     """A fetch that stops while records wait (librdkafka#5153, after a broker restart) is made here by pausing the
     consumer's partitions after the first commit: the follower's watch finds it and copies what waits."""
     monkeypatch.setattr(kafka_copier, "METADATA_REFRESH_S", 0.5)  # looks every half second, not every 10
-    monkeypatch.setattr(logging.root.manager, "disable", logging.NOTSET)  # an in-process CLI run turned logs off
     topic = new_topic()
     send(kafka_bootstrap, topic, numbered(24)[:12])
     commits: list[kafka_copier.KafkaResult] = []

@@ -14,6 +14,7 @@ from streamtable.core.schema import arrow_schema, spark_ddl
 from streamtable.core.tables import HEARTBEAT, LATE_EVENTS, Table
 from streamtable.quality import exact
 from streamtable.runtime.committed import BATCHES_SCHEMA, Consumed, committed_batches, row_metrics
+from streamtable.runtime.frames import local_frame
 from streamtable.runtime.inputs.changelogs import KeptChangelogs, read_changelog
 from streamtable.storage import delta_rs, keyed, merge_on_read
 from streamtable.storage.lake import BATCHES, Lake
@@ -101,7 +102,7 @@ class RunContext:
             return self.read(table)
         schema = spark_ddl(self.pipeline.output(table).columns)
         files = [spark_path(f) for f in delta.file_uris()]
-        return self.spark.read.schema(schema).parquet(*files) if files else self.spark.createDataFrame([], schema)
+        return self.spark.read.schema(schema).parquet(*files) if files else local_frame(self.spark, [], schema)
 
     def rows_of_keys(self, table: str, keys_of: DataFrame, lookups: dict[str, keyed.Lookup] | None = None) -> DataFrame:
         """The committed rows of a keyed output or state store whose keys (null-safely) are those of a row of `keys_of`.

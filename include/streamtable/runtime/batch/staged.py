@@ -43,6 +43,7 @@ from streamtable.runtime.batch.staging import Staging
 from streamtable.runtime.batch.summary import BatchSummary
 from streamtable.runtime.committed import Consumed, recorded_windows
 from streamtable.runtime.context import RunContext
+from streamtable.runtime.frames import local_frame
 from streamtable.runtime.inputs import keyed_changes, other_jobs, unique_keys
 from streamtable.storage import delta_rs, external, keyed
 
@@ -106,7 +107,7 @@ class StagedBatch:
         columns = [c.name for c in input_table.stored_columns] + [COMMIT_VERSION]
         if bound is None:
             return (
-                self.spark.createDataFrame([], spark_ddl(input_table.columns))
+                local_frame(self.spark, [], spark_ddl(input_table.columns))
                 .withColumn(COMMIT_VERSION, F.lit(None).cast("bigint"))
                 .select(*columns)
             )
@@ -187,7 +188,7 @@ class StagedBatch:
         bound = self._bound(input_name)
         columns = [c.name for c in input_table.columns]
         if bound is None:
-            rows = self.spark.createDataFrame([], spark_ddl(input_table.columns))
+            rows = local_frame(self.spark, [], spark_ddl(input_table.columns))
         elif input_table.external:  # per key its row written last, by its files' versions, with the feed or without
             return other_jobs.read_written_rows(self.spark, self.ctx.lake, input_table, bound, keys_of).select(*columns)
         else:

@@ -26,6 +26,7 @@ from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, LINE, QUARANTINE, SOURCE, Table
 from streamtable.runtime.committed import Consumed
+from streamtable.runtime.frames import local_frame
 from streamtable.runtime.inputs.keyed_changes import (
     BEFORE,
     CHANGE,
@@ -157,7 +158,8 @@ def _spanned_rows(spark: SparkSession, lake: Lake, table: Table, version: int, k
     path = external.location(table)
     first = other_job_log.oldest_version(path)
     spans = external.file_spans(lake, table, first, version)
-    mapping = spark.createDataFrame(
+    mapping = local_frame(
+        spark,
         [(name, oldest, newest) for name, (oldest, newest) in spans.items()],
         f"_m_file STRING, {OLDEST} BIGINT, {NEWEST} BIGINT",
     )
@@ -288,7 +290,8 @@ def with_versions(spark: SparkSession, rows: DataFrame, files: dict[str, dict[st
     """Fill `_commit_version` and `_commit_timestamp` of rows read by file: input -> file base name -> (version,
     commit time in ms), from the tables' logs."""
     rows_of = [(source, name, v, ms) for source, names in files.items() for name, (v, ms) in names.items()]
-    mapping = spark.createDataFrame(
+    mapping = local_frame(
+        spark,
         rows_of,
         "_m_source STRING, _m_file STRING, _m_version BIGINT, _m_millis BIGINT",
     )

@@ -65,7 +65,8 @@ def cli(lake: Lake, *args: str, env: dict | None = None, check: bool = True) -> 
     return proc
 
 
-FINALISED = "interpreter finalised"  # what run_entry's atexit hook writes: the interpreter was finalised
+FINALISED = "interpreter finalised"  # what WATCH_FINALISING's atexit hook writes: the interpreter was finalised
+WATCH_FINALISING = f"import atexit, sys\natexit.register(lambda: sys.stderr.write({FINALISED!r}))\n"  # a -c's start
 
 
 def run_main(*argv: str) -> tuple[int, str, str]:
@@ -86,12 +87,7 @@ def run_main(*argv: str) -> tuple[int, str, str]:
 def run_entry(lake: Lake, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run a `streamtable` command (the console script's `entry()`) in a process of its own whose atexit hook writes
     FINALISED to stderr: `entry()` must leave without finalising the interpreter, with or without Spark."""
-    code = (
-        "import atexit, sys\n"
-        f"atexit.register(lambda: sys.stderr.write({FINALISED!r}))\n"
-        "from streamtable.cli.main import entry\n"
-        "entry(sys.argv[1:])\n"
-    )
+    code = WATCH_FINALISING + "from streamtable.cli.main import entry\nentry(sys.argv[1:])\n"
     return subprocess.run(
         [sys.executable, "-c", code, *argv, "--lake", str(lake.root)],
         capture_output=True,

@@ -119,14 +119,9 @@ def optimize(spark: SparkSession, path: str) -> None:
     spark.sql(f"OPTIMIZE delta.`{path}`")
 
 
-def snapshot(spark: SparkSession, path: str) -> list[dict]:
-    """The table's rows now (Delta applies the deletion vectors)."""
-    return [r.asDict() for r in spark.read.format("delta").load(path).collect()]
-
-
 def current(path: str) -> list[dict]:
     """The table's rows now, read without Spark (delta-rs's DataFusion reader applies the deletion vectors), their
-    `paid_at` in UTC where `snapshot`'s is naive."""
+    `paid_at` in UTC."""
     return current_rows(DeltaTable(path)).to_pylist()
 
 

@@ -510,8 +510,8 @@ def shop_outputs(lake: Lake) -> tuple[list[dict], list[dict]]:
     return rows(lake, "revenue_per_customer"), rows(lake, "orders_per_status")
 
 
-def shop_expected(spark, path: str) -> tuple[list[dict], list[dict]]:
-    """`shop_totals`' outputs as a plain-Python aggregate of the orders table's latest snapshot."""
+def shop_expected(path: str) -> tuple[list[dict], list[dict]]:
+    """`shop_totals`' outputs as a plain-Python aggregate of the orders table's rows now (read by delta-rs)."""
     from collections import defaultdict
     from decimal import Decimal
 
@@ -519,7 +519,7 @@ def shop_expected(spark, path: str) -> tuple[list[dict], list[dict]]:
 
     revenue: dict[str, list] = defaultdict(lambda: [0, Decimal("0.00")])
     statuses: dict[str, int] = defaultdict(int)
-    for row in orders_job.snapshot(spark, path):
+    for row in orders_job.current(path):
         revenue[row["customer"]][0] += 1
         revenue[row["customer"]][1] += row["amount"]
         statuses[row["status"]] += 1
@@ -557,7 +557,7 @@ def shop_after_the_other_job(spark, root: Path) -> dict:
             orders_job.insert(spark, path, range(0, 8), rng)
             orders_job.merge(spark, path, upserts=[1, 8], deletes=[2], rng=rng)
             first = {"batches": run(lake, "shop_totals").batches, "outputs": shop_outputs(lake)}
-            first["expected"] = shop_expected(spark, path)
+            first["expected"] = shop_expected(path)
 
             # the other job goes on: a MERGE that updates, deletes and inserts, an order moved, a DELETE, a re-insert
             orders_job.merge(spark, path, upserts=[3, 4, 9], deletes=[5, 6], rng=rng)
@@ -746,9 +746,7 @@ def _operator_path(result: dict, api_server: str, browser) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_table_driven_pipeline_under_dag_test_picks_up_the_other_jobs_newest_commits(
-    spark, dag_runs, monkeypatch, request
-):
+def test_a_table_driven_pipeline_under_dag_test_picks_up_the_other_jobs_newest_commits(dag_runs, monkeypatch, request):
     """docs/sources.md's `shop_totals` (a table input only, no stream) as a user's pipeline: a first run after the other
     job (tests/orders_job.py, plain Spark: MERGE, UPDATE, DELETE, deletion vectors) wrote, then its micro-batch DAG
     under `dag.test()` after the job changed orders: the outputs equal a plain-Python aggregate of the table's latest
@@ -768,7 +766,7 @@ def test_a_table_driven_pipeline_under_dag_test_picks_up_the_other_jobs_newest_c
     request.addfinalizer(registry.current.cache_clear)  # the next test loads its own folders
     assert result.get("tasks") == {"run": "success"}, output[-4000:]
     report = result["xcom"]["run.return_value"]
-    assert shop_outputs(shop["lake"]) == shop_expected(spark, shop["path"])
+    assert shop_outputs(shop["lake"]) == shop_expected(shop["path"])
     assert report["batches"] == 1, report
     (consumed,) = report["lineage"]["inputs"]
     assert consumed["version"] == table_version(shop["path"]), report  # it read the other job's newest commit

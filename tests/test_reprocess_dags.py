@@ -136,9 +136,10 @@ def test_check_of_a_reprocess_request(lake):
 # ---------------------------------------------------------------- the DAG runs, in one Airflow process
 
 
-def bad_requests(lake: Lake) -> list[tuple[dict, str, str]]:
-    """Requests refused on a lake of two click batches, by the form or by the check: (conf, where, message)."""
-    latest_commit = max(commit_millis(lake, "user_clicks").values())
+def bad_requests(committed: dict[int, int]) -> list[tuple[dict, str, str]]:
+    """Requests refused on a lake of two click batches (`committed`: their commits' times), by the form or by the
+    check: (conf, where, message)."""
+    latest_commit = max(committed.values())
     return [
         ({"pipeline": "nope", "from_version": 0}, "form", "'nope' is not one of"),
         ({"pipeline": P, "from_version": -1}, "form", "-1 is less than the minimum of 0"),
@@ -163,16 +164,18 @@ def bad_requests(lake: Lake) -> list[tuple[dict, str, str]]:
     ]
 
 
-def request_runs(lake: Lake, bad: list[tuple[dict, str, str]], team: Path) -> tuple[list[dict], datetime]:
-    """The runs of the bad requests on `lake`, a refused reset, two daily reprocesses, and a refused run of the team's
-    DAG file `team`; and the daily look-back's start that lies between versions 0 and 1."""
+def request_runs(
+    lake: Lake, committed: dict[int, int], bad: list[tuple[dict, str, str]], team: Path
+) -> tuple[list[dict], datetime]:
+    """The runs of the bad requests on `lake` (`committed`: its click commits' times), a refused reset, two daily
+    reprocesses, and a refused run of the team's DAG file `team`; and the daily look-back's start that lies between
+    versions 0 and 1."""
     reprocess = {"file": "streamtable_dags.py", "dag_id": "reprocess"}
     runs = [reprocess | {"conf": conf} for conf, _, _ in bad]
     runs[0]["lake"] = lake.root  # this lake from the first run on
     runs.append({"file": "streamtable_dags.py", "dag_id": "reset", "conf": {"pipeline": "../lake"}})
     # the daily reprocess: nothing committed in the look-back (the run skips), then a look-back that starts
     # between version 0 and version 1 (the reprocess is marked success instead of spark-submitted)
-    committed = commit_millis(lake, "user_clicks")
     after_all = datetime.fromtimestamp(max(committed.values()) / 1000, tz=UTC) + timedelta(hours=1, seconds=1)
     between = datetime.fromtimestamp((committed[0] + committed[1]) / 2000, tz=UTC)
     daily = {"file": "streamtable_dags.py", "dag_id": f"reprocess_daily_{P}"}
@@ -221,14 +224,15 @@ def dag_runs(spark, airflow_home, tmp_path_factory) -> dict:
 
     requested = {"lake": new_lake("bad_requests")}
     fill(requested["lake"], 2)
-    requested["bad"] = bad_requests(requested["lake"])
+    clicks_committed = commit_millis(requested["lake"], "user_clicks")
+    requested["bad"] = bad_requests(clicks_committed)
     server = HTTPServer(("127.0.0.1", 0), Hook)
     team = tmp_path_factory.mktemp("team") / "team.py"
     team.write_text(
         "from streamtable.airflow import WebhookNotifier, pipeline_dags\n\n"
         f"pipeline_dags(globals(), on_failure=[WebhookNotifier('http://127.0.0.1:{server.server_port}/alerts')])\n"
     )
-    request_specs, requested["between"] = request_runs(requested["lake"], requested["bad"], team)
+    request_specs, requested["between"] = request_runs(requested["lake"], clicks_committed, requested["bad"], team)
 
     rebuilt = {"lake": new_lake("from_timestamp")}
     rebuilt["versions"] = fill(rebuilt["lake"], 3, gap_s=1.1)

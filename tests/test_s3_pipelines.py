@@ -38,7 +38,7 @@ import uuid
 
 import pytest
 
-from helpers import CLI, FINALISED, ROOT
+from helpers import CLI, FINALISED, ROOT, WATCH_FINALISING
 from streamtable.core.registry import pipelines
 from streamtable.storage.lake import Lake
 
@@ -50,21 +50,20 @@ pytestmark = pytest.mark.slow
 S3_SUBSET = ("browser_captcha", "call_analytics", "clicks_per_region")
 RECORDS = 60  # of each pipeline's streams, in two commits
 GARBAGE = b"{not json\n\xff\xfe\n[1, 2]\n"  # three lines, each quarantined
-LOCAL_JOB = r"""
-import atexit, contextlib, io, json, sys
-atexit.register(lambda: sys.stderr.write(sys.argv[1]))  # (helpers.run_entry's hook) written if it is finalised
-from streamtable.cli.main import entry, main
+LOCAL_JOB = (
+    WATCH_FINALISING
+    + r"""
+import json
+sys.path.insert(0, sys.argv[1])
+from helpers import run_main
+from streamtable.cli.main import entry
 
 lake, report, commands = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-done = {}
-for argv in commands[:-1]:  # what each prints, apart; the JVM's stderr is the process's
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        done[" ".join(argv)] = (main([*argv, "--lake", lake]), out.getvalue(), err.getvalue())
-with open(report, "w") as file:
-    json.dump(done, file)
+with open(report, "w") as file:  # what each prints, apart; the JVM's stderr is the process's
+    json.dump({" ".join(argv): run_main(*argv, "--lake", lake) for argv in commands[:-1]}, file)
 entry([*commands[-1], "--lake", lake])  # the last one as the console script does: stop Spark, leave by os._exit
 """
+)
 SUBSET_JOB = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -139,7 +138,7 @@ def back_to_back(lake: Lake, tmp_path) -> dict[str, tuple[int, str, str]]:
         commands += [("run", name), ("status", name)]
         commands += [("show", table.name) for table in pipeline.outputs]
     report = tmp_path / "commands.json"
-    args = [FINALISED, str(lake.root), str(report), json.dumps(commands)]
+    args = [str(ROOT / "tests"), str(lake.root), str(report), json.dumps(commands)]
     proc = subprocess.run(
         [sys.executable, "-c", LOCAL_JOB, *args], capture_output=True, text=True, timeout=900, cwd=work
     )

@@ -235,13 +235,6 @@ def run_outputs(output: str) -> dict[int, str]:
     return found
 
 
-def local_frame(spark, rows: list[tuple], schema: pa.Schema):
-    """A DataFrame of `rows` made through Arrow: a local relation, which Spark plans without Python workers."""
-    return spark.createDataFrame(
-        pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
-    )
-
-
 def pipelines_folder(tmp_path: Path, name: str, source: str) -> Path:
     """A user's pipelines folder in `tmp_path` holding `name.py` with `source`, for `streamtable_driver(...,
     pipelines=folder)`; the registry cache is cleared, so the next lookup loads it."""

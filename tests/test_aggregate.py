@@ -12,8 +12,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 
 import reference
-from helpers import local_frame
 from streamtable import Aggregate, aggregate
+from streamtable.runtime.frames import arrow_frame
 
 SCHEMA = "k STRING, n BIGINT, total BIGINT, largest BIGINT, smallest BIGINT"
 
@@ -101,7 +101,7 @@ def test_add_to_totals_run_by_run_is_sql_sum_of_each_keys_history(spark, total_t
     current: dict[str | None, int | Decimal] = {}
     for i, records in enumerate(runs):
         result = add_to_totals(
-            local_frame(spark, list(current.items()), totals), local_frame(spark, records, deltas), ["k"], "v"
+            arrow_frame(spark, list(current.items()), totals), arrow_frame(spark, records, deltas), ["k"], "v"
         )
         assert result.schema["v"].dataType == from_arrow_type(total_type)
         changed = {r.k: r.v for r in result.collect()}
@@ -122,9 +122,9 @@ def test_aggregate_matches_a_null_key_to_its_current_row(spark):
     current: dict[str | None, tuple] = {}
     history: list[dict] = []
     for records in runs:
-        frame = local_frame(spark, records, rows)
+        frame = arrow_frame(spark, records, rows)
         changed = aggregate(
-            local_frame(spark, [(k, *v) for k, v in current.items()], table),
+            arrow_frame(spark, [(k, *v) for k, v in current.items()], table),
             frame,
             ["k"],
             [Aggregate("n", F.lit(1)), Aggregate("total", F.col("v"))],
@@ -140,7 +140,7 @@ def test_add_to_totals_keeps_a_corrupted_tables_duplicate_key_visible(spark):
     from streamtable import add_to_totals
 
     schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
-    current = local_frame(spark, [("a", 1), ("a", 2), (None, 4), (None, 4)], schema)
-    deltas = local_frame(spark, [("a", 10), (None, 1), ("b", 5)], schema)
+    current = arrow_frame(spark, [("a", 1), ("a", 2), (None, 4), (None, 4)], schema)
+    deltas = arrow_frame(spark, [("a", 10), (None, 1), ("b", 5)], schema)
     rows = Counter(tuple(r) for r in add_to_totals(current, deltas, ["k"], "v").collect())
     assert rows == {("a", 13): 2, (None, 9): 2, ("b", 5): 1}

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from pyspark.sql import functions as F
 
 import reference
-from helpers import local_frame
 from streamtable import RETRACT, JoinedWithin, JoinWindow, join_store, join_within
 from streamtable.core.schema import arrow_schema
 from streamtable.operators.stream_join import SWEEP_ORDER, match_pairs, match_partition
+from streamtable.runtime.frames import arrow_frame
 
 S = 1_000_000  # microseconds in a second: record times are in microseconds
 WINDOW = JoinWindow(within=timedelta(seconds=10), grace=timedelta(seconds=5))
@@ -49,9 +49,9 @@ def run_join(
     newest: int | None = None
     results = []
     for lefts, rights in runs:
-        left = local_frame(spark, [(k, at(t), v) for k, t, v in lefts], timed(LEFT, names[0]))
-        right = local_frame(spark, [(k, at(t), v) for k, t, v in rights], timed(RIGHT, names[1]))
-        current = local_frame(spark, list(store.values()), STORE)
+        left = arrow_frame(spark, [(k, at(t), v) for k, t, v in lefts], timed(LEFT, names[0]))
+        right = arrow_frame(spark, [(k, at(t), v) for k, t, v in rights], timed(RIGHT, names[1]))
+        current = arrow_frame(spark, list(store.values()), STORE)
         stream_time = None if newest is None else at(newest)
         out = join_within(
             left, right, current, ["k"], WINDOW, stream_time, how=how, tables=("lefts", "rights"), time=names
@@ -156,9 +156,9 @@ def test_a_left_record_comes_out_unmatched_once_its_window_has_closed_and_late_r
 
 def test_a_late_record_says_why(spark):
     left, right, store = (
-        local_frame(spark, [("a", at(0), "x")], timed(LEFT, "placed_at")),
-        local_frame(spark, [], RIGHT),
-        local_frame(spark, [], STORE),
+        arrow_frame(spark, [("a", at(0), "x")], timed(LEFT, "placed_at")),
+        arrow_frame(spark, [], RIGHT),
+        arrow_frame(spark, [], STORE),
     )
     out = join_within(
         left, right, store, ["k"], WINDOW, at(20 * S), tables=("lefts", "rights"), time=("placed_at", "event_time")
@@ -180,13 +180,13 @@ def test_equal_records_are_several_records_and_an_empty_run_changes_nothing(spar
 
 
 def test_sides_sharing_a_column_name_or_an_unknown_how_are_refused(spark):
-    left, store = local_frame(spark, [], LEFT), local_frame(spark, [], STORE)
+    left, store = arrow_frame(spark, [], LEFT), arrow_frame(spark, [], STORE)
     with pytest.raises(ValueError, match=r"both sides have columns \['lv'\]"):
         join_within(left, left, store, ["k"], WINDOW, None)
     with pytest.raises(ValueError, match="how is 'inner' or 'left'"):
-        join_within(left, local_frame(spark, [], RIGHT), store, ["k"], WINDOW, None, how="outer")
+        join_within(left, arrow_frame(spark, [], RIGHT), store, ["k"], WINDOW, None, how="outer")
     with pytest.raises(ValueError, match="join_within: the records have no time column 'paid_at'"):
-        join_within(left, local_frame(spark, [], RIGHT), store, ["k"], WINDOW, None, time="paid_at")
+        join_within(left, arrow_frame(spark, [], RIGHT), store, ["k"], WINDOW, None, time="paid_at")
 
 
 record = st.tuples(

@@ -11,10 +11,10 @@ import pytest
 from pyspark.sql import functions as F
 
 import reference
-from helpers import local_frame
 from reference import hopping_windows
 from streamtable import Aggregate, aggregate_in_windows
 from streamtable.operators.windows import Windows, count_in_windows
+from streamtable.runtime.frames import arrow_frame
 
 W = Windows(size=timedelta(seconds=5), advance=timedelta(seconds=2), grace=timedelta(seconds=10))
 
@@ -171,10 +171,10 @@ def aggregate_runs(spark, runs: list[list[tuple[str, float, int]]], windows: Win
     results = []
     for records in runs:
         aggregates = [Aggregate("n", F.lit(1)), Aggregate("total", F.col("v")), Aggregate("largest", F.col("v"), F.max)]
-        current = local_frame(
+        current = arrow_frame(
             spark, [(k, at(s), at(s + windows.size.seconds), *v) for (k, s), v in table.items()], TABLE
         )
-        frame = local_frame(spark, [(k, at(t), v) for k, t, v in records], RECORD)
+        frame = arrow_frame(spark, [(k, at(t), v) for k, t, v in records], RECORD)
         changed, late = aggregate_in_windows(
             frame, current, ["key"], windows, aggregates, None if stream_time is None else at(stream_time)
         )

@@ -65,7 +65,7 @@ entry([*commands[-1], "--lake", lake])  # the last one as the console script doe
 """
 )
 SUBSET_JOB = r"""
-import json, sys
+import json, os, sys
 sys.path.insert(0, sys.argv[1])
 from workloads import generate
 from streamtable.core.registry import pipelines
@@ -106,7 +106,8 @@ for root in (local, remote):
     }
     read[root]["reprocess rows_after"] = rebuilt
 result = {"local": read[local], "remote": read[remote]}
-print("RESULT " + json.dumps(result, default=str, sort_keys=True))
+print("RESULT " + json.dumps(result, default=str, sort_keys=True), flush=True)
+os._exit(0)  # as the CLI's entry(): an interpreter shutdown with native threads up can abort (SIGABRT) after the work
 """
 
 

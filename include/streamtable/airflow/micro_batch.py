@@ -45,9 +45,9 @@ and reset take turns):
 1. **emit_ticks** (only for a pipeline that declares `Ticks`): `streamtable emit-ticks --at RUN_AFTER
    --lake LAKE` appends one tick per key ever seen, at the run's scheduled time (`dag_run.run_after`).
    No Spark: delta-rs, a second. Emitting at an instant is idempotent, so a retry never doubles a tick.
-2. **pending** (only `on_data`): reads, without Spark, whether an input holds records the pipeline has not consumed
-   (`streamtable status`'s lag); when none does (an event whose records an earlier run already took), the run
-   is skipped: no spark-submit for nothing.
+2. **pending** (only `on_data`): reads, without Spark, whether the run has anything to do: an input with a version
+   the pipeline has not consumed (the test `streamtable run` makes itself before it starts Spark); when none has (an
+   event whose records an earlier run already took), the run is skipped: no spark-submit for nothing.
 3. **run**: one spark-submit of `streamtable run PIPELINE --lake LAKE`: it processes everything the inputs hold now
    and resumes from where the last run stopped. Its per-batch quality gate checks each batch before it is published;
    a refused batch fails the task (its failed expectations in the log) and publishes nothing. On success it updates
@@ -109,11 +109,13 @@ def run_task(pipeline: str) -> StreamtableSubmitOperator:
 
 @task.short_circuit(task_id="pending")
 def pending(pipeline: str, lake: str, folders: dict[str, str]) -> bool:
-    """Whether `pipeline` has something to run: an input's records not consumed yet, or a wall-clock close."""
+    """Whether `pipeline` has something to run: a version of an input not consumed yet, whatever it changed
+    (`streamtable.runtime.commands.idle.moved_inputs`), or a wall-clock close."""
     import os
 
     os.environ.update(folders)  # the registry of the DAG's pipeline folders (the Variable's, when it set them)
     from streamtable.core.registry import get_pipeline
+    from streamtable.runtime.commands.idle import moved_inputs
     from streamtable.runtime.observe.status import pipeline_status
     from streamtable.storage.lake import Lake
 
@@ -122,7 +124,7 @@ def pending(pipeline: str, lake: str, folders: dict[str, str]) -> bool:
     status = pipeline_status(Lake(lake), pipeline)
     for lag in status.inputs:
         print(f"{lag.table}: consumed {lag.consumed_version}, latest {lag.latest_version}, {lag.records_behind} behind")
-    return status.behind
+    return bool(moved_inputs(status))
 
 
 def emit_ticks_task() -> BashOperator:

@@ -39,28 +39,43 @@ def publish(quality_dir: str) -> None:
 def build_docs(quality_dir: str) -> str:
     """Bring the lake's Data Docs up to date: the pages of stored validation results that have none yet (the gates')
     and the index are built, pages already built are left alone (a run renders its own, not the history); return the
-    index path."""
-    with locked(quality_dir):
-        ctx = context(quality_dir)
-        site = local_site(quality_dir)
-        missing = _results_without_pages(ctx, site)
-        if missing or not os.path.isfile(os.path.join(site, "index.html")):
-            ctx.build_data_docs(site_names=[SITE], resource_identifiers=missing or None)
-            publish(quality_dir)
+    index path. When every stored result has its page, GX is not even imported (`_site_complete`)."""
+    if not _site_complete(quality_dir):
+        with locked(quality_dir):
+            ctx = context(quality_dir)
+            site = local_site(quality_dir)
+            missing = _results_without_pages(ctx, site)
+            if missing or not os.path.isfile(os.path.join(site, "index.html")):
+                ctx.build_data_docs(site_names=[SITE], resource_identifiers=missing or None)
+                publish(quality_dir)
     return docs_index(quality_dir)
 
 
 def _results_without_pages(ctx: Any, site: str) -> list[Any]:
-    """The stored validation results whose page is not in the local Data Docs `site` folder (a file listing each).
+    """The stored validation results whose page is not in the local Data Docs `site` folder (a file listing each)."""
+    return [key for key in ctx.validation_results_store.list_keys() if not os.path.isfile(_page(site, key.to_tuple()))]
 
-    GX files a result as `<suite as path>/<run name>/<run time>/<batch>.json` and its page under the same path.
-    """
-    pages = os.path.join(site, "validations")
-    return [
-        key
-        for key in ctx.validation_results_store.list_keys()
-        if not os.path.isfile(os.path.join(pages, *key.to_tuple()) + ".html")
-    ]
+
+def _page(site: str, result: tuple[str, ...]) -> str:
+    """Where the page of a stored validation result is: GX files a result as `<suite as path>/<run name>/<run
+    time>/<batch>.json` under `uncommitted/validations/`, and its page under the same path in the site."""
+    return os.path.join(site, "validations", *result) + ".html"
+
+
+def _site_complete(quality_dir: str) -> bool:
+    """Whether the local site has its index and a page for every stored validation result, read from the files GX
+    keeps them in (no GX import): a run that validated nothing, and every page already built, costs no GX project."""
+    gx_dir = os.path.join(project_dir(quality_dir), "gx")
+    site, results = local_site(quality_dir), os.path.join(gx_dir, "uncommitted", "validations")
+    if not os.path.isfile(os.path.join(site, "index.html")):
+        return False
+    for folder, _, files in os.walk(results):
+        for name in files:
+            if name.endswith(".json"):
+                stored = os.path.relpath(os.path.join(folder, name[: -len(".json")]), results)
+                if not os.path.isfile(_page(site, tuple(stored.split(os.sep)))):
+                    return False
+    return True
 
 
 def docs_path(ctx: Any, **resource: Any) -> str | None:

@@ -45,9 +45,19 @@ def _import_on_first_use(names: tuple[str, ...]) -> None:
             sys.modules[name] = _ImportedOnFirstUse(name)
 
 
+_importing = threading.Lock()  # GX's package imports itself in circles: two threads importing it at once can see
+# a half-made module (KeyError 'great_expectations.data_context.data_context'), so one imports it, the other waits
+
+
 @lru_cache(maxsize=1)
 def gx() -> Any:
-    """The great_expectations module, imported once with analytics off and its logs at WARNING."""
+    """The great_expectations module, imported once with analytics off and its logs at WARNING. Call it before
+    importing any module of GX: its import may be under way on another thread (`import_gx_in_background`)."""
+    with _importing:
+        return _import_gx()
+
+
+def _import_gx() -> Any:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     _import_on_first_use(IMPORTED_ON_FIRST_USE)
     import great_expectations

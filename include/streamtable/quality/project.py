@@ -47,6 +47,7 @@ def locked(quality_dir: str) -> Iterator[None]:
 
 def context(quality_dir: str) -> Any:
     """The lake's file-mode GX project, opened once per process and made GX's current project."""
+    gx()
     from great_expectations.data_context.data_context.context_factory import set_context
 
     key = project_dir(quality_dir)
@@ -59,6 +60,7 @@ def context(quality_dir: str) -> Any:
 @lru_cache(maxsize=1)
 def _ephemeral_context() -> Any:
     """The process's in-memory GX project (`verdicts_only`), with analytics and progress bars off."""
+    gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     null_safe_sum()
@@ -70,6 +72,7 @@ def _ephemeral_context() -> Any:
 
 def memory_context() -> Any:
     """`_ephemeral_context`, made GX's current project; its validation results dropped (no history is kept)."""
+    gx()
     from great_expectations.data_context.data_context.context_factory import set_context
 
     ctx = _ephemeral_context()
@@ -80,6 +83,7 @@ def memory_context() -> Any:
 
 def _open_context(project: str) -> Any:
     """The lake's file-mode GX project (created on first use), with analytics and progress bars off."""
+    gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     null_safe_sum()  # register the custom type before GX reads a stored suite or result that uses it

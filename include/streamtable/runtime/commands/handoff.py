@@ -17,7 +17,8 @@ import time
 from datetime import UTC, datetime
 
 from streamtable.core.pipeline import Pipeline
-from streamtable.runtime.committed import Consumed, committed_batches, unconsumed_commits
+from streamtable.runtime.commands.idle import committed_report
+from streamtable.runtime.committed import Consumed, unconsumed_commits
 from streamtable.runtime.query.handler import RunReport
 from streamtable.runtime.query.progress import live_progress
 from streamtable.storage.lake import Lake
@@ -44,7 +45,8 @@ def served_run(lake: Lake, pipeline: Pipeline, poll_s: float = POLL_S) -> RunRep
         if Consumed.of(batches).covers(targets) and (
             not pipeline.wall_clock or any(b["started_at"] >= started for b in ours)
         ):
-            return _report(lake, pipeline, generation, ours, holder)
+            served_by = {k: holder.get(k) for k in ("command", "pid", "host", "since")}
+            return committed_report(lake, pipeline, generation, ours, served_by)
         time.sleep(poll_s)
 
 
@@ -56,21 +58,3 @@ def _targets(lake: Lake, pipeline: Pipeline, consumed: Consumed) -> dict[str, in
         if commits:
             targets[name] = max(c["version"] for c in commits)
     return targets
-
-
-def _report(lake: Lake, pipeline: Pipeline, generation: int, batches: list[dict], holder: dict) -> RunReport:
-    committed = committed_batches(lake, pipeline.name, generation, ["stream_time", "input_versions"])
-    changes: dict[str, int] = {}
-    for batch in batches:
-        for table, rows in batch["output_rows"].items():
-            changes[table] = changes.get(table, 0) + rows
-    return RunReport(
-        pipeline.name,
-        generation,
-        batches=len(batches),
-        records=sum(b["input_rows"] for b in batches),
-        stream_time=max((r["stream_time"] for r in committed if r["stream_time"]), default=None),
-        changes=changes,
-        lineage=Consumed.of(committed).lineage(lake, pipeline, lake.table_path),
-        served_by={k: holder.get(k) for k in ("command", "pid", "host", "since")},
-    )

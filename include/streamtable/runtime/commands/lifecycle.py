@@ -20,6 +20,7 @@ from streamtable.core.timefmt import system_clock
 from streamtable.runtime.batch import provenance
 from streamtable.runtime.commands import declaration
 from streamtable.runtime.commands.handoff import served_run
+from streamtable.runtime.commands.idle import idle_run
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.inputs.changelogs import KeptChangelogs
 from streamtable.runtime.query.handler import RunReport
@@ -43,8 +44,11 @@ def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
         if served is not None:
             return served
     with lake.lock(name, "run"):
-        ctx = live_context(lake, pipeline)
-        return drain(ctx, clock)
+        generation = live_generation(lake, pipeline)
+        idle = idle_run(lake, pipeline, generation)
+        if idle is not None:  # no input moved: the report from the lake, no Spark (`commands.idle`)
+            return idle
+        return drain(live_context(lake, pipeline, generation=generation), clock)
 
 
 def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float, on_progress=None) -> RunReport:
@@ -55,15 +59,24 @@ def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float
         return serve(ctx, interval, stop_timeout_s, on_progress=on_progress)
 
 
-def live_context(lake: Lake, pipeline: Pipeline, kept: KeptChangelogs | None = None) -> RunContext:
-    """The live generation of a pipeline whose lease this process holds, ready to run: a swap left half done is
-    finished first, and the declaration checked against the one the generation started with."""
+def live_context(
+    lake: Lake, pipeline: Pipeline, kept: KeptChangelogs | None = None, generation: int | None = None
+) -> RunContext:
+    """The live generation of a pipeline whose lease this process holds, ready to run (`live_generation`, unless
+    the caller made it ready)."""
     from streamtable.runtime.spark import get_spark
 
+    generation = live_generation(lake, pipeline) if generation is None else generation
+    return RunContext(get_spark(lake=lake.root), lake, pipeline, generation, kept=kept)
+
+
+def live_generation(lake: Lake, pipeline: Pipeline) -> int:
+    """The live generation of a pipeline whose lease this process holds: a swap left half done is finished first, and
+    the declaration checked against the one the generation started with (no Spark unless a swap was left)."""
     finish_swap(lake, pipeline)
     generation = lake.generation(pipeline.name)
     declaration.check(lake, pipeline, generation)
-    return RunContext(get_spark(lake=lake.root), lake, pipeline, generation, kept=kept)
+    return generation
 
 
 def validate(lake: Lake, name: str) -> list:

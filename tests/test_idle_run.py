@@ -1,0 +1,111 @@
+"""A run whose inputs have not moved is answered from the lake without Spark (`runtime.commands.idle`), and only then.
+
+The reference is Spark's own empty run: for every built-in pipeline that closes nothing by wall clock, after a first
+run the idle run's report equals the one the streaming query gives with nothing to read, and no table moves. A version
+the pipeline has not consumed always goes to Spark, even one whose commit counts no rows (a writer that records no
+operation metrics: `streamtable status` counts it 0 records behind), so no run can skip data and exit 0. An idle
+`streamtable run` needs no JVM (JAVA_HOME points nowhere), and its Data Docs no Great Expectations project unless a
+page is missing, which it then builds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, cli, ingest
+from streamtable.airflow.micro_batch import pending
+from streamtable.core.registry import get_pipeline, pipelines
+from streamtable.runtime.commands.idle import idle_run, nothing_to_consume
+from streamtable.runtime.commands.lifecycle import live_context, run
+from streamtable.runtime.observe.status import pipeline_status
+from streamtable.runtime.query.streaming import drain
+from streamtable.storage.delta_rs import table_version
+from streamtable.storage.lake import Lake
+
+sys.path.insert(0, str(ROOT / "bench"))
+from workloads import generate  # noqa: E402
+
+IDLE_ABLE = sorted(name for name, p in pipelines().items() if not p.wall_clock)
+NOWHERE = {"JAVA_HOME": "/nonexistent-java", "SPARK_HOME": "/nonexistent-spark"}  # any JVM start fails
+
+
+def output_versions(lake: Lake, name: str) -> dict[str, int | None]:
+    return {t.name: table_version(lake.table_path(t.name)) for t in get_pipeline(name).outputs}
+
+
+def spark_empty_run(lake: Lake, name: str) -> dict:
+    """What Spark's streaming query reports for a run with nothing to read (the path an idle run skips)."""
+    pipeline = get_pipeline(name)
+    with lake.lock(name, "run"):
+        return drain(live_context(lake, pipeline)).as_dict()
+
+
+@pytest.mark.parametrize("name", IDLE_ABLE)
+def test_an_idle_run_reports_what_sparks_empty_run_reports(spark, lake, name):
+    pipeline = get_pipeline(name)
+    generate(lake, name, 24, commits=2)
+    assert not nothing_to_consume(lake, pipeline, lake.generation(name))  # before the first run: Spark makes it all
+    first = run(lake, name)
+    assert first.batches == 1, first
+    versions = output_versions(lake, name)
+    assert nothing_to_consume(lake, pipeline, lake.generation(name))
+    idle = run(lake, name).as_dict()
+    assert idle == spark_empty_run(lake, name) and idle["batches"] == 0
+    assert output_versions(lake, name) == versions
+
+
+def test_a_version_that_counts_no_rows_still_goes_to_spark(spark, lake):
+    """The trap: a commit whose log entry records no operation metrics (another engine's) counts no changed rows, so
+    status reads the input caught up; its version is still unconsumed, so the run and Airflow's `pending` read it."""
+    p = "word_count"
+    ingest(lake, "text_lines", [{"line": "a b", "event_time": "2026-01-01T00:00:00Z"}])
+    run(lake, p)
+    assert pending.function(p, lake.root, {}) is False
+    ingest(lake, "text_lines", [{"line": "b c", "event_time": "2026-01-01T00:01:00Z"}])
+    log = Path(lake.table_path("text_lines")) / "_delta_log"
+    entry = log / f"{table_version(lake.table_path('text_lines')):020d}.json"
+    actions = [json.loads(line) for line in entry.read_text().splitlines()]
+    for action in actions:
+        action.get("commitInfo", {}).pop("operationMetrics", None)
+    entry.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    assert pipeline_status(lake, p).as_dict()["records_behind"] == 0  # what row counts alone would conclude
+    assert not nothing_to_consume(lake, get_pipeline(p), lake.generation(p))
+    assert pending.function(p, lake.root, {}) is True
+    ran = run(lake, p)
+    assert (ran.batches, ran.records) == (1, 1)
+    assert idle_run(lake, get_pipeline(p), lake.generation(p)) is not None
+
+
+def test_a_wall_clock_pipeline_always_runs_spark(spark, lake):
+    p = "call_analytics"
+    generate(lake, p, 24, commits=1)
+    run(lake, p)
+    assert not nothing_to_consume(lake, get_pipeline(p), lake.generation(p))
+
+
+def test_an_idle_cli_run_needs_no_jvm_and_rebuilds_only_a_missing_page(lake):
+    p = "word_count"
+    ingest(lake, "text_lines", [{"line": "a b a", "event_time": "2026-01-01T00:00:00Z"}])
+    first = json.loads(cli(lake, "run", p).stdout.splitlines()[-1])
+    site = Path(first["data_docs"]).parent
+    pages = sorted(site.glob("validations/**/*.html"))
+    assert pages, "the gate's result has its page"
+    idle = cli(lake, "run", p, env=NOWHERE)
+    assert json.loads(idle.stdout.splitlines()[-1]) | {"data_docs": None} == {
+        **first,
+        "batches": 0,
+        "records": 0,
+        "inputs": {},
+        "changes": {},
+        "data_docs": None,
+    }
+    pages[0].unlink()
+    cli(lake, "run", p, env=NOWHERE)  # the next run builds the page a stored result lacks (GX, still no JVM)
+    assert pages[0].is_file()
+    ingest(lake, "text_lines", [{"line": "c", "event_time": "2026-01-01T00:01:00Z"}])
+    moved = cli(lake, "run", p, env=NOWHERE, check=False)
+    assert moved.returncode != 0, "a run with input to read starts Spark"

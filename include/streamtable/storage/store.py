@@ -19,6 +19,7 @@ atomic puts (a temporary file renamed), but no compare-and-swap: `compare_and_sw
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import os
@@ -317,8 +318,12 @@ def parquet_dataset(path: str) -> pyarrow.dataset.Dataset:
 
 @cache
 def _arrow_s3(aws: tuple[tuple[str, str], ...]) -> pyarrow.fs.S3FileSystem:
-    """pyarrow's S3 file system with the settings of `aws_settings` (one per configuration)."""
-    from pyarrow.fs import S3FileSystem
+    """pyarrow's S3 file system with the settings of `aws_settings` (one per configuration), released at exit before
+    pyarrow shuts its AWS SDK down: an S3FileSystem still alive then can abort the interpreter (SIGABRT,
+    apache/arrow#41087) after a script's work is done (atexit runs the handler registered last first)."""
+    from pyarrow.fs import S3FileSystem  # (its import registers pyarrow's own atexit handler)
+
+    atexit.register(_arrow_s3.cache_clear)
 
     settings = dict(aws)
     options: dict[str, Any] = {

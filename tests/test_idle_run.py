@@ -21,7 +21,7 @@ from streamtable.airflow.micro_batch import pending
 from streamtable.core.registry import get_pipeline, pipelines
 from streamtable.quality.docs_site import build_docs
 from streamtable.runtime.commands.idle import idle_run, nothing_to_consume
-from streamtable.runtime.commands.lifecycle import live_context, run
+from streamtable.runtime.commands.lifecycle import live_context, live_generation, run
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.runtime.query.streaming import drain
 from streamtable.storage.delta_rs import table_version
@@ -42,7 +42,7 @@ def spark_empty_run(lake: Lake, name: str) -> dict:
     """What Spark's streaming query reports for a run with nothing to read (the path an idle run skips)."""
     pipeline = get_pipeline(name)
     with lake.lock(name, "run"):
-        return drain(live_context(lake, pipeline)).as_dict()
+        return drain(live_context(lake, pipeline, live_generation(lake, pipeline))).as_dict()
 
 
 @pytest.mark.parametrize("name", IDLE_ABLE)

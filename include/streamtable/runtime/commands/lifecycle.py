@@ -48,25 +48,21 @@ def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
         idle = idle_run(lake, pipeline, generation)
         if idle is not None:  # no input moved: the report from the lake, no Spark (`commands.idle`)
             return idle
-        return drain(live_context(lake, pipeline, generation=generation), clock)
+        return drain(live_context(lake, pipeline, generation), clock)
 
 
 def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float, on_progress=None) -> RunReport:
     """`serve`: one run per micro-batch until SIGTERM, holding the pipeline's lock."""
     pipeline = get_pipeline(name)
     with lake.lock(name, "serve"):
-        ctx = live_context(lake, pipeline, KeptChangelogs())
+        ctx = live_context(lake, pipeline, live_generation(lake, pipeline), KeptChangelogs())
         return serve(ctx, interval, stop_timeout_s, on_progress=on_progress)
 
 
-def live_context(
-    lake: Lake, pipeline: Pipeline, kept: KeptChangelogs | None = None, generation: int | None = None
-) -> RunContext:
-    """The live generation of a pipeline whose lease this process holds, ready to run (`live_generation`, unless
-    the caller made it ready)."""
+def live_context(lake: Lake, pipeline: Pipeline, generation: int, kept: KeptChangelogs | None = None) -> RunContext:
+    """The live `generation` of a pipeline (`live_generation`, made ready) as a context Spark runs."""
     from streamtable.runtime.spark import get_spark
 
-    generation = live_generation(lake, pipeline) if generation is None else generation
     return RunContext(get_spark(lake=lake.root), lake, pipeline, generation, kept=kept)
 
 

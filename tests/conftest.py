@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from helpers import BIN, ROOT, airflow_env
 from streamtable.runtime.spark import get_spark
+from streamtable.testing.driver import SESSION_JAVA_OPTIONS
 
 # Every JVM of the tests (the in-process session below, a `streamtable` command, spark-submit, serve, a standalone
 # cluster's master, workers and executors) runs small batches for seconds to minutes: C1-compiled code and the serial
@@ -31,7 +32,9 @@ from streamtable.runtime.spark import get_spark
 # tests hold to the same results, and which it falls back to when generation fails): the tests' batches are a few
 # rows, so compiling code costs more than it saves; a cold one-record run 18.8 -> 16.5 CPU-s (2026-11-26, three
 # each, ranges 18.3-19.2 and 16.2-17.1). Benchmarks and production keep generated code.
-SHORT_LIVED_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# The code cache (testing/driver.py says why): the same three files in one session, 164 and 171 -> 150 and 155 CPU-s
+# (2026-11-28, alternately, `scripts/cpu_profile.py time`).
+SHORT_LIVED_JVM_OPTS = SESSION_JAVA_OPTIONS
 SHORT_LIVED_EXECUTORS = f"'-Dspark.executor.defaultJavaOptions={SHORT_LIVED_JVM_OPTS}'"
 SMALL_BATCHES = "-Dspark.sql.codegen.factoryMode=NO_CODEGEN -Dspark.sql.codegen.wholeStage=false"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{SHORT_LIVED_JVM_OPTS} {SHORT_LIVED_EXECUTORS} {SMALL_BATCHES}")

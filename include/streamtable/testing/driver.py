@@ -39,8 +39,10 @@ RUN_CONF = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
 # The driver JVM the test session starts, if it starts one: C1-compiled code and the serial collector cost a JVM that
-# lives for a test session less CPU and less time (tests/conftest.py measured the CPU).
-SESSION_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# lives for a test session less CPU and less time (tests/conftest.py measured the CPU). C1 alone gets the JVM's
+# non-tiered code cache, 48 MB, which a session running Spark and Delta fills within a minute: the JVM then flushes
+# compiled methods, runs them interpreted and compiles them again, over and over; 256 MB holds them all.
+SESSION_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
 SESSION_CONF = {
     "spark.driver.extraJavaOptions": SESSION_JAVA_OPTIONS,
     # Delta keeps the log (and the cached state of its latest snapshot) of every table it read, 10,000 by default: a

@@ -2,7 +2,7 @@
 # `make demo`: the clicks_per_region example (examples/clicks_per_region/) end to end through Airflow.
 #
 # Resets the demo lake ($DEMO_LAKE, default build/demo_lake), ingests the example's regions and clicks,
-# runs the clicks_per_region DAG once with `airflow dags test` (its task `run`, checked by its per-batch gate), then
+# runs the clicks_per_region DAG once with `airflow dags test` (`pending`, then its task `run`, checked by its per-batch gate), then
 # shows the table, checks it against the hand-computed expectation, and says where the Data Docs are.
 # Expects the environment of the Makefile (AIRFLOW_HOME, AIRFLOW_CONN_SPARK_DEFAULT, ...): run it as `make demo`.
 set -euo pipefail

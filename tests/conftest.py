@@ -34,11 +34,10 @@ from streamtable.testing.driver import SESSION_JAVA_OPTIONS
 # each, ranges 18.3-19.2 and 16.2-17.1). Benchmarks and production keep generated code.
 # The code cache (testing/driver.py says why): the same three files in one session, 164 and 171 -> 150 and 155 CPU-s
 # (2026-11-28, alternately, `scripts/cpu_profile.py time`).
-SHORT_LIVED_JVM_OPTS = SESSION_JAVA_OPTIONS
-SHORT_LIVED_EXECUTORS = f"'-Dspark.executor.defaultJavaOptions={SHORT_LIVED_JVM_OPTS}'"
+SHORT_LIVED_EXECUTORS = f"'-Dspark.executor.defaultJavaOptions={SESSION_JAVA_OPTIONS}'"
 SMALL_BATCHES = "-Dspark.sql.codegen.factoryMode=NO_CODEGEN -Dspark.sql.codegen.wholeStage=false"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{SHORT_LIVED_JVM_OPTS} {SHORT_LIVED_EXECUTORS} {SMALL_BATCHES}")
-os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SHORT_LIVED_JVM_OPTS)
+os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{SESSION_JAVA_OPTIONS} {SHORT_LIVED_EXECUTORS} {SMALL_BATCHES}")
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SESSION_JAVA_OPTIONS)
 # The jars `make setup` fetched into this checkout (the Makefile exports it; pytest run by hand gets it here too).
 os.environ.setdefault("STREAMTABLE_JARS", str(ROOT / "jars"))
 # The built-in pipelines' Airflow DAGs, which are made only where asked (the Makefile asks too): every DAG file the

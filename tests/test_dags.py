@@ -306,12 +306,13 @@ def test_dag_file_does_not_import_pyspark(dag_file, parsed):
 
 
 def test_clicks_per_region_dag_shape(parsed):
-    """One spark-submit of `streamtable run` (its per-batch gate is the micro-batch's check: no full suites, no Data
-    Docs in it), which updates the output's Asset, the lake templated; the full suites in `validate_PIPELINE`."""
+    """`pending` (no Spark: an interval in which nothing landed submits nothing), then one spark-submit of `streamtable
+    run` (its per-batch gate is the micro-batch's check: no full suites, no Data Docs in it), which updates the
+    output's Asset, the lake templated; the full suites in `validate_PIPELINE`."""
     dag, validation = parsed["shapes"]["clicks_per_region"], parsed["shapes"]["validate_clicks_per_region"]
     assert dag["catchup"] is False and dag["max_active_runs"] == 1
     assert dag["schedule"] == "*/5 * * * *" and dag["watchers"] == {}
-    assert set(dag["tasks"]) == {"run"}
+    assert set(dag["tasks"]) == {"pending", "run"} and dag["tasks"]["pending"]["downstream"] == ["run"]
     run = dag["tasks"]["run"]
     assert run["type"] == "StreamtableSubmitOperator" and run["retries"] == 1
     assert run["application"] == str(settings.JOB_SCRIPT) and Path(run["application"]).is_file()
@@ -422,7 +423,7 @@ def test_make_demo(fresh_airflow_home, tmp_path):
     )
     result = last_json(runs)["demo"]
     assert result["state"] == "success", result
-    assert result["tasks"] == {"run": "success"}
+    assert result["tasks"] == {"pending": "success", "run": "success"}
     [[uri, extra]] = result["asset_events"]
     assert uri == "streamtable://tables/clicks_per_region", "the Asset names the table, not the lake"
     assert extra == {"lake": str(lake), "table_uri": (lake / "tables" / "clicks_per_region").as_uri()}
@@ -441,7 +442,7 @@ def test_make_demo(fresh_airflow_home, tmp_path):
     result = last_json(runs)["again"]
     assert result["test_state"] == result["state"] == "success", runs.stdout[-3000:] + runs.stderr[-3000:]
     assert result["run_id"] != last_json(runs)["demo"]["run_id"]
-    assert result["tasks"] == {"run": "success"}, result
+    assert result["tasks"] == {"pending": "success", "run": "success"}, result
     assert result["asset_events"] == [
         [
             "streamtable://tables/clicks_per_region",
@@ -578,7 +579,7 @@ def dag_runs(spark, airflow_home, tmp_path_factory) -> dict:
       line waiting; its micro-batch DAG run and its `validate_word_count` run (refused by the full suites): what the
       micro-batch test and the Airflow UI test check;
     - "shop": the table-driven pipeline's micro-batch DAG run after the other job's changes
-      (`shop_after_the_other_job`), its folder a user's beside the built-in pipelines."""
+      (`shop_after_the_other_job`), its folder a user's beside the built-in pipelines; then its next, idle, interval."""
     from helpers import dag_tests, run_outputs, word_count_refusing_its_next_batch
     from streamtable.core import registry
 
@@ -590,13 +591,15 @@ def dag_runs(spark, airflow_home, tmp_path_factory) -> dict:
         {"file": dags, "dag_id": "word_count", "lake": refused["lake"].root},
         {"file": dags, "dag_id": "validate_word_count"},
         {"file": dags, "dag_id": "shop_totals", "lake": shop["lake"].root},
+        {"file": dags, "dag_id": "shop_totals"},  # the next interval: nothing landed since
     ]
-    [batch, validation, micro_batch], output = dag_tests(
+    [batch, validation, micro_batch, idle], output = dag_tests(
         airflow_env(airflow_home) | {registry.ENV: str(shop["folder"])}, runs
     )
     outputs = run_outputs(output)
     refused |= {"batch": batch, "validation": validation, "output": outputs.get(0, "") + outputs.get(1, "")}
-    return {"refused": refused, "shop": shop | {"result": micro_batch, "output": outputs.get(2, "")}}
+    shop |= {"result": micro_batch, "idle": idle, "output": outputs.get(2, "") + outputs.get(3, "")}
+    return {"refused": refused, "shop": shop}
 
 
 @pytest.fixture(scope="module")
@@ -614,7 +617,7 @@ def test_a_published_table_that_fails_its_suite_passes_the_micro_batch_and_fails
 
     lake, batch, validation = refused_validation["lake"], refused_validation["batch"], refused_validation["validation"]
     output = refused_validation["output"]
-    assert batch["tasks"] == {"run": "success"}, output[-3000:]
+    assert batch["tasks"] == {"pending": "success", "run": "success"}, output[-3000:]
     assert "validation" not in batch["xcom"]["run.return_value"], "one validation per micro-batch: its gate"
     assert {"word": "c", "count": 1} in rows(lake, "word_counts"), "the run committed its batch"
     assert validation["tasks"] == {"validate": "failed"}, output[-3000:]
@@ -764,9 +767,14 @@ def test_a_table_driven_pipeline_under_dag_test_picks_up_the_other_jobs_newest_c
     monkeypatch.setenv(registry.ENV, str(shop["folder"]))  # this process reads the outputs by name
     registry.current.cache_clear()
     request.addfinalizer(registry.current.cache_clear)  # the next test loads its own folders
-    assert result.get("tasks") == {"run": "success"}, output[-4000:]
+    assert result.get("tasks") == {"pending": "success", "run": "success"}, output[-4000:]
     report = result["xcom"]["run.return_value"]
     assert shop_outputs(shop["lake"]) == shop_expected(shop["path"])
     assert report["batches"] == 1, report
     (consumed,) = report["lineage"]["inputs"]
     assert consumed["version"] == table_version(shop["path"]), report  # it read the other job's newest commit
+    # the next interval, nothing landed: `pending` skips the run, no spark-submit
+    assert (shop["idle"].get("state"), shop["idle"].get("tasks")) == (
+        "success",
+        {"pending": "success", "run": "skipped"},
+    ), output[-4000:]

@@ -20,7 +20,7 @@ from helpers import ROOT, cli, ingest
 from streamtable.airflow.micro_batch import pending
 from streamtable.core.registry import get_pipeline, pipelines
 from streamtable.quality.docs_site import build_docs
-from streamtable.runtime.commands.idle import idle_run, nothing_to_consume
+from streamtable.runtime.commands.idle import idle_run, nothing_to_consume, spark_needed
 from streamtable.runtime.commands.lifecycle import live_context, live_generation, run
 from streamtable.runtime.observe.status import pipeline_status
 from streamtable.runtime.query.streaming import drain
@@ -86,6 +86,25 @@ def test_a_wall_clock_pipeline_always_runs_spark(spark, lake):
     generate(lake, p, 24, commits=1)
     run(lake, p)
     assert not nothing_to_consume(lake, get_pipeline(p), lake.generation(p))
+    assert pending.function(p, lake.root, {}) is True
+
+
+def test_pending_skips_a_run_only_when_the_run_would_start_no_spark(spark, lake):
+    """Airflow's `pending` (before every micro-batch's spark-submit) asks what `streamtable run` asks itself: a
+    pipeline that never ran, a swap a reprocess left half done and a changed declaration go to the run (which makes
+    its tables, finishes the swap, applies or names the change); an interval in which nothing landed does not."""
+    p = "word_count"
+    pipeline = get_pipeline(p)
+    assert pending.function(p, lake.root, {}) is True  # never ran, no input yet: the run makes its tables
+    ingest(lake, "text_lines", [{"line": "a b", "event_time": "2026-01-01T00:00:00Z"}])
+    run(lake, p)
+    assert (pending.function(p, lake.root, {}), spark_needed(lake, pipeline)) == (False, False)
+
+    lake.start_swap(p, lake.generation(p), reset=True)  # a reset killed after it marked its swap
+    assert pending.function(p, lake.root, {}) is True
+    run(lake, p)  # finishes it
+    assert lake.pending_swap(p) is None and pending.function(p, lake.root, {}) is False
+    # a changed declaration: tests/test_declaration.py
 
 
 def test_an_idle_cli_run_needs_no_jvm_and_rebuilds_only_a_missing_page(spark, lake):

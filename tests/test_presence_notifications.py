@@ -326,7 +326,7 @@ print("RESULT " + json.dumps({{"schedule": str(dag.schedule), "shape": shape, "o
         timeout=900,
     )
     dag = last_json(proc)
-    assert dag["shape"] == {"emit_ticks": ["run"], "run": []}
+    assert dag["shape"] == {"emit_ticks": ["pending"], "pending": ["run"], "run": []}
     assert dag["args"] == {"run": ["run", P]}
     assert dag["outlets"] == sorted(f"streamtable://tables/{t}" for t in ("notifications", "notification_counts"))
     assert dag["schedule"] == "*/5 * * * *" and dag["catchup"] is False

@@ -21,6 +21,7 @@ from faults.phases import PHASES
 from faults.report import Report
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows
+from streamtable.testing.driver import SESSION_JAVA_OPTIONS
 
 
 class Campaign:
@@ -35,7 +36,8 @@ class Campaign:
         self.check_every = args.check_every
         self.model = Model()
         self.report = Report(args.seed, args.kills)
-        self.env = {**os.environ, "SPARK_SUBMIT_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")}
+        # short-lived drivers, as the tests' (tests/conftest.py sets the same when pytest runs the campaign)
+        self.env = {**os.environ, "SPARK_SUBMIT_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", SESSION_JAVA_OPTIONS)}
         if args.merge_on_read:  # the output is committed by Spark's MERGE with deletion vectors
             self.env["STREAMTABLE_MERGE_ON_READ"] = "1"
         self.cluster: Cluster | None = None

@@ -45,9 +45,11 @@ and reset take turns):
 1. **emit_ticks** (only for a pipeline that declares `Ticks`): `streamtable emit-ticks --at RUN_AFTER
    --lake LAKE` appends one tick per key ever seen, at the run's scheduled time (`dag_run.run_after`).
    No Spark: delta-rs, a second. Emitting at an instant is idempotent, so a retry never doubles a tick.
-2. **pending** (only `on_data`): reads, without Spark, whether the run has anything to do: an input with a version
-   the pipeline has not consumed (the test `streamtable run` makes itself before it starts Spark); when none has (an
-   event whose records an earlier run already took), the run is skipped: no spark-submit for nothing.
+2. **pending**: reads, without Spark, whether `streamtable run` would start Spark: an input with a version the
+   pipeline has not consumed, whatever that version changed, a wall-clock close, a changed declaration, a swap a
+   reprocess left half done (the test `streamtable run` makes itself before it starts Spark); when there is none (a
+   cron interval in which nothing landed, an event whose records an earlier run already took), the run is skipped:
+   no spark-submit, no JVM, for nothing.
 3. **run**: one spark-submit of `streamtable run PIPELINE --lake LAKE`: it processes everything the inputs hold now
    and resumes from where the last run stopped. Its per-batch quality gate checks each batch before it is published;
    a refused batch fails the task (its failed expectations in the log) and publishes nothing. On success it updates
@@ -72,7 +74,7 @@ new outputs before it publishes them.
 
 
 def micro_batch_dags(defaults: Defaults) -> list[DAG]:
-    """One DAG per pipeline: its micro-batch (`run`; `emit_ticks` first if it has ticks, `pending` if `on_data`)."""
+    """One DAG per pipeline: its micro-batch (`pending`, then `run`; `emit_ticks` first if it has ticks)."""
     dags = []
     for pipeline in registered_pipelines().values():
         on_data, _ = schedule_parts(pipeline["schedule"])
@@ -85,7 +87,7 @@ def micro_batch_dags(defaults: Defaults) -> list[DAG]:
             **defaults(*(["on_data"] if on_data else [])),
         ) as dag:
             first: list[Any] = [emit_ticks_task()] if pipeline["ticks"] else []
-            first += [pending(pipeline["name"], LAKE, pipelines_env())] if on_data else []
+            first += [pending(pipeline["name"], LAKE, pipelines_env())]
             chain = [*first, run_task(pipeline["name"])]
             for before, after in zip(chain, chain[1:], strict=False):
                 before >> after
@@ -109,22 +111,19 @@ def run_task(pipeline: str) -> StreamtableSubmitOperator:
 
 @task.short_circuit(task_id="pending")
 def pending(pipeline: str, lake: str, folders: dict[str, str]) -> bool:
-    """Whether `pipeline` has something to run: a version of an input not consumed yet, whatever it changed
-    (`streamtable.runtime.commands.idle.moved_inputs`), or a wall-clock close."""
+    """Whether `streamtable run PIPELINE` would start Spark now (`streamtable.runtime.commands.idle.spark_needed`):
+    the run is skipped when it would not."""
     import os
 
     os.environ.update(folders)  # the registry of the DAG's pipeline folders (the Variable's, when it set them)
     from streamtable.core.registry import get_pipeline
-    from streamtable.runtime.commands.idle import moved_inputs
+    from streamtable.runtime.commands.idle import spark_needed
     from streamtable.runtime.observe.status import pipeline_status
     from streamtable.storage.lake import Lake
 
-    if get_pipeline(pipeline).wall_clock:
-        return True
-    status = pipeline_status(Lake(lake), pipeline)
-    for lag in status.inputs:
+    for lag in pipeline_status(Lake(lake), pipeline).inputs:
         print(f"{lag.table}: consumed {lag.consumed_version}, latest {lag.latest_version}, {lag.records_behind} behind")
-    return bool(moved_inputs(status))
+    return spark_needed(Lake(lake), get_pipeline(pipeline))
 
 
 def emit_ticks_task() -> BashOperator:

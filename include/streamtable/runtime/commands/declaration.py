@@ -117,6 +117,16 @@ def check(lake: Lake, pipeline: Pipeline, generation: int) -> None:
     lake.store.write_json(path, now | ({ADDED_LATER: later} if later else {}))
 
 
+def changed(lake: Lake, pipeline: Pipeline, generation: int) -> bool:
+    """Whether the declaration differs from the one `generation` recorded when it started, in anything `check`
+    applies or refuses; read only (a generation that recorded none has not started)."""
+    recorded = lake.store.read_json(join(lake.generation_dir(pipeline.name, generation), DECLARATION))
+    if recorded is None:
+        return False
+    recorded.pop(ADDED_LATER, None)
+    return recorded != shape(pipeline)
+
+
 def _check_sources(lake: Lake, pipeline: Pipeline, generation: int) -> None:
     """Refuse a change of the inputs the generation's query reads that a new epoch cannot apply."""
     current = checkpoint.recorded(lake, pipeline, generation)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 
 from streamtable.core.pipeline import Pipeline
+from streamtable.runtime.commands import declaration
 from streamtable.runtime.committed import Consumed, committed_batches
 from streamtable.runtime.observe.status import PipelineStatus, pipeline_status
 from streamtable.runtime.query import checkpoint
@@ -51,6 +52,17 @@ def nothing_to_consume(lake: Lake, pipeline: Pipeline, generation: int) -> bool:
     status = pipeline_status(lake, pipeline.name)
     missing = [i.table for i in status.inputs if i.latest_version is None]  # Spark's run makes its changelog
     return status.generation == generation and not missing and not moved_inputs(status)
+
+
+def spark_needed(lake: Lake, pipeline: Pipeline) -> bool:
+    """Whether `streamtable run` of `pipeline` would start Spark now: a swap a reprocess left half done, a declaration
+    changed since the live generation started (the run applies it or names it), or anything `nothing_to_consume`
+    does not rule out. What an Airflow micro-batch asks before its spark-submit; read without the lease (a version
+    committed after the look is the next run's)."""
+    if lake.pending_swap(pipeline.name) is not None:
+        return True
+    generation = lake.generation(pipeline.name)
+    return declaration.changed(lake, pipeline, generation) or not nothing_to_consume(lake, pipeline, generation)
 
 
 def moved_inputs(status: PipelineStatus) -> list[str]:

@@ -651,7 +651,7 @@ print("RESULT " + json.dumps({{
         assert dag_id in result["dags"]
     assert result["orders"]["schedule"] == "*/10 * * * *"
     assert result["orders"]["doc"].startswith("orders: revenue per customer")
-    assert result["orders"]["tasks"] == ["run"] and result["orders"]["pool"] == "default_pool"
+    assert result["orders"]["tasks"] == ["pending", "run"] and result["orders"]["pool"] == "default_pool"
     assert all("orders" in enum for enum in result["forms"].values())
 
 

@@ -80,14 +80,16 @@ def test_a_table_that_does_not_exist_yet_fires_on_its_first_commit(tmp_path):
     assert (event["previous"], event["version"]) == (-1, 0)
 
 
-def test_pending_runs_a_batch_only_when_an_input_holds_records_not_consumed(tmp_path):
-    """The on_data DAG's first task: a duplicate event (its records taken by an earlier run) starts no Spark job."""
+def test_pending_runs_a_pipeline_that_never_ran_and_one_whose_input_holds_records_not_consumed(tmp_path):
+    """A micro-batch DAG's first task sends a pipeline that never ran to its run (which makes its tables, once), and
+    one with records to read; a duplicate event (its records taken by an earlier run) and a cron interval in which
+    nothing landed start no Spark job: tests/test_idle_run.py, which runs Spark."""
     from helpers import ingest
     from streamtable.airflow.micro_batch import pending
     from streamtable.storage.lake import Lake
 
     lake = Lake(tmp_path / "lake")
-    assert pending.function("word_count", lake.root, {}) is False  # nothing ingested
+    assert pending.function("word_count", lake.root, {}) is True  # nothing ingested, never ran
     ingest(lake, "text_lines", [{"line": "a b", "event_time": "2026-01-01T00:00:00Z"}])
     assert pending.function("word_count", lake.root, {}) is True
 

@@ -59,26 +59,46 @@ def test_an_idle_run_reports_what_sparks_empty_run_reports(spark, lake, name):
     assert output_versions(lake, name) == versions
 
 
-def test_a_version_that_counts_no_rows_still_goes_to_spark(spark, lake):
-    """The trap: a commit whose log entry records no operation metrics (another engine's) counts no changed rows, so
-    status reads the input caught up; its version is still unconsumed, so the run and Airflow's `pending` read it."""
+def strip_log_entry(lake: Lake, table: str, drop: str) -> None:
+    """Rewrite the newest log entry of `table` as a writer that records less would have: without its commit info's
+    operation metrics (`drop="operationMetrics"`), or without commit info at all (`drop="commitInfo"`); the protocol
+    asks for neither."""
+    entry = Path(lake.table_path(table)) / "_delta_log" / f"{table_version(lake.table_path(table)):020d}.json"
+    actions = [json.loads(line) for line in entry.read_text().splitlines()]
+    if drop == "commitInfo":
+        actions = [a for a in actions if "commitInfo" not in a]
+    for action in actions:
+        action.get("commitInfo", {}).pop(drop, None)
+    entry.write_text("".join(json.dumps(a) + "\n" for a in actions))
+
+
+def test_a_version_that_records_no_row_counts_still_goes_to_spark_and_status_counts_it(spark, lake):
+    """The trap: a commit whose log entry records no operation metrics, or no commit info at all (another engine's),
+    tells no row counts; status counts what its actions added (delta-rs's history, which numbers a log without commit
+    info wrongly, is not read), so `behind` (the stall supervisor's question, and a run's hand-off to `serve`) sees it;
+    the run and Airflow's `pending` read every unconsumed version whatever it counts."""
     p = "word_count"
     ingest(lake, "text_lines", [{"line": "a b", "event_time": "2026-01-01T00:00:00Z"}])
     run(lake, p)
     assert pending.function(p, lake.root, {}) is False
     ingest(lake, "text_lines", [{"line": "b c", "event_time": "2026-01-01T00:01:00Z"}])
-    log = Path(lake.table_path("text_lines")) / "_delta_log"
-    entry = log / f"{table_version(lake.table_path('text_lines')):020d}.json"
-    actions = [json.loads(line) for line in entry.read_text().splitlines()]
-    for action in actions:
-        action.get("commitInfo", {}).pop("operationMetrics", None)
-    entry.write_text("".join(json.dumps(a) + "\n" for a in actions))
-    assert pipeline_status(lake, p).as_dict()["records_behind"] == 0  # what row counts alone would conclude
+    strip_log_entry(lake, "text_lines", "operationMetrics")
+    ingest(
+        lake,
+        "text_lines",
+        [{"line": "d", "event_time": "2026-01-01T00:02:00Z"}, {"line": "e", "event_time": "2026-01-01T00:02:00Z"}],
+    )
+    strip_log_entry(lake, "text_lines", "commitInfo")
+    status = pipeline_status(lake, p).as_dict()
+    assert (status["behind"], status["records_behind"]) == (True, 3), status
+    [lag] = status["inputs"]
+    assert lag["versions_behind"] == 2 and lag["latest_version"] == lag["consumed_version"] + 2, lag
     assert not nothing_to_consume(lake, get_pipeline(p), lake.generation(p))
     assert pending.function(p, lake.root, {}) is True
     ran = run(lake, p)
-    assert (ran.batches, ran.records) == (1, 1)
+    assert (ran.batches, ran.records) == (1, 3)
     assert idle_run(lake, get_pipeline(p), lake.generation(p)) is not None
+    assert not pipeline_status(lake, p).as_dict()["behind"]
 
 
 def test_a_wall_clock_pipeline_always_runs_spark(spark, lake):

@@ -9,13 +9,14 @@ offsets: where the next batch starts, what a lineage event says was read; and an
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
 from streamtable.core.pipeline import Pipeline
 from streamtable.quality import exact
-from streamtable.storage.delta_rs import delta_table, open_table, table_version
+from streamtable.storage.delta_rs import LogEntry, log_entry, open_table, table_version
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import BATCHES, Lake
 
@@ -117,15 +118,41 @@ class Consumed(Mapping[str, int]):
 
 
 def unconsumed_commits(lake: Lake, table: str, consumed: int | None) -> tuple[int | None, list[dict]]:
-    """The latest version of an input, and its commits after version `consumed` that added, changed or deleted rows
-    (from its log's history: no file is read)."""
+    """The latest version of an input, and its commits after version `consumed` that added, changed or deleted rows:
+    each its commit info with its `version` and the `rows` it changed (`commit_rows`). Read from each version's log
+    entry, not delta-rs's history, which numbers the versions of a log whose commits lack commit info wrongly."""
     path = path_of(lake, table)  # a Delta table of another job is read where it is
     latest = table_version(path)
     first_unconsumed = 0 if consumed is None else consumed + 1
     if latest is None or latest < first_unconsumed:
         return latest, []
-    commits = delta_table(path).history(limit=latest - first_unconsumed + 1)
-    return latest, [c for c in commits if c["version"] >= first_unconsumed and changed_rows(c)]
+    commits = []
+    for version in range(first_unconsumed, latest + 1):
+        entry = log_entry(path, version)
+        info = {} if entry is None else entry.info
+        commits.append(info | {"version": version, "rows": commit_rows(entry)})
+    return latest, [c for c in commits if c["rows"]]
+
+
+def commit_rows(entry: LogEntry | None) -> int:
+    """The rows a version added, changed or deleted: its operation metrics' count (`changed_rows`); for a writer that
+    recorded none (the protocol asks for none), what its actions say: the records of the data files it added (their
+    stats; 1 a file without), plus 1 if it took data out, so never 0 for a version that changed data. A version no
+    longer in the log counts 1: what it changed is not known, and it was not consumed."""
+    if entry is None:
+        return 1
+    if entry.info.get("operationMetrics"):
+        return changed_rows(entry.info)
+    added = [a["add"] for a in entry.actions if "add" in a and a["add"].get("dataChange", True)]
+    removed = any("remove" in a and a["remove"].get("dataChange", True) for a in entry.actions)
+    return sum(_records(add) for add in added) + int(removed)
+
+
+def _records(add: dict) -> int:
+    """The records of an added data file as its stats count them; 1 when it has no stats (at least one)."""
+    stats = add.get("stats")
+    records = json.loads(stats).get("numRecords") if isinstance(stats, str) and stats else None
+    return int(records) if records is not None else 1
 
 
 ROW_CHANGES = (  # the operation metrics that count rows a commit added, updated or deleted (Delta Spark, delta-rs)

@@ -18,7 +18,7 @@ from streamtable.core.errors import BadInputError, DeclarationChangedError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input, get_pipeline
 from streamtable.core.timefmt import format_time
-from streamtable.runtime.committed import changed_rows, unconsumed_commits
+from streamtable.runtime.committed import unconsumed_commits
 from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.progress import live_progress
 from streamtable.storage import external, other_job_log
@@ -130,13 +130,13 @@ def _input_lag(lake: Lake, pipeline: Pipeline, name: str, consumed: int | None, 
     the table there is not the one the generation read (deleted and made anew)."""
     refused, anew = _refusal(lake, pipeline, name, read_id, consumed)
     latest, unconsumed = unconsumed_commits(lake, name, None if anew else consumed)
-    oldest = min((c["timestamp"] for c in unconsumed), default=None)
+    oldest = min((c["timestamp"] for c in unconsumed if c.get("timestamp")), default=None)
     return InputLag(
         name,
         consumed,
         latest,
         len(unconsumed),
-        sum(changed_rows(c) for c in unconsumed),
+        sum(c["rows"] for c in unconsumed),
         datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None,
         refused,
     )

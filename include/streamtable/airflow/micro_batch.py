@@ -121,9 +121,10 @@ def pending(pipeline: str, lake: str, folders: dict[str, str]) -> bool:
     from streamtable.runtime.observe.status import pipeline_status
     from streamtable.storage.lake import Lake
 
-    for lag in pipeline_status(Lake(lake), pipeline).inputs:
+    status = pipeline_status(Lake(lake), pipeline)
+    for lag in status.inputs:
         print(f"{lag.table}: consumed {lag.consumed_version}, latest {lag.latest_version}, {lag.records_behind} behind")
-    return spark_needed(Lake(lake), get_pipeline(pipeline))
+    return spark_needed(Lake(lake), get_pipeline(pipeline), status)
 
 
 def emit_ticks_task() -> BashOperator:

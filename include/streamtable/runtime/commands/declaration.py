@@ -97,11 +97,9 @@ def check(lake: Lake, pipeline: Pipeline, generation: int) -> None:
     """Record the declaration a generation starts with; after a change, apply it where safe, else refuse (the
     inputs its query reads as well: before any Spark starts, a command that cannot succeed says so in a second)."""
     _check_sources(lake, pipeline, generation)
-    path = join(lake.generation_dir(pipeline.name, generation), DECLARATION)
+    path, recorded, later = _recorded(lake, pipeline, generation)
     state = {t.name for t in pipeline.state}
     now = shape(pipeline)
-    recorded = lake.store.read_json(path)
-    later = (recorded or {}).pop(ADDED_LATER, {})  # output -> the columns added since the generation started
     if recorded == now:
         return
     if recorded is not None:
@@ -120,11 +118,17 @@ def check(lake: Lake, pipeline: Pipeline, generation: int) -> None:
 def changed(lake: Lake, pipeline: Pipeline, generation: int) -> bool:
     """Whether the declaration differs from the one `generation` recorded when it started, in anything `check`
     applies or refuses; read only (a generation that recorded none has not started)."""
-    recorded = lake.store.read_json(join(lake.generation_dir(pipeline.name, generation), DECLARATION))
-    if recorded is None:
-        return False
-    recorded.pop(ADDED_LATER, None)
-    return recorded != shape(pipeline)
+    _, recorded, _ = _recorded(lake, pipeline, generation)
+    return recorded is not None and recorded != shape(pipeline)
+
+
+def _recorded(lake: Lake, pipeline: Pipeline, generation: int) -> tuple[str, dict | None, dict[str, list[str]]]:
+    """Where the generation's declaration is kept, the declaration it recorded (None before it started), and the
+    output columns added since it started (output -> columns)."""
+    path = join(lake.generation_dir(pipeline.name, generation), DECLARATION)
+    recorded = lake.store.read_json(path)
+    later = (recorded or {}).pop(ADDED_LATER, {})
+    return path, recorded, later
 
 
 def _check_sources(lake: Lake, pipeline: Pipeline, generation: int) -> None:

@@ -37,9 +37,9 @@ def idle_run(lake: Lake, pipeline: Pipeline, generation: int) -> RunReport | Non
     return committed_report(lake, pipeline, generation, [])
 
 
-def nothing_to_consume(lake: Lake, pipeline: Pipeline, generation: int) -> bool:
+def nothing_to_consume(lake: Lake, pipeline: Pipeline, generation: int, status: PipelineStatus | None = None) -> bool:
     """Whether a run of `generation` has provably nothing to do (every condition of this module's docstring), from
-    the lake's logs and the generation's files."""
+    the lake's logs and the generation's files (and the pipeline's `status` when the caller read it already)."""
     if pipeline.wall_clock:
         return False
     epoch = checkpoint.recorded(lake, pipeline, generation)
@@ -49,20 +49,22 @@ def nothing_to_consume(lake: Lake, pipeline: Pipeline, generation: int) -> bool:
     stores += [lake.state_path(pipeline.name, generation, t.name) for t in pipeline.state]
     if any(table_version(path) is None for path in stores):
         return False
-    status = pipeline_status(lake, pipeline.name)
+    status = status or pipeline_status(lake, pipeline.name)
     missing = [i.table for i in status.inputs if i.latest_version is None]  # Spark's run makes its changelog
     return status.generation == generation and not missing and not moved_inputs(status)
 
 
-def spark_needed(lake: Lake, pipeline: Pipeline) -> bool:
+def spark_needed(lake: Lake, pipeline: Pipeline, status: PipelineStatus | None = None) -> bool:
     """Whether `streamtable run` of `pipeline` would start Spark now: a swap a reprocess left half done, a declaration
     changed since the live generation started (the run applies it or names it), or anything `nothing_to_consume`
     does not rule out. What an Airflow micro-batch asks before its spark-submit; read without the lease (a version
-    committed after the look is the next run's)."""
+    committed after the look is the next run's). `status`: the pipeline's, when the caller read it already."""
     if lake.pending_swap(pipeline.name) is not None:
         return True
     generation = lake.generation(pipeline.name)
-    return declaration.changed(lake, pipeline, generation) or not nothing_to_consume(lake, pipeline, generation)
+    if declaration.changed(lake, pipeline, generation):
+        return True
+    return not nothing_to_consume(lake, pipeline, generation, status)
 
 
 def moved_inputs(status: PipelineStatus) -> list[str]:

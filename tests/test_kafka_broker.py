@@ -75,7 +75,7 @@ class Follow:
         with open(lake.parent / f"{lake.name}-copier.stdout", "w") as out, open(self.stderr_path, "w") as err:
             self.process = subprocess.Popen(
                 [CLI, "ingest", "user_clicks", "--kafka", topic, "--follow", "--bootstrap-servers", bootstrap]
-                + ["--lake", self.lake],
+                + ["--lake", self.lake, "--log-level", "info"],  # a failure shows what the stall watch did
                 stdout=out,
                 stderr=err,
                 text=True,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException
+
+T = TypeVar("T")
 
 log = logging.getLogger("streamtable.ingest.kafka")
 
@@ -41,14 +43,42 @@ def new_consumer(bootstrap: str, table: str, on_error: Callable[[KafkaError], No
     )
 
 
+class Asker:
+    """The copier's questions to the broker (its partitions, their offsets), on a client of their own.
+
+    Not on the consumer that fetches: one whose fetch stalled after a broker restart (`FetchWatch`) may answer
+    nothing on its connections either, and a watch that asked it would take the stall for a broker still away. A
+    question left unanswered closes the client; the next question makes a new one.
+    """
+
+    def __init__(self, bootstrap: str, table: str) -> None:
+        self.bootstrap, self.table = bootstrap, table
+        self._client: Consumer | None = None
+
+    def ask(self, question: Callable[[Consumer], T]) -> T:
+        if self._client is None:  # its errors are the question's: the fetching consumer reports an outage
+            self._client = new_consumer(self.bootstrap, self.table, on_error=lambda _error: None)
+        try:
+            return question(self._client)
+        except KafkaException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
 class FetchWatch:
     """Finds a follower's fetch that stopped while records wait: a partition whose position did not move between
     two looks although the broker holds records past it.
 
     librdkafka's `assign`ed consumers can stop fetching after a broker restart and stay so until they are made anew
     (confluentinc/librdkafka#5153): a follower that copies for months would go silently stale. The copier looks
-    every METADATA_REFRESH_S; the first stall of a run of them re-assigns the consumer, a stall that outlives that
-    makes a new consumer (`stalls`).
+    every METADATA_REFRESH_S, asking the broker's end offsets through an `Asker`; the first stall of a run of them
+    re-assigns the consumer, a stall that outlives that makes a new consumer (`stalls`). A look the broker did not
+    answer tells nothing: the run of stalls goes on past it.
     """
 
     def __init__(self) -> None:
@@ -64,7 +94,7 @@ class FetchWatch:
         for p in unmoved:
             end_offset = end(p)
             if end_offset is None:
-                break
+                return []
             if end_offset > positions[p]:
                 stalled.append(p)
         self.stalls = self.stalls + 1 if stalled else 0

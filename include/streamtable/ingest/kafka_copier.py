@@ -40,7 +40,7 @@ from streamtable.core.faults import crash_point
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import LINE, QUARANTINE, Table
 from streamtable.ingest.changelog import TARGET_FILE_SIZE, WRITER_PROPERTIES, check_schema
-from streamtable.ingest.kafka_consumer import FetchWatch, new_consumer
+from streamtable.ingest.kafka_consumer import Asker, FetchWatch, new_consumer
 from streamtable.ingest.kafka_records import record_row
 from streamtable.ingest.quarantine import (
     QUARANTINE_SCHEMA,
@@ -125,7 +125,7 @@ class Copier:
         self.errors: list[str] = []
         self.round_rows = max(1, int(os.environ.get("STREAMTABLE_KAFKA_COMMIT_ROWS") or ROUND_ROWS))
         self.consumer = new_consumer(bootstrap, table.name, self._on_error)
-        self.watch = FetchWatch()
+        self.asker, self.watch = Asker(bootstrap, table.name), FetchWatch()
         self.partitions = self._partitions()
         self.next: dict[int, int] = {}  # partition -> next offset to copy (as committed, then as consumed)
         self.snapshot: DeltaTable | None = None
@@ -133,6 +133,7 @@ class Copier:
 
     def close(self) -> None:
         self.consumer.close()
+        self.asker.close()
 
     def _on_error(self, error: KafkaError) -> None:
         """Keep the broker's errors (a stalled copy names the last), and say once that every broker is down."""
@@ -142,7 +143,7 @@ class Copier:
 
     def _partitions(self) -> list[int]:
         try:
-            metadata = self.consumer.list_topics(timeout=BROKER_TIMEOUT_S)  # all topics: asks for none by name
+            metadata = self.asker.ask(lambda c: c.list_topics(timeout=BROKER_TIMEOUT_S))  # all: none by name
         except KafkaException as e:
             raise BrokerUnreachable(f"cannot reach the Kafka broker at {self.bootstrap}: {e.args[0]}") from None
         found = metadata.topics.get(self.topic)
@@ -152,9 +153,8 @@ class Copier:
 
     def _watermarks(self, partition: int) -> tuple[int, int]:
         try:
-            low, high = self.consumer.get_watermark_offsets(
-                TopicPartition(self.topic, partition), timeout=BROKER_TIMEOUT_S
-            )
+            wanted = TopicPartition(self.topic, partition)
+            low, high = self.asker.ask(lambda c: c.get_watermark_offsets(wanted, timeout=BROKER_TIMEOUT_S))
         except KafkaException as e:
             raise BadInputError(f"cannot read the offsets of {self.topic}/{partition}: {e.args[0]}") from None
         return low, high

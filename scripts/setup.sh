@@ -117,6 +117,27 @@ if [[ "${SETUP_FORCE:-0}" != 1 && -f "$STAMP" && "$(cat "$STAMP")" == "$inputs_h
 fi
 rm -f "$STAMP"
 
+# Step 3d's build of the object store's server starts now, beside steps 2 to 3c, which wait on downloads on a fresh
+# machine; step 3d waits for it. Measured with Go's caches empty and the rest cached (the downloads' wait is gone
+# there): a setup of a fresh clone 196 -> 184 s.
+versitygw_pid=""
+if [[ "${STREAMTABLE_SETUP_OBJECT_STORE:-1}" != 0 && ! -x "$VERSITYGW_CACHE" ]]; then
+  go="$(command -v go || echo /usr/local/go/bin/go)"
+  [[ -x "$go" ]] || die "Go (>= 1.25) is needed once per machine, to build the local S3 server (versitygw) into $(dirname "$VERSITYGW_CACHE"): install it, or STREAMTABLE_SETUP_OBJECT_STORE=0 to skip"
+  say "building versitygw $VERSITYGW_VERSION with Go into $(dirname "$VERSITYGW_CACHE") (once per machine, about 2 min), beside steps 2 to 3c"
+  mkdir -p "$(dirname "$VERSITYGW_CACHE")"
+  go_log="$(mktemp)"
+  (  # one build at a time on this machine (setups of several clones); the binary appears whole or not at all
+    flock 9
+    [[ -x "$VERSITYGW_CACHE" ]] && exit 0
+    gobin="$(mktemp -d "$(dirname "$VERSITYGW_CACHE")/.build.XXXXXX")"
+    trap 'rm -rf "$gobin"' EXIT
+    GOBIN="$gobin" "$go" install -trimpath -ldflags "-X=main.Version=$VERSITYGW_VERSION" \
+      "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" && mv "$gobin/versitygw" "$VERSITYGW_CACHE"
+  ) 9>"$(dirname "$VERSITYGW_CACHE")/.build.lock" >"$go_log" 2>&1 &
+  versitygw_pid=$!
+fi
+
 # ---------------------------------------------------------------- 2. .venv
 if [[ -x "$VENV/bin/python" ]] && ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
   say ".venv is not Python 3.11: recreating it"
@@ -235,20 +256,8 @@ fi
 # and linked to build/bin/versitygw; Spark's s3a connector in jars/s3a/ (from jars/s3a/pom.xml, hard links into
 # ~/.m2: the AWS SDK bundle is 640 MB). STREAMTABLE_SETUP_OBJECT_STORE=0 skips both.
 if [[ "${STREAMTABLE_SETUP_OBJECT_STORE:-1}" != 0 ]] && ! object_store_present; then
-  if [[ ! -x "$VERSITYGW_CACHE" ]]; then
-    go="$(command -v go || echo /usr/local/go/bin/go)"
-    [[ -x "$go" ]] || die "Go (>= 1.25) is needed once per machine, to build the local S3 server (versitygw) into $(dirname "$VERSITYGW_CACHE"): install it, or STREAMTABLE_SETUP_OBJECT_STORE=0 to skip"
-    say "building versitygw $VERSITYGW_VERSION with Go into $(dirname "$VERSITYGW_CACHE") (once per machine, about 2 min)"
-    mkdir -p "$(dirname "$VERSITYGW_CACHE")"
-    go_log="$(mktemp)"
-    (  # one build at a time on this machine (setups of several clones); the binary appears whole or not at all
-      flock 9
-      [[ -x "$VERSITYGW_CACHE" ]] && exit 0
-      gobin="$(mktemp -d "$(dirname "$VERSITYGW_CACHE")/.build.XXXXXX")"
-      trap 'rm -rf "$gobin"' EXIT
-      GOBIN="$gobin" "$go" install -trimpath -ldflags "-X=main.Version=$VERSITYGW_VERSION" \
-        "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" && mv "$gobin/versitygw" "$VERSITYGW_CACHE"
-    ) 9>"$(dirname "$VERSITYGW_CACHE")/.build.lock" >"$go_log" 2>&1 \
+  if [[ -n "$versitygw_pid" ]]; then
+    wait "$versitygw_pid" \
       || { tail -30 "$go_log" >&2; die "go install github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION failed (above)"; }
     rm -f "$go_log"
   fi

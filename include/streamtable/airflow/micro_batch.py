@@ -121,10 +121,11 @@ def pending(pipeline: str, lake: str, folders: dict[str, str]) -> bool:
     from streamtable.runtime.observe.status import pipeline_status
     from streamtable.storage.lake import Lake
 
-    status = pipeline_status(Lake(lake), pipeline)
+    at = Lake(lake)
+    status = pipeline_status(at, pipeline)
     for lag in status.inputs:
         print(f"{lag.table}: consumed {lag.consumed_version}, latest {lag.latest_version}, {lag.records_behind} behind")
-    return spark_needed(Lake(lake), get_pipeline(pipeline), status)
+    return spark_needed(at, get_pipeline(pipeline), status)
 
 
 def emit_ticks_task() -> BashOperator:

@@ -49,7 +49,8 @@ def nothing_to_consume(lake: Lake, pipeline: Pipeline, generation: int, status: 
     stores += [lake.state_path(pipeline.name, generation, t.name) for t in pipeline.state]
     if any(table_version(path) is None for path in stores):
         return False
-    status = status or pipeline_status(lake, pipeline.name)
+    if status is None:
+        status = pipeline_status(lake, pipeline.name)
     missing = [i.table for i in status.inputs if i.latest_version is None]  # Spark's run makes its changelog
     return status.generation == generation and not missing and not moved_inputs(status)
 

@@ -11,7 +11,9 @@ import random
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from streamtable.runtime.committed import Consumed, changed_rows
+from streamtable.runtime.committed import Consumed
+from streamtable.storage.delta_rs import LogEntry, log_entry
+from streamtable.storage.other_job_log import metric_rows, parse
 
 INPUTS = ("clicks", "regions", "orders")
 
@@ -77,7 +79,8 @@ def test_a_commits_changed_rows_are_its_inserts_updates_and_deletes_and_a_restor
     DeltaTable(path).optimize.compact()
     write_deltalake(path, orders.slice(0, 0), mode="overwrite")
     history = {c["version"]: c for c in DeltaTable(path).history()}
-    assert [(history[v]["operation"], changed_rows(history[v])) for v in sorted(history)] == [
+    assert [parse(v, log_entry(path, v)).rows for v in sorted(history)] == [3, 2, 1, 1, 0, 1]  # the log's own
+    assert [(history[v]["operation"], metric_rows(history[v])) for v in sorted(history)] == [
         ("WRITE", 3),
         ("MERGE", 2),
         ("RESTORE", 1),
@@ -87,4 +90,19 @@ def test_a_commits_changed_rows_are_its_inserts_updates_and_deletes_and_a_restor
     ]
     spark_merge = {"numTargetRowsInserted": "1", "numTargetRowsUpdated": "2", "numTargetRowsDeleted": "2"}
     spark_merge |= {"numTargetRowsCopied": "5", "numOutputRows": "8"}  # (as Delta Spark 4 reports one)
-    assert changed_rows({"operation": "MERGE", "operationMetrics": spark_merge}) == 5
+    assert metric_rows({"operation": "MERGE", "operationMetrics": spark_merge}) == 5
+
+
+def test_a_commit_without_metrics_counts_the_records_it_added_and_one_for_data_it_took_out():
+    """A writer may record no operation metrics (the protocol asks for none): the commit's actions count then, a
+    rewrite's (dataChange false) none, a file without stats 1, so a version that changed data never counts 0."""
+
+    def rows(*actions: dict) -> int:
+        return parse(7, LogEntry(({"commitInfo": {"operation": "WRITE"}}, *actions))).rows
+
+    added = {"add": {"path": "a.parquet", "stats": '{"numRecords": 3}'}}
+    assert rows(added) == 3
+    assert rows(added, {"remove": {"path": "old.parquet"}}) == 4  # an update: 3 rows written, data taken out
+    assert rows({"add": {"path": "b.parquet"}}) == 1  # no stats
+    rewrite = {"add": {"path": "c.parquet", "stats": '{"numRecords": 9}', "dataChange": False}}
+    assert rows(rewrite, {"remove": {"path": "a.parquet", "dataChange": False}}) == 0  # OPTIMIZE

@@ -9,16 +9,16 @@ offsets: where the next batch starts, what a lineage event says was read; and an
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
 from streamtable.core.pipeline import Pipeline
 from streamtable.quality import exact
-from streamtable.storage.delta_rs import LogEntry, log_entry, open_table, table_version
+from streamtable.storage.delta_rs import log_entry, open_table, table_version
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import BATCHES, Lake
+from streamtable.storage.other_job_log import Commit, gone, parse
 
 BATCHES_SCHEMA = pa.schema(  # a generation's committed batches (`summary.committed_row`)
     [
@@ -117,10 +117,10 @@ class Consumed(Mapping[str, int]):
         return f"Consumed({self._versions!r})"
 
 
-def unconsumed_commits(lake: Lake, table: str, consumed: int | None) -> tuple[int | None, list[dict]]:
-    """The latest version of an input, and its commits after version `consumed` that added, changed or deleted rows:
-    each its commit info with its `version` and the `rows` it changed (`commit_rows`). Read from each version's log
-    entry, not delta-rs's history, which numbers the versions of a log whose commits lack commit info wrongly."""
+def unconsumed_commits(lake: Lake, table: str, consumed: int | None) -> tuple[int | None, list[Commit]]:
+    """The latest version of an input, and its commits after version `consumed` that added, changed or deleted rows
+    (`Commit.rows`; a version no longer in the log counts 1). Read from each version's log entry, not delta-rs's
+    history, which numbers the versions of a log whose commits lack commit info wrongly."""
     path = path_of(lake, table)  # a Delta table of another job is read where it is
     latest = table_version(path)
     first_unconsumed = 0 if consumed is None else consumed + 1
@@ -129,70 +129,5 @@ def unconsumed_commits(lake: Lake, table: str, consumed: int | None) -> tuple[in
     commits = []
     for version in range(first_unconsumed, latest + 1):
         entry = log_entry(path, version)
-        info = {} if entry is None else entry.info
-        commits.append(info | {"version": version, "rows": commit_rows(entry)})
-    return latest, [c for c in commits if c["rows"]]
-
-
-def commit_rows(entry: LogEntry | None) -> int:
-    """The rows a version added, changed or deleted: its operation metrics' count (`changed_rows`); for a writer that
-    recorded none (the protocol asks for none), what its actions say: the records of the data files it added (their
-    stats; 1 a file without), plus 1 if it took data out, so never 0 for a version that changed data. A version no
-    longer in the log counts 1: what it changed is not known, and it was not consumed."""
-    if entry is None:
-        return 1
-    if entry.info.get("operationMetrics"):
-        return changed_rows(entry.info)
-    added = [a["add"] for a in entry.actions if "add" in a and a["add"].get("dataChange", True)]
-    removed = any("remove" in a and a["remove"].get("dataChange", True) for a in entry.actions)
-    return sum(_records(add) for add in added) + int(removed)
-
-
-def _records(add: dict) -> int:
-    """The records of an added data file as its stats count them; 1 when it has no stats (at least one)."""
-    stats = add.get("stats")
-    records = json.loads(stats).get("numRecords") if isinstance(stats, str) and stats else None
-    return int(records) if records is not None else 1
-
-
-ROW_CHANGES = (  # the operation metrics that count rows a commit added, updated or deleted (Delta Spark, delta-rs)
-    "numTargetRowsInserted",
-    "numTargetRowsUpdated",
-    "numTargetRowsDeleted",
-    "numUpdatedRows",
-    "numDeletedRows",
-    "num_target_rows_inserted",
-    "num_target_rows_updated",
-    "num_target_rows_deleted",
-    "num_updated_rows",
-    "num_deleted_rows",
-)
-
-
-def changed_rows(commit: dict) -> int:
-    """The rows a commit added, updated or deleted: the MERGE, UPDATE and DELETE metrics (`ROW_CHANGES`, Delta Spark's
-    and delta-rs's), else delta-rs's `num_added_rows` or Delta Spark's `numOutputRows` (a write: a MERGE's counts the
-    rows it copied and leaves out those it deleted), for tables other jobs write. A commit that took data files out
-    without counting rows (a DELETE of whole files, a RESTORE, an overwrite with no rows) counts 1: it changed
-    something. A rewrite (OPTIMIZE) counts 0."""
-    metrics = commit.get("operationMetrics") or {}
-    counted = [k for k in ROW_CHANGES if k in metrics]
-    if counted:
-        rows = sum(int(metrics[k] or 0) for k in counted)
-    elif "num_added_rows" in metrics:
-        rows = int(metrics["num_added_rows"] or 0)
-    else:
-        rows = int(metrics.get("numOutputRows") or 0)
-    return rows or int(_takes_files_out(commit))
-
-
-REMOVED_FILES = ("numRemovedFiles", "numRemovedFile", "num_removed_files", "numRestoredFiles", "numRestoredFile")
-
-
-def _takes_files_out(commit: dict) -> bool:
-    """Whether a commit removed or restored data files as a data change: a DELETE, TRUNCATE or RESTORE that did, or an
-    overwrite."""
-    metrics = commit.get("operationMetrics") or {}
-    moved = any(int(metrics.get(k) or 0) for k in REMOVED_FILES)
-    overwrite = str((commit.get("operationParameters") or {}).get("mode", "")).lower() == "overwrite"
-    return (commit.get("operation") in ("DELETE", "TRUNCATE", "RESTORE") and moved) or overwrite
+        commits.append(gone(version) if entry is None else parse(version, entry))
+    return latest, [c for c in commits if c.rows]

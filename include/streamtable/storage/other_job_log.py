@@ -1,7 +1,7 @@
 """What the log of another job's Delta table says, commit by commit: the data files each version added (a data
-change, or a rewrite of other files' rows), the schema it set, whether it turned the Change Data Feed on or off, and
-which versions the log still holds. Spark-free: the log's JSON commits, read once per process; where the log starts,
-once per run (`LogStarts`).
+change, or a rewrite of other files' rows), the rows it changed, the schema it set, whether it turned the Change Data
+Feed on or off, and which versions the log still holds. Spark-free: the log's JSON commits, read once per process;
+where the log starts, once per run (`LogStarts`). `parse` reads any input's commits so (`streamtable status`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from streamtable.core.errors import BadInputError
-from streamtable.storage.delta_rs import log_entry
+from streamtable.storage.delta_rs import LogEntry, log_entry
 from streamtable.storage.store import Store
 
 CHANGE_FEED = "delta.enableChangeDataFeed"
@@ -35,6 +35,7 @@ class Commit:
     columns: tuple[str, ...] | None  # the column names of the schema its metaData action sets; None: unchanged
     changes_rows: bool  # it removed a data file as a data change: an update, a delete or an overwrite
     change_feed: bool | None  # `delta.enableChangeDataFeed` as its metaData action sets it; None: unchanged
+    rows: int  # the rows it added, updated or deleted (`rows_of`)
 
 
 _COMMITS: dict[tuple[str, int], Commit] = {}  # commits never change: each is read once per process
@@ -57,24 +58,91 @@ def commit(path: str, version: int) -> Commit:
         entry = log_entry(path, version)
         if entry is None:
             raise BadInputError(f"{path}: version {version} is no longer in the table's log (log retention or VACUUM)")
-        actions, info, metadata = entry.actions, entry.info, entry.metadata
-        feed = None
-        if metadata is not None:
-            feed = str((metadata.get("configuration") or {}).get(CHANGE_FEED, "false")).lower() == "true"
-        _COMMITS[key] = Commit(
-            version,
-            int(info.get("timestamp") or 0),
-            str(info.get("operation") or "?"),
-            tuple(_base(a["add"]) for a in actions if "add" in a),
-            tuple(_base(a["add"]) for a in actions if "add" in a and not a["add"].get("dataChange", True)),
-            tuple(_base(a["remove"]) for a in actions if "remove" in a and not a["remove"].get("dataChange", True)),
-            tuple(_base(a["remove"]) for a in actions if "remove" in a),
-            tuple(unquote(a["add"]["path"]) for a in actions if "add" in a and a["add"].get("dataChange", True)),
-            _columns(metadata),
-            any("remove" in a and a["remove"].get("dataChange", True) for a in actions),
-            feed,
-        )
+        _COMMITS[key] = parse(version, entry)
     return _COMMITS[key]
+
+
+def parse(version: int, entry: LogEntry) -> Commit:
+    """What the log entry of `version` says it did."""
+    actions, info, metadata = entry.actions, entry.info, entry.metadata
+    feed = None
+    if metadata is not None:
+        feed = str((metadata.get("configuration") or {}).get(CHANGE_FEED, "false")).lower() == "true"
+    adds = [a["add"] for a in actions if "add" in a]
+    removes = [a["remove"] for a in actions if "remove" in a]
+    data_adds = [a for a in adds if a.get("dataChange", True)]
+    takes_out = any(r.get("dataChange", True) for r in removes)
+    return Commit(
+        version,
+        int(info.get("timestamp") or 0),
+        str(info.get("operation") or "?"),
+        tuple(_base(a) for a in adds),
+        tuple(_base(a) for a in adds if not a.get("dataChange", True)),
+        tuple(_base(r) for r in removes if not r.get("dataChange", True)),
+        tuple(_base(r) for r in removes),
+        tuple(unquote(a["path"]) for a in data_adds),
+        _columns(metadata),
+        takes_out,
+        feed,
+        metric_rows(info) if info.get("operationMetrics") else sum(_records(a) for a in data_adds) + int(takes_out),
+    )
+
+
+def gone(version: int) -> Commit:
+    """A version no longer in the log, as `streamtable status` counts it: 1 row, since what it changed is not known
+    and it was not consumed."""
+    return Commit(version, 0, "?", (), (), (), (), (), None, False, None, 1)
+
+
+def _records(add: dict) -> int:
+    """The records of an added data file as its stats count them; 1 when it has no stats (at least one)."""
+    stats = add.get("stats")
+    records = json.loads(stats).get("numRecords") if isinstance(stats, str) and stats else None
+    return int(records) if records is not None else 1
+
+
+ROW_CHANGES = (  # the operation metrics that count rows a commit added, updated or deleted (Delta Spark, delta-rs)
+    "numTargetRowsInserted",
+    "numTargetRowsUpdated",
+    "numTargetRowsDeleted",
+    "numUpdatedRows",
+    "numDeletedRows",
+    "num_target_rows_inserted",
+    "num_target_rows_updated",
+    "num_target_rows_deleted",
+    "num_updated_rows",
+    "num_deleted_rows",
+)
+
+
+def metric_rows(info: dict) -> int:
+    """The rows a commit added, updated or deleted by its commit info's metrics: the MERGE, UPDATE and DELETE ones
+    (`ROW_CHANGES`, Delta Spark's and delta-rs's), else delta-rs's `num_added_rows` or Delta Spark's `numOutputRows` (a
+    write: a MERGE's counts the rows it copied and leaves out those it deleted). A commit that took data files out
+    without counting rows (a DELETE of whole files, a RESTORE, an overwrite with no rows) counts 1: it changed
+    something. A rewrite (OPTIMIZE) counts 0. A commit whose writer recorded no metrics (the protocol asks for none)
+    is counted by its actions instead (`parse`): the records of the data files it added, plus 1 if it took data out."""
+    metrics = info.get("operationMetrics") or {}
+    counted = [k for k in ROW_CHANGES if k in metrics]
+    if counted:
+        rows = sum(int(metrics[k] or 0) for k in counted)
+    elif "num_added_rows" in metrics:
+        rows = int(metrics["num_added_rows"] or 0)
+    else:
+        rows = int(metrics.get("numOutputRows") or 0)
+    return rows or int(_takes_files_out(info))
+
+
+REMOVED_FILES = ("numRemovedFiles", "numRemovedFile", "num_removed_files", "numRestoredFiles", "numRestoredFile")
+
+
+def _takes_files_out(info: dict) -> bool:
+    """Whether a commit removed or restored data files as a data change: a DELETE, TRUNCATE or RESTORE that did, or an
+    overwrite."""
+    metrics = info.get("operationMetrics") or {}
+    moved = any(int(metrics.get(k) or 0) for k in REMOVED_FILES)
+    overwrite = str((info.get("operationParameters") or {}).get("mode", "")).lower() == "overwrite"
+    return (info.get("operation") in ("DELETE", "TRUNCATE", "RESTORE") and moved) or overwrite
 
 
 def _columns(metadata: dict | None) -> tuple[str, ...] | None:

@@ -56,5 +56,5 @@ def _targets(lake: Lake, pipeline: Pipeline, consumed: Consumed) -> dict[str, in
     for name in pipeline.inputs:
         _, commits = unconsumed_commits(lake, name, consumed.get(name))
         if commits:
-            targets[name] = max(c["version"] for c in commits)
+            targets[name] = max(c.version for c in commits)
     return targets

@@ -130,13 +130,13 @@ def _input_lag(lake: Lake, pipeline: Pipeline, name: str, consumed: int | None, 
     the table there is not the one the generation read (deleted and made anew)."""
     refused, anew = _refusal(lake, pipeline, name, read_id, consumed)
     latest, unconsumed = unconsumed_commits(lake, name, None if anew else consumed)
-    oldest = min((c["timestamp"] for c in unconsumed if c.get("timestamp")), default=None)
+    oldest = min((c.timestamp for c in unconsumed if c.timestamp), default=None)
     return InputLag(
         name,
         consumed,
         latest,
         len(unconsumed),
-        sum(c["rows"] for c in unconsumed),
+        sum(c.rows for c in unconsumed),
         datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None,
         refused,
     )

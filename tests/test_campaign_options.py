@@ -31,8 +31,6 @@ NOT_DRAWN = {
     "Airflow (tests/test_kafka_ingest.py, tests/test_dags.py)",
     ("changelog", "landing_folder"): "only gives Airflow an ingest_NAME DAG that follows a folder; the campaign "
     "ingests its landing folders itself (tests/test_folder_ingest.py, tests/test_dags.py)",
-    ("delta_table", "rules"): "a keyed table's record a rule skips leaves its key as it was: not modelled yet; "
-    "tests/test_external_delta.py checks it (the same Rule as a changelog's, which the campaign draws)",
     ("Pipeline", "records"): "what `explain --records` lists; it changes no output (tests/test_explain.py)",
     ("Pipeline", "declared_at"): "set by the package (the declaration's file:line), never by a pipeline file",
     ("Records", "*"): "explain --records only (tests/test_explain.py)",

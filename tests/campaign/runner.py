@@ -12,6 +12,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -258,6 +259,8 @@ def run_cli(case: Case, folder: Path) -> list[str]:
     from streamtable.core import registry
 
     prepare(case, folder)
+    for job in [folder / "job", *folder.glob("job_*")]:  # the other jobs' tables a driver's pass left: made anew
+        shutil.rmtree(job, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if k != registry.ENV}  # the case's folder alone, not a driver's
     if getattr(case, "refusal", None):  # every command refuses the file; `pipelines` lists the others and exits 5
         done = subprocess.run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from decimal import Decimal
 
 from campaign.cases import Case, Input, Output
 from campaign.common import HEADER, columns_source, imports_line, table_source, times, total_of
@@ -132,6 +133,10 @@ def table_totals(rng: random.Random, seed: int, writes: str = "upsert") -> Case:
         }
 
     versions_per_run, state = (draw_records if writes == "records" else draw_versions)(rng, row, ids)
+    # a rule on the amount, drawn apart so that the rest of each seed's case is as it was before rules were drawn
+    ruled = value_t.kind in ("int", "long", "decimal") and random.Random(f"rules {seed}").random() < 0.5
+    if ruled:  # a key whose row written last breaks it is absent from the table
+        state = {k: r for k, r in state.items() if not _below_zero(r)}
     groups: dict[object, list] = defaultdict(list)
     for r in state.values():
         groups[r["grp"]].append(r["amount"])
@@ -150,10 +155,19 @@ def table_totals(rng: random.Random, seed: int, writes: str = "upsert") -> Case:
     source = HEADER.format(
         doc=f"{p}: rows and the {value_t} total per {group_t} group of another job's keyed table (aggregate_table).",
         imports=imports_line(
-            "Column", "Pipeline", "RETRACT", "Type", "aggregate_table", "changed_groups", "delta_table", "table"
+            "Column",
+            "Pipeline",
+            "RETRACT",
+            "Type",
+            "aggregate_table",
+            *(["at_least"] if ruled else []),
+            "changed_groups",
+            "delta_table",
+            "table",
         ),
     )
     time = f",\n    time_column={tname!r}" if tname != "event_time" else ""
+    time += ",\n    rules=[at_least('amount', 0)]" if ruled else ""
     source += f"""
 ROWS = delta_table(
     {inp.name!r},
@@ -193,7 +207,36 @@ PIPELINE = Pipeline(
         notes=[f"group {group_t} nullable={group_null}", f"amount {value_t} nullable={value_null}", f"time {tname}"],
     )
     case.versions = versions_per_run  # type: ignore[attr-defined]
+    if ruled:
+        case.notes.append("rules=[at_least('amount', 0)]")
+        case.quarantined = quarantined_rows(versions_per_run, writes)  # type: ignore[attr-defined]
     return case
+
+
+def _below_zero(row: dict) -> bool:
+    return row["amount"] is not None and row["amount"] < 0
+
+
+def quarantined_rows(versions_per_run: list[list[tuple[str, list]]], writes: str) -> list[str]:
+    """The reasons `quarantine` holds for rows of the table that break `at_least('amount', 0)`, once each: the first
+    batch reads the table whole (each of its rows then: a record of a log kept, a key's row of an upserted table), a
+    later one each row its commits wrote (an insert, an update, a record appended or rewritten; a delete has none)."""
+    held: dict[object, dict] = {}  # the table's rows before the first batch, by what finds one
+    for kind, payload in versions_per_run[0]:
+        if kind in ("delete", "delete_rows"):
+            for found in payload:
+                held.pop(found, None)
+        else:
+            held.update({(r["_rev"] if writes == "records" else r["id"]): r for r in payload})
+    read = list(held.values())
+    for run in versions_per_run[1:]:
+        read += [r for kind, payload in run if kind not in ("delete", "delete_rows") for r in payload]
+    return sorted(f"amount is {_plain(r['amount'])}, below 0" for r in read if _below_zero(r))
+
+
+def _plain(value: object) -> str:
+    """A number as Spark writes it as text: a decimal with its scale's digits, never an exponent."""
+    return format(value, "f") if isinstance(value, Decimal) else str(value)
 
 
 # -- two table inputs joined by key: table_join (inner, left, outer) or table_left_join over changed_rows -------------

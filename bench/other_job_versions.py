@@ -29,6 +29,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -42,7 +43,7 @@ from streamtable.runtime.commands.lifecycle import run
 from streamtable.runtime.inputs import other_jobs
 from streamtable.runtime.query.progress import history
 from streamtable.runtime.spark import get_spark
-from streamtable.storage import external, other_job_log
+from streamtable.storage import delta_rs, external, other_job_log
 from streamtable.storage.lake import Lake
 from streamtable.storage.other_job_summary import SUMMARIES
 from streamtable.storage.reader import rows as table_rows
@@ -155,15 +156,17 @@ class Table:
 
 
 def counting() -> Counter:
-    """Count the log entries read from here on (as `other_job_log` reads them)."""
+    """Count the log entries read from here on (as `other_job_log` reads them, one by one or several at once)."""
     read: Counter = Counter()
-    entry = other_job_log.log_entry
+    entry, lock = delta_rs.log_entry, threading.Lock()
 
     def counted(path: str, version: int):
-        read[version] += 1
+        with lock:
+            read[version] += 1
         return entry(path, version)
 
     other_job_log.log_entry = counted  # type: ignore[assignment]
+    delta_rs.log_entry = counted  # type: ignore[assignment]
     return read
 
 

@@ -6,13 +6,17 @@ committed-batches store holds them (map pairs, a null map) and as `stream_progre
 
 from __future__ import annotations
 
+import json
 import random
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from streamtable.runtime.committed import Consumed
+from streamtable.ingest.files import ingest_lines
+from streamtable.runtime.committed import Consumed, unconsumed_commits
+from streamtable.storage import delta_rs
 from streamtable.storage.delta_rs import LogEntry, log_entry
+from streamtable.storage.lake import Lake
 from streamtable.storage.other_job_log import metric_rows, parse
 
 INPUTS = ("clicks", "regions", "orders")
@@ -106,3 +110,22 @@ def test_a_commit_without_metrics_counts_the_records_it_added_and_one_for_data_i
     assert rows({"add": {"path": "b.parquet"}}) == 1  # no stats
     rewrite = {"add": {"path": "c.parquet", "stats": '{"numRecords": 9}', "dataChange": False}}
     assert rows(rewrite, {"remove": {"path": "a.parquet", "dataChange": False}}) == 0  # OPTIMIZE
+
+
+def test_an_inputs_unconsumed_commits_are_each_version_after_the_consumed_one_in_order_with_its_rows(tmp_path):
+    """`status`'s count of what a pipeline has not consumed: the log entries of every version after the consumed one,
+    read several at once (one GET each on an object store), kept in version order, each with the rows it added."""
+    lake = Lake(tmp_path / "lake")
+    for i in range(20):
+        click = json.dumps({"user": f"u{i}", "clicks": 1, "event_time": f"2026-03-01T10:{i:02d}:00Z"})
+        ingest_lines(lake, "user_clicks", [click] * (i % 3 + 1), ingest_id=f"ingest {i}")
+    path = lake.table_path("user_clicks")
+    latest = delta_rs.table_version(path)
+    assert latest is not None and latest >= 19
+    first = latest - 14  # the 15 newest ingests not consumed
+    _, commits = unconsumed_commits(lake, "user_clicks", first - 1)
+    assert [c.version for c in commits] == list(range(first, latest + 1))
+    assert [c.rows for c in commits] == [i % 3 + 1 for i in range(5, 20)]
+    wanted = [latest, latest + 1, 2]  # (no version latest + 1: None)
+    assert delta_rs.log_entries(path, wanted) == [delta_rs.log_entry(path, v) for v in wanted]
+    assert delta_rs.log_entries(path, wanted)[1] is None

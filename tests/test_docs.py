@@ -142,6 +142,9 @@ RUN_ELSEWHERE = {
     ".venv/bin/python bench/other_job_versions.py --versions 100 1000 5000 --rounds 3": (
         "nothing: a benchmark of many minutes (docs/benchmarks.md has its figures)"
     ),
+    ".venv/bin/python bench/status_lag.py --versions 50 300 --delay-ms 20 --rounds 3": (
+        "nothing: a benchmark of minutes (docs/benchmarks.md has its figures)"
+    ),
 }
 # Exit codes other than 0 that a line run here must give.
 EXIT_CODES = {

@@ -7,6 +7,7 @@ counts the log entries read, in process, as a new process would read them (`othe
 from __future__ import annotations
 
 import shutil
+import threading
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -18,7 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from streamtable import Column, Type, delta_table
 from streamtable.core.errors import BadInputError
-from streamtable.storage import external, other_job_log, row_versions
+from streamtable.storage import delta_rs, external, other_job_log, row_versions
 from streamtable.storage.external import CHANGE_FEED
 from streamtable.storage.lake import Lake
 
@@ -42,14 +43,16 @@ def append(path: Path, first: int, count: int = 1, **options) -> None:
 def reads(monkeypatch) -> Counter:
     """The versions whose log entries are read (how many times each), from an empty cache: a new process."""
     read: Counter = Counter()
-    entry = other_job_log.log_entry
+    entry, counting = delta_rs.log_entry, threading.Lock()
 
     def counted(path: str, version: int):
-        read[version] += 1
+        with counting:  # (`delta_rs.log_entries` reads several at once)
+            read[version] += 1
         return entry(path, version)
 
     monkeypatch.setattr(other_job_log, "_COMMITS", {})
     monkeypatch.setattr(other_job_log, "log_entry", counted)
+    monkeypatch.setattr(delta_rs, "log_entry", counted)
     return read
 
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from streamtable.core.pipeline import Pipeline
 from streamtable.quality import exact
-from streamtable.storage.delta_rs import log_entry, open_table, table_version
+from streamtable.storage.delta_rs import log_entries, open_table, table_version
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import BATCHES, Lake
 from streamtable.storage.other_job_log import Commit, gone, parse
@@ -126,8 +126,7 @@ def unconsumed_commits(lake: Lake, table: str, consumed: int | None) -> tuple[in
     first_unconsumed = 0 if consumed is None else consumed + 1
     if latest is None or latest < first_unconsumed:
         return latest, []
-    commits = []
-    for version in range(first_unconsumed, latest + 1):
-        entry = log_entry(path, version)
-        commits.append(gone(version) if entry is None else parse(version, entry))
+    versions = range(first_unconsumed, latest + 1)
+    entries = log_entries(path, versions)
+    commits = [gone(v) if e is None else parse(v, e) for v, e in zip(versions, entries, strict=True)]
     return latest, [c for c in commits if c.rows]

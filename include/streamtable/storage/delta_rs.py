@@ -14,7 +14,9 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -148,6 +150,17 @@ def log_entry(path: str, version: int) -> LogEntry | None:
     """Version `version` of the table at `path` as its log entry holds it; None once there is none (log cleanup)."""
     data = read_path(f"{path.rstrip('/')}/_delta_log/{version:020d}.json")
     return None if data is None else LogEntry(tuple(json.loads(line) for line in data.splitlines() if line.strip()))
+
+
+LOG_READS_AT_ONCE = 16  # log entries read at once: on an object store each is a GET, so a lag of N versions costs N/16
+
+
+def log_entries(path: str, versions: Sequence[int]) -> list[LogEntry | None]:
+    """`log_entry` of each of `versions`, in their order, read `LOG_READS_AT_ONCE` at a time."""
+    if len(versions) < 2:
+        return [log_entry(path, v) for v in versions]
+    with ThreadPoolExecutor(min(LOG_READS_AT_ONCE, len(versions))) as pool:
+        return list(pool.map(partial(log_entry, path), versions))
 
 
 def open_table(path: str) -> DeltaTable | None:

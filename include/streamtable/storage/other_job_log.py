@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from streamtable.core.errors import BadInputError
-from streamtable.storage.delta_rs import LogEntry, log_entry
+from streamtable.storage.delta_rs import LogEntry, log_entries, log_entry
 from streamtable.storage.store import Store
 
 CHANGE_FEED = "delta.enableChangeDataFeed"
@@ -156,7 +156,13 @@ def _base(action: dict) -> str:
 
 
 def commits(path: str, first: int, last: int) -> list[Commit]:
-    return [commit(path, v) for v in range(max(first, 0), last + 1)]
+    """The commits `first`..`last`, those not read yet read together (`log_entries`)."""
+    versions = range(max(first, 0), last + 1)
+    unread = [v for v in versions if (path, v) not in _COMMITS]
+    for version, entry in zip(unread, log_entries(path, unread), strict=True):
+        if entry is not None:  # (one gone is refused by `commit`, below)
+            _COMMITS[(path, version)] = parse(version, entry)
+    return [commit(path, v) for v in versions]
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ class Commit:
     columns: tuple[str, ...] | None  # the column names of the schema its metaData action sets; None: unchanged
     changes_rows: bool  # it removed a data file as a data change: an update, a delete or an overwrite
     change_feed: bool | None  # `delta.enableChangeDataFeed` as its metaData action sets it; None: unchanged
-    rows: int  # the rows it added, updated or deleted (`rows_of`)
+    rows: int  # the rows it added, updated or deleted (`metric_rows`; without metrics, as `parse` counts them)
 
 
 _COMMITS: dict[tuple[str, int], Commit] = {}  # commits never change: each is read once per process

@@ -133,10 +133,9 @@ def table_totals(rng: random.Random, seed: int, writes: str = "upsert") -> Case:
         }
 
     versions_per_run, state = (draw_records if writes == "records" else draw_versions)(rng, row, ids)
-    # a rule on the amount, drawn apart so that the rest of each seed's case is as it was before rules were drawn
-    ruled = value_t.kind in ("int", "long", "decimal") and random.Random(f"rules {seed}").random() < 0.5
+    ruled = _ruled(seed, value_t)
     if ruled:  # a key whose row written last breaks it is absent from the table
-        state = {k: r for k, r in state.items() if not _below_zero(r)}
+        state = {k: r for k, r in state.items() if not _below_zero(r, "amount")}
     groups: dict[object, list] = defaultdict(list)
     for r in state.values():
         groups[r["grp"]].append(r["amount"])
@@ -209,16 +208,22 @@ PIPELINE = Pipeline(
     case.versions = versions_per_run  # type: ignore[attr-defined]
     if ruled:
         case.notes.append("rules=[at_least('amount', 0)]")
-        case.quarantined = quarantined_rows(versions_per_run, writes)  # type: ignore[attr-defined]
+        case.quarantined = quarantined_rows(versions_per_run, writes, "amount")  # type: ignore[attr-defined]
     return case
 
 
-def _below_zero(row: dict) -> bool:
-    return row["amount"] is not None and row["amount"] < 0
+def _ruled(seed: int, value_t: T) -> bool:
+    """Whether a case declares `at_least(column, 0)` on its value of type `value_t`: half of those of a whole number or
+    decimal, drawn apart from the case's own draws (each seed draws the case it drew before rules were drawn)."""
+    return value_t.kind in ("int", "long", "decimal") and random.Random(f"rules {seed}").random() < 0.5
 
 
-def quarantined_rows(versions_per_run: list[list[tuple[str, list]]], writes: str) -> list[str]:
-    """The reasons `quarantine` holds for rows of the table that break `at_least('amount', 0)`, once each: the first
+def _below_zero(row: dict, column: str) -> bool:
+    return row[column] is not None and row[column] < 0
+
+
+def quarantined_rows(versions_per_run: list[list[tuple[str, list]]], writes: str, column: str) -> list[str]:
+    """The reasons `quarantine` holds for rows of the table that break `at_least(column, 0)`, once each: the first
     batch reads the table whole (each of its rows then: a record of a log kept, a key's row of an upserted table), a
     later one each row its commits wrote (an insert, an update, a record appended or rewritten; a delete has none)."""
     held: dict[object, dict] = {}  # the table's rows before the first batch, by what finds one
@@ -231,7 +236,7 @@ def quarantined_rows(versions_per_run: list[list[tuple[str, list]]], writes: str
     read = list(held.values())
     for run in versions_per_run[1:]:
         read += [r for kind, payload in run if kind not in ("delete", "delete_rows") for r in payload]
-    return sorted(f"amount is {_plain(r['amount'])}, below 0" for r in read if _below_zero(r))
+    return sorted(f"{column} is {_plain(r[column])}, below 0" for r in read if _below_zero(r, column))
 
 
 def _plain(value: object) -> str:
@@ -268,6 +273,9 @@ def table_joins(rng: random.Random, seed: int) -> Case:
 
         sides[side] = (inp, *draw_versions(rng, row, ids))
     (a_in, a_versions, a_rows), (b_in, b_versions, b_rows) = sides["a"], sides["b"]
+    ruled = _ruled(seed, a_t)
+    if ruled:  # a key of a whose row written last breaks the rule is absent from a
+        a_rows = {k: r for k, r in a_rows.items() if not _below_zero(r, "a")}
     runs = max(len(a_versions), len(b_versions))
     wanted = {"inner": a_rows.keys() & b_rows.keys(), "outer": a_rows.keys() | b_rows.keys()}.get(how, a_rows.keys())
     rows = [
@@ -283,10 +291,21 @@ def table_joins(rng: random.Random, seed: int) -> Case:
     options += f", flag={flag}" if flag != "RETRACT" else ""
     source = HEADER.format(
         doc=f"{p}: {a_in.name} and {b_in.name}, keyed by id, joined ({how}), kept current as either changes.",
-        imports=imports_line("Column", "Pipeline", "RETRACT", "Type", call, "changed_rows", "delta_table", "table"),
+        imports=imports_line(
+            "Column",
+            "Pipeline",
+            "RETRACT",
+            "Type",
+            *(["at_least"] if ruled else []),
+            call,
+            "changed_rows",
+            "delta_table",
+            "table",
+        ),
     )
     for var, inp in (("A", a_in), ("B", b_in)):
         time = f",\n    time_column={inp.time_column!r}" if inp.time_column != "event_time" else ""
+        time += ",\n    rules=[at_least('a', 0)]" if ruled and inp is a_in else ""
         source += f"""
 {var} = delta_table(
     {inp.name!r},
@@ -329,6 +348,9 @@ PIPELINE = Pipeline(
         notes=[f"a {a_t}", f"b {b_t}", f"{how} keep={keep} result={with_result} flag={flag}"],
     )
     case.versions = {a_in.name: a_versions, b_in.name: b_versions}  # type: ignore[attr-defined]
+    if ruled:
+        case.notes.append("a: rules=[at_least('a', 0)]")
+        case.quarantined = quarantined_rows(a_versions, "upsert", "a")  # type: ignore[attr-defined]
     return case
 
 

@@ -18,7 +18,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from streamtable import Column, Type, delta_table
+from streamtable.core import registry
 from streamtable.core.errors import BadInputError
+from streamtable.runtime.observe.status import pipeline_status
 from streamtable.storage import delta_rs, external, other_job_log, row_versions
 from streamtable.storage.external import CHANGE_FEED
 from streamtable.storage.lake import Lake
@@ -163,3 +165,33 @@ def test_the_spans_of_a_tables_files_go_on_from_the_last_run(tmp_path, reads):
     found = external.file_spans(lake, table, 0, 14)
     assert set(reads) <= {10, 11, 12, 13, 14}, sorted(reads)
     assert found == row_versions.spans(str(path), 0, 14)
+
+
+BEHIND = """
+from streamtable import Column, Pipeline, Type, delta_table, table
+
+COLUMNS = [Column("user", Type.STRING), Column("region", Type.STRING), Column("event_time", Type.TIMESTAMP)]
+regions = delta_table("regions", path={path!r}, columns=COLUMNS, keys=["user"])
+per_user = Pipeline(
+    name="per_user", doc="", streams=(), tables=("regions",), outputs=(table("per_user", COLUMNS[:2], keys=["user"]),),
+    process=lambda inputs: {{"per_user": inputs["regions"]}},
+)
+"""
+
+
+def test_status_reads_each_unconsumed_version_of_another_jobs_table_once(tmp_path, reads, monkeypatch):
+    """`status` (and Airflow's `pending` before each micro-batch) checks what the next run would refuse, then counts
+    the rows behind: both from the same log entries, read once."""
+    path, folder = tmp_path / "regions", tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "behind.py").write_text(BEHIND.format(path=str(path)))
+    monkeypatch.setenv(registry.ENV, str(folder))
+    registry.current.cache_clear()
+    append(path, 0, 30)  # versions 0..29, none consumed
+    new_process(reads)
+    try:
+        found = pipeline_status(Lake(tmp_path / "lake"), "per_user")
+    finally:
+        registry.current.cache_clear()
+    assert (found.inputs[0].versions_behind, found.inputs[0].records_behind) == (30, 30)
+    assert max(reads[v] for v in range(1, 30)) == 1, sorted(reads.items())  # (0: also where the log starts)

@@ -15,10 +15,10 @@ import pyarrow as pa
 
 from streamtable.core.pipeline import Pipeline
 from streamtable.quality import exact
-from streamtable.storage.delta_rs import log_entries, open_table, table_version
+from streamtable.storage.delta_rs import open_table, table_version
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import BATCHES, Lake
-from streamtable.storage.other_job_log import Commit, gone, parse
+from streamtable.storage.other_job_log import Commit, changes
 
 BATCHES_SCHEMA = pa.schema(  # a generation's committed batches (`summary.committed_row`)
     [
@@ -120,13 +120,11 @@ class Consumed(Mapping[str, int]):
 def unconsumed_commits(lake: Lake, table: str, consumed: int | None) -> tuple[int | None, list[Commit]]:
     """The latest version of an input, and its commits after version `consumed` that added, changed or deleted rows
     (`Commit.rows`; a version no longer in the log counts 1). Read from each version's log entry, not delta-rs's
-    history, which numbers the versions of a log whose commits lack commit info wrongly."""
+    history, which numbers the versions of a log whose commits lack commit info wrongly; those of another job's table
+    once per process (`status` read them already to name what the next run refuses)."""
     path = path_of(lake, table)  # a Delta table of another job is read where it is
     latest = table_version(path)
     first_unconsumed = 0 if consumed is None else consumed + 1
     if latest is None or latest < first_unconsumed:
         return latest, []
-    versions = range(first_unconsumed, latest + 1)
-    entries = log_entries(path, versions)
-    commits = [gone(v) if e is None else parse(v, e) for v, e in zip(versions, entries, strict=True)]
-    return latest, [c for c in commits if c.rows]
+    return latest, [c for c in changes(path, first_unconsumed, latest) if c.rows]

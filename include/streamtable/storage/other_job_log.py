@@ -158,11 +158,25 @@ def _base(action: dict) -> str:
 def commits(path: str, first: int, last: int) -> list[Commit]:
     """The commits `first`..`last`, those not read yet read together (`log_entries`)."""
     versions = range(max(first, 0), last + 1)
+    _read(path, versions, keep=True)
+    return [commit(path, v) for v in versions]  # (one gone is refused by `commit`)
+
+
+def changes(path: str, first: int, last: int) -> list[Commit]:
+    """The commits `first`..`last`, a version no longer in the log as `gone`: those of another job's table (whose id
+    `read_from` noted) read once per process, as `commits` reads them; those of any other table read anew."""
+    versions = range(max(first, 0), last + 1)
+    read = _read(path, versions, keep=path in _TABLE_IDS)
+    return [_COMMITS.get((path, v)) or read.get(v) or gone(v) for v in versions]
+
+
+def _read(path: str, versions: range, keep: bool) -> dict[int, Commit]:
+    """The commits of `versions` not kept yet, read together (`log_entries`; one gone is left out); kept if `keep`."""
     unread = [v for v in versions if (path, v) not in _COMMITS]
-    for version, entry in zip(unread, log_entries(path, unread), strict=True):
-        if entry is not None:  # (one gone is refused by `commit`, below)
-            _COMMITS[(path, version)] = parse(version, entry)
-    return [commit(path, v) for v in versions]
+    read = {v: parse(v, e) for v, e in zip(unread, log_entries(path, unread), strict=True) if e is not None}
+    if keep:
+        _COMMITS.update({(path, v): c for v, c in read.items()})
+    return read
 
 
 @dataclass(frozen=True)

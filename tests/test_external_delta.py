@@ -71,6 +71,8 @@ APPENDED, APPENDED_FEED, APPENDED_DV = (
     delta_table("ext_" + name, path=BASE + "/" + name, columns=REGIONS.columns, keys=["user"])
     for name in ("appended", "appended_feed", "appended_dv")
 )
+RULED = delta_table("ext_ruled", path=BASE + "/ruled", columns=ORDER_COLUMNS, keys=["order_id"], rules=RULES)
+RULED_LOG = delta_table("ext_ruled_log", path=BASE + "/ruled_log", columns=ORDER_COLUMNS, rules=RULES)
 TOTALS = [Column("customer", S), Column("amount", L)]
 
 
@@ -350,6 +352,27 @@ def test_show_query_and_explain_of_a_keyed_table_of_another_job_give_each_keys_r
     with pytest.raises(BadInputError, match='key user="alice" has 2 rows, and with deletion vectors its files do not'):
         query(lake, "ext_appended_dv", "alice")
     assert query(lake, "ext_appended_dv", "bob") == [versions[0][1]]
+
+
+def test_show_query_and_explain_of_a_table_of_another_job_leave_out_the_rows_a_pipeline_skips(base, tmp_path):
+    """A row that breaks the input's rules is skipped by a pipeline's read (into quarantine), so a key whose row
+    written last breaks one has no row: show and query printed it, and explain gave no reason for the missing row."""
+    lake, path = Lake(tmp_path / "lake"), str(base / "ruled")
+
+    def order(order_id: str, customer: str, amount: int) -> dict:
+        return {"order_id": order_id, "customer": customer, "amount": amount, "event_time": at("2026-03-01T10:00:00")}
+
+    first = [order("o1", "ann", 10), order("o2", "bob", 20), order("o3", "", 5)]
+    write_deltalake(path, pa.Table.from_pylist(first), configuration={CHANGE_FEED: "true"})
+    DeltaTable(path).update(updates={"amount": "-1"}, predicate="order_id = 'o2'")  # o2's row now breaks a rule
+    assert rows(lake, "ext_ruled") == [first[0]]
+    assert query(lake, "ext_ruled", "o2") == [] and query(lake, "ext_ruled", "o1") == [first[0]]
+    [o2, _] = explain(lake, "ext_ruled", "o2")
+    assert (o2["row"], o2["change"], o2["skipped"]) == (None, "update", "amount is -1, below 0")
+    assert explain(lake, "ext_ruled", "o3")[0]["skipped"] == "customer is empty"
+    assert "skipped" not in explain(lake, "ext_ruled", "o1")[0]
+    write_deltalake(str(base / "ruled_log"), pa.Table.from_pylist(first))  # records, not keyed: each one is read
+    assert rows(lake, "ext_ruled_log") == first[:2]
 
 
 def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_path):

@@ -56,6 +56,7 @@ class Case:
     late: int = 0  # records the model sends to late_events
     notes: list[str] = field(default_factory=list)  # what was drawn, for the failure report
     delta_inputs: dict[str, str] = field(default_factory=dict)  # input -> path under the case's folder (table inputs)
+    shown_inputs: list[Output] = field(default_factory=list)  # table inputs' rows as a pipeline reads them (`show`)
 
 
 def families() -> dict:

@@ -18,7 +18,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from campaign.cases import Case, Ingest
+from campaign.cases import Case, Ingest, Output
 from campaign.values import arrow_type, arrow_value, csv_cell, json_text, shown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,11 +135,14 @@ def _exact_arrow(t):
     return pa.timestamp("us", tz="UTC") if t.kind == "timestamp" else arrow_type(__import__("random").Random(0), t)
 
 
-def expected_rows(case: Case) -> dict[str, list[dict]]:
-    return {
-        o.name: _sorted([{n: shown(t, row[n]) for n, t, _ in o.columns} for row in o.rows], o.keys)
-        for o in case.outputs
-    }
+def shown_tables(case: Case, inputs: bool) -> list[Output]:
+    """The case's outputs, and with `inputs` its table inputs as a pipeline reads them (`Case.shown_inputs`), which
+    `show` of another job's table must print."""
+    return case.outputs + (case.shown_inputs if inputs else [])
+
+
+def expected_rows(tables: list[Output]) -> dict[str, list[dict]]:
+    return {o.name: _sorted([{n: shown(t, row[n]) for n, t, _ in o.columns} for row in o.rows], o.keys) for o in tables}
 
 
 def _sorted(rows: list[dict], keys: list[str]) -> list[dict]:
@@ -158,13 +161,18 @@ def same(a: object, b: object) -> bool:
     return a == b
 
 
-def compare(case: Case, actual: dict[str, list[dict]], late: int, quarantined: list[str]) -> list[str]:
+def compare(
+    case: Case, actual: dict[str, list[dict]], late: int, quarantined: list[str], inputs: bool = False
+) -> list[str]:
+    """What differs from the model: the outputs, `late_events`, `quarantine`'s reasons and, with `inputs`, `show` of
+    the table inputs."""
     problems = []
     want = getattr(case, "quarantined", [])
     if sorted(quarantined) != want:
         problems.append(f"quarantine: expected reasons {want}, got {sorted(quarantined)}")
-    for name, want in expected_rows(case).items():
-        got = _sorted(actual.get(name, []), next(o.keys for o in case.outputs if o.name == name))
+    tables = shown_tables(case, inputs)
+    for name, want in expected_rows(tables).items():
+        got = _sorted(actual.get(name, []), next(o.keys for o in tables if o.name == name))
         if not same(got, want):
             problems.append(f"{name}: expected\n  {want}\ngot\n  {got}")
     if late != case.late:
@@ -247,7 +255,7 @@ def cli_commands(case: Case, folder: Path) -> list[list[str]]:
         if at and "ticks=Ticks(" in case.source:
             commands.append([str(STREAMTABLE), "emit-ticks", "--at", iso(clocks[r]), *common])
         commands.append([*(["env", *at] if at else []), str(STREAMTABLE), "run", case.pipeline, *common])
-    for o in case.outputs:
+    for o in shown_tables(case, inputs=True):
         commands.append([str(STREAMTABLE), "show", o.name, *common])
     commands.append([str(STREAMTABLE), "show", "late_events", *common])
     commands.append([str(STREAMTABLE), "show", "quarantine", *common])
@@ -272,7 +280,7 @@ def run_cli(case: Case, folder: Path) -> list[str]:
         )
         errors = [line.removeprefix("streamtable: ") for line in done.stderr.splitlines()]
         return refused(case, folder, errors) + ([] if done.returncode == 5 else [f"exited {done.returncode}, not 5"])
-    shown_tables: dict[str, list[dict]] = {}
+    printed: dict[str, list[dict]] = {}
     run = 0
     for command in cli_commands(case, folder):
         verb = command[command.index(str(STREAMTABLE)) + 1 :]
@@ -287,9 +295,9 @@ def run_cli(case: Case, folder: Path) -> list[str]:
         if done.returncode != 0:
             return [f"{shlex.join(verb[:2])} exited {done.returncode}: {done.stderr.strip()[-2000:]}"]
         if verb[0] == "show":
-            shown_tables[verb[1]] = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    late = len(shown_tables.pop("late_events", []))
-    return compare(case, shown_tables, late, [q["reason"] for q in shown_tables.pop("quarantine", [])])
+            printed[verb[1]] = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    late = len(printed.pop("late_events", []))
+    return compare(case, printed, late, [q["reason"] for q in printed.pop("quarantine", [])], inputs=True)
 
 
 def report(case: Case, folder: Path, problems: list[str], how: str) -> str:
@@ -319,7 +327,8 @@ def report(case: Case, folder: Path, problems: list[str], how: str) -> str:
         ]
     )
     (folder / "failure.txt").write_text(text + "\n")
-    (folder / "expected.json").write_text(json.dumps(expected_rows(case), indent=1, default=str))
+    expected = expected_rows(shown_tables(case, inputs=True))
+    (folder / "expected.json").write_text(json.dumps(expected, indent=1, default=str))
     return text
 
 

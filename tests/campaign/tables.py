@@ -206,6 +206,7 @@ PIPELINE = Pipeline(
         notes=[f"group {group_t} nullable={group_null}", f"amount {value_t} nullable={value_null}", f"time {tname}"],
     )
     case.versions = versions_per_run  # type: ignore[attr-defined]
+    case.shown_inputs = [Output(inp.name, inp.columns, ["id"], list(state.values()))]  # per key, its row written last
     if ruled:
         case.notes.append("rules=[at_least('amount', 0)]")
         case.quarantined = quarantined_rows(versions_per_run, writes, "amount")  # type: ignore[attr-defined]
@@ -348,6 +349,8 @@ PIPELINE = Pipeline(
         notes=[f"a {a_t}", f"b {b_t}", f"{how} keep={keep} result={with_result} flag={flag}"],
     )
     case.versions = {a_in.name: a_versions, b_in.name: b_versions}  # type: ignore[attr-defined]
+    case.shown_inputs = [Output(a_in.name, a_in.columns, ["id"], list(a_rows.values()))]
+    case.shown_inputs.append(Output(b_in.name, b_in.columns, ["id"], list(b_rows.values())))
     if ruled:
         case.notes.append("a: rules=[at_least('a', 0)]")
         case.quarantined = quarantined_rows(a_versions, "upsert", "a")  # type: ignore[attr-defined]

@@ -1,7 +1,8 @@
 """The current rows of another job's Delta table as a pipeline's table input reads them, without Spark (`show`,
 `query`, `explain`): a table declared with keys holds per key its row written last (a row appended with a key the
 table held is its update), told by the versions of the files holding the rows (`row_versions`), as
-`runtime.inputs.other_jobs` reads them in a Spark job; any other table, its rows.
+`runtime.inputs.other_jobs` reads them in a Spark job; any other table, its rows. A row that breaks the declaration's
+rules (or lacks a required column) is left out, as a pipeline skips it.
 
 The files are read one by one (pyarrow's dataset of the table) to know each row's file; a table with deletion vectors
 is read whole by DataFusion, which names no file per row: when it holds several rows of a key, it is refused.
@@ -34,14 +35,32 @@ def current_rows(table: Table, where: Where = None) -> pa.Table:
     rows = keep(snapshot.current_rows(delta, [c.name for c in table.columns]))
     shared = shared_keys(rows.select(list(table.keys))) if table.keys and rows.num_rows else None
     if shared is None:
-        return rows
+        return _fitting(table, rows)
     if snapshot.has_deletion_vectors(delta):
         raise BadInputError(
             f"input {table.name} ({external.location(table)}): key {shared[0]} has {shared[1]} rows, and with deletion "
             "vectors its files do not say which was written last: refused; `streamtable run` of a pipeline that "
             "reads it takes each key's latest row (or give each key one row: the other job's MERGE on its keys)"
         )
-    return _written_last(table, delta, rows.schema, keep)
+    return _fitting(table, _written_last(table, delta, rows.schema, keep))
+
+
+def _fitting(table: Table, rows: pa.Table) -> pa.Table:
+    """The rows a pipeline reads of these: not those it skips (`skipped`), so a key whose row written last breaks a
+    rule has no row."""
+    required = [c.name for c in table.columns if not c.nullable]
+    if not table.rules and not any(rows.column(name).null_count for name in required):
+        return rows
+    return rows.filter(pa.array([skipped(table, row) is None for row in rows.to_pylist()], pa.bool_()))
+
+
+def skipped(table: Table, row: dict) -> str | None:
+    """Why a pipeline skips this row of the table into `quarantine` (a required column null, then a rule broken), in
+    quarantine's words, or None when it reads it."""
+    for column in table.columns:
+        if not column.nullable and row.get(column.name) is None:
+            return f"{column.name} is null"
+    return next((reason for rule in table.rules if (reason := rule.error(row))), None)
 
 
 def _written_last(table: Table, delta: DeltaTable, schema: pa.Schema, keep: Callable[[pa.Table], pa.Table]) -> pa.Table:

@@ -88,6 +88,8 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
             lines.insert(0, _line(table, keys, full_key, None, {"after": row, "before": None, "kind": None}, writers))
         lines[0]["current"] = True
         lines[0]["row"] = to_json(row)
+        if spec.external and row is None and versions and versions[0][1]["after"] is not None:
+            lines[0]["skipped"] = other_job_rows.skipped(spec, versions[0][1]["after"])  # why no pipeline reads it
         if lag is not None:
             lines[0] |= lag
         if records:

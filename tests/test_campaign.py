@@ -16,9 +16,10 @@ from streamtable.core import registry
 # group, time column `sent_ms`, JSON lines and Parquet over three runs; 8, aggregates per BOOLEAN and LONG group, time
 # `t`, CSV and JSON lines; 36, hopping windows (10 min every 5, grace 20) with late records, time `when`, every file
 # format; 24, aggregate_table over another job's keyed Delta table (MERGEs and deletes, three runs) per nullable
-# DECIMAL(20,6) group, time `paid_at`, streams=(). Then 51, sessions (gap 5 min, grace 10) of a DECIMAL(5,0) per
-# DECIMAL(20,6) group, time `t`, two runs with a late record; 37, join_within how="left" on a TIMESTAMP key, the sides'
-# time columns `sent_ms` and `paid_at`, two runs with a late record and a left row that never matched.
+# DECIMAL(20,6) group, streams=(), the table without a time column (time_column=None). Then 51, sessions (gap 5
+# min, grace 10) of a DECIMAL(5,0) per DECIMAL(20,6) group, time `t`, two runs with a late record; 37, join_within
+# how="left" on a TIMESTAMP key, the sides' time columns `sent_ms` and `paid_at`, two runs with a late record and a
+# left row that never matched.
 # Then the families that read the wall clock, the other rules and table joins, one run each (CI's budget): 3,
 # outer_join_within on a TIMESTAMP key (wall_clock=True) whose wall clock closes some events alone, one pair; 166,
 # Ticks of a DATE key in a keyed changelog, each joined as of its time with the key's latest DECIMAL(18,2), or null;

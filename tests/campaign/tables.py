@@ -133,6 +133,9 @@ def table_totals(rng: random.Random, seed: int, writes: str = "upsert") -> Case:
         }
 
     versions_per_run, state = (draw_records if writes == "records" else draw_versions)(rng, row, ids)
+    untimed = _untimed(seed)
+    if untimed:  # a table without a time column (prices, customers): its rows' drawn times are never written
+        inp.columns = inp.columns[:3]
     ruled = _ruled(seed, value_t)
     if ruled:  # a key whose row written last breaks it is absent from the table
         state = {k: r for k, r in state.items() if not _below_zero(r, "amount")}
@@ -166,6 +169,7 @@ def table_totals(rng: random.Random, seed: int, writes: str = "upsert") -> Case:
         ),
     )
     time = f",\n    time_column={tname!r}" if tname != "event_time" else ""
+    time = ",\n    time_column=None" if untimed else time
     time += ",\n    rules=[at_least('amount', 0)]" if ruled else ""
     source += f"""
 ROWS = delta_table(
@@ -203,7 +207,11 @@ PIPELINE = Pipeline(
         {inp.name: inp},
         [[] for _ in versions_per_run],
         [out],
-        notes=[f"group {group_t} nullable={group_null}", f"amount {value_t} nullable={value_null}", f"time {tname}"],
+        notes=[
+            f"group {group_t} nullable={group_null}",
+            f"amount {value_t} nullable={value_null}",
+            "no time column" if untimed else f"time {tname}",
+        ],
     )
     case.versions = versions_per_run  # type: ignore[attr-defined]
     case.shown_inputs = [Output(inp.name, inp.columns, ["id"], list(state.values()))]  # per key, its row written last
@@ -217,6 +225,12 @@ def _ruled(seed: int, value_t: T) -> bool:
     """Whether a case declares `at_least(column, 0)` on its value of type `value_t`: half of those of a whole number or
     decimal, drawn apart from the case's own draws (each seed draws the case it drew before rules were drawn)."""
     return value_t.kind in ("int", "long", "decimal") and random.Random(f"rules {seed}").random() < 0.5
+
+
+def _untimed(seed: int) -> bool:
+    """Whether a table case's table has no time column (`time_column=None`): a quarter of them, drawn apart from the
+    case's own draws, as `_ruled` is."""
+    return random.Random(f"untimed {seed}").random() < 0.25
 
 
 def _below_zero(row: dict, column: str) -> bool:

@@ -252,6 +252,12 @@ def _check(registry: Registry) -> None:
     for pipeline in list(registry.pipelines.values()):
         where = registry.origins[("pipeline", pipeline.name)]
         problems = [f"reads the unknown input {n!r}" for n in pipeline.inputs if n not in registry.inputs]
+        problems += [
+            f"reads {n!r} as a stream, which declares no time column (time_column=None): a stream's records need "
+            "their event time; read it in tables= or declare its time column"
+            for n in pipeline.streams
+            if n in registry.inputs and registry.inputs[n].time_column is None
+        ]
         columns = {n: [c.name for c in t.columns] for n, t in registry.inputs.items() if n in pipeline.inputs}
         problems += [p for records in pipeline.records for p in records.unknown_columns(columns)]
         ticks = registry.inputs.get(pipeline.ticks.into) if pipeline.ticks else None

@@ -115,6 +115,8 @@ class Table:
         problems += [p for r in self.rules for c in self.columns if c.name == r.column and (p := _rule_problem(r, c))]
         if self.kind not in ("input", "table", "stream"):
             problems.append(f"kind {self.kind!r} is not input, table or stream")
+        if self.kind == "input" and self.path is None and self.time_column is None:
+            problems.append("an input changelog's records need their event time: time_column=None is refused")
         if self.time_column is not None and self.time_column not in names:
             problems.append(f"time column {self.time_column!r} is not a column")
         elif self.kind == "input" and self.time_column is not None:
@@ -214,7 +216,7 @@ def delta_table(
     columns: Sequence[Column],
     keys: Sequence[str] = (),
     rules: Sequence[Rule] = (),
-    time_column: str = "event_time",
+    time_column: str | None = "event_time",
 ) -> Table:
     """An input that is an existing Delta table of another job, at `path`: read in place, never written.
 
@@ -225,7 +227,8 @@ def delta_table(
     once (`source`: the path, `line`: the version). With `keys`, the table is read through its Change Data
     Feed: an update is a new record of its key and a delete a deletion (its other columns null, at the
     delete's commit time). A stream input must be append-only; updates or deletes need `keys` and the Change
-    Data Feed (`delta.enableChangeDataFeed`).
+    Data Feed (`delta.enableChangeDataFeed`). `time_column=None` declares a table without one (prices, customers):
+    a table input needs no event time unless `batch.table` serves an as-of join by it; a stream input does (refused).
 
         orders = delta_table(
             "orders",

@@ -100,6 +100,10 @@ def _commit(inp, path: str, commits: list, without_feed: bool) -> None:
     if revised:  # a table of records (`tables.draw_records`): each row has a `_rev` the pipeline does not declare
         schema = schema.append(pa.field("_rev", pa.int64(), nullable=False))
     for kind, payload in commits:
+        if kind == "rekey":  # an UPDATE of rows' keys (`tables.rekey`)
+            for r in payload:
+                DeltaTable(path).update(updates={"id": f"'{r['id']}'"}, predicate=f"id = '{r['_was']}'")
+            continue
         if kind in ("delete", "delete_rows"):
             column = "id" if kind == "delete" else "_rev"
             DeltaTable(path).delete(" OR ".join(f"{column} = {i!r}" for i in payload))

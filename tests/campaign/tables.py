@@ -40,6 +40,19 @@ def draw_versions(rng: random.Random, row, ids) -> tuple[list[list[tuple[str, li
     return versions_per_run, state
 
 
+def rekey(seed: int, label: str, versions_per_run: list[list[tuple[str, list]]], state: dict[str, dict]) -> None:
+    """In a third of the tables with a later run, the other job's UPDATE of a row's key as that run's last commit
+    (`("rekey", [row])`: the row with its new id, and `_was`, its old one): its old key is deleted, its new one
+    inserted. Drawn apart from the case's own draws, as `_ruled` is."""
+    rng = random.Random(f"rekey {label} {seed}")
+    if len(versions_per_run) < 2 or not state or rng.random() >= 1 / 3:
+        return
+    old = rng.choice(sorted(state))
+    moved = state.pop(old) | {"id": f"r{old}", "_was": old}
+    state[moved["id"]] = moved
+    versions_per_run[-1].append(("rekey", [moved]))
+
+
 def draw_records(rng: random.Random, row, ids) -> tuple[list[list[tuple[str, list]]], dict[str, dict]]:
     """Another job's commits to a table it keeps as a log of records (several rows per key), run by run (2 or 3 runs
     of 1 to 3 commits), and the table's rows by id once they are all committed: per key, its record written last.
@@ -133,6 +146,8 @@ def table_totals(rng: random.Random, seed: int, writes: str = "upsert") -> Case:
         }
 
     versions_per_run, state = (draw_records if writes == "records" else draw_versions)(rng, row, ids)
+    if writes == "upsert":
+        rekey(seed, "", versions_per_run, state)
     untimed = _untimed(seed)
     if untimed:  # a table without a time column (prices, customers): its rows' drawn times are never written
         inp.columns = inp.columns[:3]
@@ -287,6 +302,7 @@ def table_joins(rng: random.Random, seed: int) -> Case:
             return {"id": i, inp.columns[1][0]: draw_value(rng, value_t, nullable=True), tname: BASE}
 
         sides[side] = (inp, *draw_versions(rng, row, ids))
+        rekey(seed, side, *sides[side][1:])
     (a_in, a_versions, a_rows), (b_in, b_versions, b_rows) = sides["a"], sides["b"]
     ruled = _ruled(seed, a_t)
     if ruled:  # a key of a whose row written last breaks the rule is absent from a

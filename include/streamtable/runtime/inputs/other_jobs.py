@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import reduce
 
-from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession, functions as F
+from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession, Window, functions as F
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from streamtable.core.errors import BadInputError
@@ -202,7 +202,16 @@ def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool,
         .option("endingVersion", version)
         .load(external.location(table))
     )
-    return from_change_feed(changes, table)
+    return from_change_feed(moved_keys_deleted(changes, table), table)
+
+
+def moved_keys_deleted(changes: DataFrame, table: Table) -> DataFrame:
+    """Change Data Feed rows where an UPDATE that changed a row's keys deletes its old key: a pre-image with no
+    post-image of its key in its version is a `delete` (Kafka's tombstone of the old key), not a dropped pre-image."""
+    kind = F.col("_change_type")
+    moved = Window.partitionBy(*table.keys, "_commit_version")
+    stays = F.max((kind == "update_postimage").cast("int")).over(moved) == 1
+    return changes.withColumn("_change_type", F.when((kind == "update_preimage") & ~stays, "delete").otherwise(kind))
 
 
 def read_records(spark: SparkSession, lake: Lake, table: Table, version: int) -> DataFrame:

@@ -401,6 +401,8 @@ def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_pat
     )
     regions.delete("user = 'bob'")  # at its commit time (now): bob's later clicks have no region
     regions.update("user = 'carol'", {"user": "'dora'"})  # a key changed: carol deleted at its commit time, as bob
+    now = [("alice", "europe", at("2026-02-01T00:00:00")), ("dora", "americas", at("2026-02-01T00:00:00"))]
+    write(spark, path, REGIONS_DDL, now, mode="overwrite")  # written again whole (a nightly snapshot): none deleted
     clicks = [
         ("alice", 1, "2026-01-15T00:00:00Z"),  # asia then
         ("alice", 10, "2026-03-01T00:00:00Z"),  # europe since the MERGE's record
@@ -409,6 +411,7 @@ def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_pat
         ("carol", 10000, "2026-03-01T00:00:00Z"),
         ("carol", 100000, "2099-01-01T00:00:00Z"),  # no carol by then (she was counted in americas, exit 0)
         ("dora", 1000000, "2099-01-01T00:00:00Z"),
+        ("alice", 10000000, "2099-01-01T00:00:00Z"),  # europe still (she had no region after the overwrite, exit 0)
     ]
     ingest_lines(lake, "ext_clicks", [json.dumps({"user": u, "clicks": n, "event_time": t}) for u, n, t in clicks])
     run(lake, "ext_per_region")
@@ -416,9 +419,9 @@ def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_pat
         {"region": "UNKNOWN", "clicks": 101000},
         {"region": "americas", "clicks": 1010000},
         {"region": "asia", "clicks": 1},
-        {"region": "europe", "clicks": 110},
+        {"region": "europe", "clicks": 10000110},
     ]
-    assert table_version(str(path)) == 3
+    assert table_version(str(path)) == 4
     # its rows are a table's: shown by its keys, and a key looked up as in an output (it had matched the time column)
     assert [r["user"] for r in rows(lake, "ext_regions")] == ["alice", "dora"]
     assert [r["region"] for r in query(lake, "ext_regions", "alice")] == ["europe"]

@@ -202,16 +202,22 @@ def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool,
         .option("endingVersion", version)
         .load(external.location(table))
     )
-    return from_change_feed(moved_keys_deleted(changes, table), table)
+    return from_change_feed(as_versions_leave_keys(changes, table), table)
 
 
-def moved_keys_deleted(changes: DataFrame, table: Table) -> DataFrame:
-    """Change Data Feed rows where an UPDATE that changed a row's keys deletes its old key: a pre-image with no
-    post-image of its key in its version is a `delete` (Kafka's tombstone of the old key), not a dropped pre-image."""
+def as_versions_leave_keys(changes: DataFrame, table: Table) -> DataFrame:
+    """Change Data Feed rows as each version leaves each key: a key with a row after the version keeps the rows it
+    inserted and loses its removals (an update, or an overwrite that wrote the table again, deletes nothing); a key
+    without one is deleted (a DELETE, or an UPDATE that changed its keys: Kafka's tombstone of the old key)."""
     kind = F.col("_change_type")
-    moved = Window.partitionBy(*table.keys, "_commit_version")
-    stays = F.max((kind == "update_postimage").cast("int")).over(moved) == 1
-    return changes.withColumn("_change_type", F.when((kind == "update_preimage") & ~stays, "delete").otherwise(kind))
+    after = kind.isin("insert", "update_postimage")
+    kept = F.max(after.cast("int")).over(Window.partitionBy(*table.keys, "_commit_version")) == 1
+    marked = changes.withColumn("_kept", kept)
+    return (
+        marked.where(after | ~F.col("_kept"))
+        .drop("_kept")
+        .withColumn("_change_type", F.when(after, kind).otherwise("delete"))
+    )
 
 
 def read_records(spark: SparkSession, lake: Lake, table: Table, version: int) -> DataFrame:

@@ -94,6 +94,12 @@ def test_a_key_that_cannot_be_read_names_its_column_and_what_keys_a_stream(tmp_p
         "calls.ts: 'o1' is not a timestamp (key: not an ISO-8601 time: 'o1'); calls is a stream: KEY... are matched "
         "to ts, user1, user2, analytics, metrics in that order"
     )
+    with pytest.raises(BadInputError) as changelog:  # a keyed one too: its rows are its records (it said "a stream")
+        query(tmp_path / "lake", "user_regions", "bob")
+    assert str(changelog.value).endswith(
+        "user_regions is an input changelog, whose rows are its records, keyed or not: KEY... are matched to "
+        "event_time, user, region in that order"
+    )
     with pytest.raises(BadInputError) as table:
         query(tmp_path / "lake", "notification_counts", "ann", "soon")
     assert str(table.value) == (

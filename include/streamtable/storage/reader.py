@@ -101,11 +101,16 @@ def query(lake: str | Path | Lake, table: str, *key: str) -> list[dict]:
             order = (
                 f"KEY... are {table}'s key columns {', '.join(keys)} in that order"
                 if spec.keyed_rows
-                else f"{table} is a stream: KEY... are matched to {', '.join(keys)} in that order"
+                else f"{table} is {_records_kind(spec)}: KEY... are matched to {', '.join(keys)} in that order"
             )
             raise BadInputError(f"{table}.{column}: {e}; {order}") from None
         values[column] = value
     return _pylist(_sorted(_read(lake, spec, partial(_equal, values)), spec))
+
+
+def _records_kind(spec: Table) -> str:
+    """What a table whose rows are records is, for `query`'s line: a stream, or an input changelog (keyed or not)."""
+    return "a stream" if spec.kind == "stream" else "an input changelog, whose rows are its records, keyed or not"
 
 
 def _equal(values: dict[str, object], data: pa.Table) -> pa.Table:

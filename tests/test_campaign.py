@@ -27,14 +27,16 @@ from streamtable.core import registry
 # in_set and between; 148, an outer table_join of two other jobs' keyed tables with an ARRAY of TIMESTAMP values,
 # `keep`, the committed result and a retraction flag of its own name; 120, aggregate_table over another job's keyed
 # table with a rule, at_least('amount', 0) on a DECIMAL(38,10), that 5 of its rows break over four commits (a delete
-# among them): keys whose latest row breaks it absent, each breaking row quarantined once. (table_records runs in
+# among them): keys whose latest row breaks it absent, each breaking row quarantined once; 90, asof_join of clicks
+# with another job's keyed table that is overwritten whole, has rows deleted and a key UPDATEd, over three runs, each
+# key clicked after every commit too (the code before 914bd9b fails it). (table_records runs in
 # `make campaign` only: tests/test_table_inputs.py checks a key appended again, feed on and off, against
 # tests/reference.py.)
 FIRST_FAMILIES = ("totals", "aggregates", "windows", "table_totals")
 DRIVER_CASES = ((6, FIRST_FAMILIES), (8, FIRST_FAMILIES), (36, FIRST_FAMILIES), (24, FIRST_FAMILIES))
 DRIVER_CASES += ((51, ("sessions",)), (37, ("stream_join",)))
 DRIVER_CASES += ((3, ("outer_join",)), (166, ("ticks",)), (365, ("record_rules",)), (148, ("table_joins",)))
-DRIVER_CASES += ((120, ("table_totals",)),)
+DRIVER_CASES += ((120, ("table_totals",)), (90, ("table_asof",)))
 # totals of a DECIMAL(10,2) per TIMESTAMP group from a Parquet and a CSV landing folder in one run (one run: the
 # multi-run cases above cost the CLI a process per ingest and run, and the budget is CI's)
 CLI_CASES = ((379, ("totals",)),)

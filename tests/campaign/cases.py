@@ -62,9 +62,9 @@ class Case:
 def families() -> dict:
     """Every family by name. A seed drawn among all of them picks by position (a new family changes what it draws);
     the CI's seeds name their family, whose draws never depend on the others."""
-    from campaign import aggregates, clocks, rules, streams, tables, windows
+    from campaign import aggregates, clocks, rules, streams, table_asof, tables, windows
 
-    every = (aggregates, windows, tables, streams, rules, clocks)
+    every = (aggregates, windows, tables, streams, rules, clocks, table_asof)
     return {name: family for module in every for name, family in module.FAMILIES.items()}
 
 

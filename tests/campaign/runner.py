@@ -115,6 +115,8 @@ def _commit(inp, path: str, commits: list, without_feed: bool) -> None:
             write_deltalake(path, data, configuration={"delta.enableChangeDataFeed": str(not without_feed).lower()})
         elif kind == "append":
             write_deltalake(path, data, mode="append")
+        elif kind == "overwrite":  # the table written again whole (`table_asof`)
+            write_deltalake(path, data, mode="overwrite")
         elif kind == "rewrite":  # an UPDATE of the records with these `_rev`s
             DeltaTable(path).merge(
                 data, "t._rev = s._rev", source_alias="s", target_alias="t"

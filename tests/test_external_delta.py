@@ -84,10 +84,13 @@ def totals(source, output):
     return process
 
 
-def per_region(batch):
-    enriched = asof_join(batch.new("ext_clicks"), batch.table("ext_regions"), key="user", values=["region"])
-    by_region = enriched.select(F.coalesce("region", F.lit("UNKNOWN")).alias("region"), "clicks")
-    batch.upsert("ext_per_region", add_to_totals(batch.current("ext_per_region"), by_region, ["region"], "clicks"))
+def per_region(regions, output):
+    def process(batch):
+        enriched = asof_join(batch.new("ext_clicks"), batch.table(regions), key="user", values=["region"])
+        by_region = enriched.select(F.coalesce("region", F.lit("UNKNOWN")).alias("region"), "clicks")
+        batch.upsert(output, add_to_totals(batch.current(output), by_region, ["region"], "clicks"))
+
+    return process
 
 
 def counted(name, streams, tables=()):
@@ -108,7 +111,13 @@ LOG_TOTALS = Pipeline(
 PER_REGION = Pipeline(
     name="ext_per_region", doc="", streams=("ext_clicks",), tables=("ext_regions",),
     outputs=(table("ext_per_region", [Column("region", S), Column("clicks", L)], keys=["region"]),),
-    process=per_region,
+    process=per_region("ext_regions", "ext_per_region"),
+)
+ASOF_APPENDED = delta_table("ext_asof_appended", path=BASE + "/asof_appended", columns=REGIONS.columns, keys=["user"])
+PER_APPENDED_REGION = Pipeline(
+    name="ext_per_appended_region", doc="", streams=("ext_clicks",), tables=("ext_asof_appended",),
+    outputs=(table("ext_per_appended_region", [Column("region", S), Column("clicks", L)], keys=["region"]),),
+    process=per_region("ext_asof_appended", "ext_per_appended_region"),
 )
 NO_FEED_P = counted("no_feed", ("ext_clicks",), ("ext_no_feed",))
 DELETES_P = counted("deletes_stream", ("ext_deletes",))
@@ -425,6 +434,29 @@ def test_a_keyed_table_is_read_through_its_change_data_feed(spark, base, tmp_pat
     # its rows are a table's: shown by its keys, and a key looked up as in an output (it had matched the time column)
     assert [r["user"] for r in rows(lake, "ext_regions")] == ["alice", "dora"]
     assert [r["region"] for r in query(lake, "ext_regions", "alice")] == ["europe"]
+
+
+def test_a_delete_of_one_of_a_keys_rows_is_refused_by_an_as_of_join(spark, base, tmp_path):
+    """A key appended again has two rows; a DELETE of the one written last leaves it the other (batch.rows and show
+    say so), but the Change Data Feed that batch.table reads has only the delete: an as-of join took the key as
+    deleted (exit 0). It now fails in one line (exit 2)."""
+    lake, path = Lake(tmp_path / "lake"), str(base / "asof_appended")
+    alice = [
+        {"user": "alice", "region": r, "event_time": at(f"2026-01-0{d}T00:00:00")}
+        for r, d in (("asia", 1), ("europe", 2))
+    ]
+    write_deltalake(path, pa.Table.from_pylist(alice[:1]), configuration={CHANGE_FEED: "true"})
+    write_deltalake(path, pa.Table.from_pylist(alice[1:]), mode="append")  # appended again: her update
+    DeltaTable(path).delete("region = 'europe'")  # her row written last deleted: asia is hers again
+    assert query(lake, "ext_asof_appended", "alice") == alice[:1]
+    ingest_lines(lake, "ext_clicks", [json.dumps({"user": "alice", "clicks": 1, "event_time": "2099-01-01T00:00:00Z"})])
+    with pytest.raises(BadInputError) as refused:
+        run(lake, "ext_per_appended_region")
+    assert str(refused.value) == (
+        'input ext_asof_appended: version 2 deleted a row of key {"user":"alice"}, which keeps another (a key appended '
+        "again): which row is the key's after it is in no change that batch.table reads: refused; give each key one "
+        "row (the other job's MERGE on its keys)"
+    )
 
 
 def test_updates_or_deletes_without_change_data_feed_or_in_a_stream_are_refused(spark, base, tmp_path):

@@ -693,7 +693,8 @@ def test_the_spark_rule_of_a_key_written_last_is_the_one_show_and_query_use(spar
     `query` and `explain` without Spark (`storage.row_versions.written_last`). On random spans of random rows both
     give each key the same row, and refuse the same keys (two different rows that nothing orders)."""
     rng = random.Random(71)
-    table = Table("prices", (Column("item", Type.STRING), Column("price", Type.LONG)), "input", keys=("item",))
+    columns = (Column("item", Type.STRING), Column("price", Type.LONG))
+    table = Table("prices", columns, "input", keys=("item",), path=str(Path.cwd()))  # another job's, without a time
     ordered: dict[str, int] = {}
     tied: list[list[tuple]] = []
     records: list[tuple] = []

@@ -21,7 +21,7 @@ from functools import reduce
 from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession, Window, functions as F
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
-from streamtable.core.errors import BadInputError
+from streamtable.core.errors import INPUT_REFUSED, BadInputError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, LINE, QUARANTINE, SOURCE, Table
@@ -208,16 +208,31 @@ def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool,
 def as_versions_leave_keys(changes: DataFrame, table: Table) -> DataFrame:
     """Change Data Feed rows as each version leaves each key: a key with a row after the version keeps the rows it
     inserted and loses its removals (an update, or an overwrite that wrote the table again, deletes nothing); a key
-    without one is deleted (a DELETE, or an UPDATE that changed its keys: Kafka's tombstone of the old key)."""
+    without one is deleted (a DELETE, or an UPDATE that changed its keys: Kafka's tombstone of the old key). A version
+    that only removes rows of a key that keeps another (a key appended again) fails the batch in one line: the row
+    the key has after it is in no change of that version."""
     kind = F.col("_change_type")
     after = kind.isin("insert", "update_postimage")
-    kept = F.max(after.cast("int")).over(Window.partitionBy(*table.keys, "_commit_version")) == 1
-    marked = changes.withColumn("_kept", kept)
-    return (
-        marked.where(after | ~F.col("_kept"))
-        .drop("_kept")
-        .withColumn("_change_type", F.when(after, kind).otherwise("delete"))
+    in_version = Window.partitionBy(*table.keys, "_commit_version")
+    so_far = Window.partitionBy(*table.keys).orderBy("_commit_version").rangeBetween(Window.unboundedPreceding, 0)
+    marked = changes.withColumn("_kept", F.max(after.cast("int")).over(in_version) == 1).withColumn(
+        "_left",
+        F.sum(F.when(after, 1).otherwise(-1)).over(so_far),  # the key's rows after the version
     )
+    refused = F.raise_error(
+        F.concat(
+            F.lit(f"{INPUT_REFUSED}input {table.name}: version "),
+            F.col("_commit_version").cast("string"),
+            F.lit(" deleted a row of key "),
+            F.to_json(F.struct(*table.keys)),
+            F.lit(
+                ", which keeps another (a key appended again): which row is the key's after it is in no change that "
+                "batch.table reads: refused; give each key one row (the other job's MERGE on its keys)"
+            ),
+        )
+    )
+    leaves = F.when(~F.col("_kept") & (F.col("_left") > 0), refused).when(after, kind).otherwise(F.lit("delete"))
+    return marked.where(after | ~F.col("_kept")).withColumn("_change_type", leaves).drop("_kept", "_left")
 
 
 def read_records(spark: SparkSession, lake: Lake, table: Table, version: int) -> DataFrame:

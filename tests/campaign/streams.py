@@ -276,25 +276,7 @@ def asof(rng: random.Random, seed: int) -> Case:
         imports=imports_line("Column", "Pipeline", "Type", "asof_join", "changelog", "stream"),
     )
     source += "\n" + changelog_source("CLICKS", clicks, rng) + "\n" + changelog_source("REGIONS", regions, rng)
-    source += f"""
-
-def process(batch) -> None:
-    clicks = batch.new({clicks.name!r}).select("k", "n", {tname!r})
-    enriched = asof_join(clicks, batch.table({regions.name!r}), key="k", values=["region"], time={tname!r})
-    batch.append({out.name!r}, enriched)
-
-
-PIPELINE = Pipeline(
-    name={p!r},
-    doc=__doc__,
-    streams=({clicks.name!r},),
-    tables=({regions.name!r},),
-    outputs=(
-        {stream_source(out.name, columns, tname)},
-    ),
-    process=process,
-)
-"""
+    source += "\n" + asof_pipeline_source(p, clicks.name, regions.name, out, "k", tname)
     runs = [
         [Ingest(regions.name, rng.choice(FORMATS), rs)] * bool(rs)
         + [Ingest(clicks.name, rng.choice(FORMATS), cs)] * bool(cs)
@@ -311,6 +293,28 @@ PIPELINE = Pipeline(
         [out],
         notes=[f"key {key_t}", f"region {value_t}", f"time {tname}"],
     )
+
+
+def asof_pipeline_source(p: str, clicks: str, regions: str, out: Output, key: str, tname: str) -> str:
+    """The `process` and `Pipeline` of an as-of case: each click with its key's region as of its time, appended."""
+    return f"""
+def process(batch) -> None:
+    clicks = batch.new({clicks!r}).select("{key}", "n", {tname!r})
+    enriched = asof_join(clicks, batch.table({regions!r}), key="{key}", values=["region"], time={tname!r})
+    batch.append({out.name!r}, enriched)
+
+
+PIPELINE = Pipeline(
+    name={p!r},
+    doc=__doc__,
+    streams=({clicks!r},),
+    tables=({regions!r},),
+    outputs=(
+        {stream_source(out.name, out.columns, tname)},
+    ),
+    process=process,
+)
+"""
 
 
 FAMILIES = {"sessions": sessions, "stream_join": stream_join, "asof": asof}

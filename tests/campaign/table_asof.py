@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 from itertools import count
 
 from campaign.cases import FORMATS, Case, Ingest, Input, Output
-from campaign.common import HEADER, changelog_source, columns_source, imports_line, record, stream_source
+from campaign.common import HEADER, changelog_source, columns_source, imports_line, record
+from campaign.streams import asof_pipeline_source
 from campaign.tables import JOB_PATH
 from campaign.values import BASE, SCALARS, TIME_NAMES, T, draw_type, draw_value
 
@@ -151,26 +152,8 @@ REGIONS = delta_table(
 {columns_source(regions.columns)}    ],
     keys=["id"]{time},
 )
-
-
-def process(batch) -> None:
-    clicks = batch.new({clicks.name!r}).select("id", "n", {tname!r})
-    enriched = asof_join(clicks, batch.table({regions.name!r}), key="id", values=["region"], time={tname!r})
-    batch.append({out.name!r}, enriched)
-
-
-PIPELINE = Pipeline(
-    name={p!r},
-    doc=__doc__,
-    streams=({clicks.name!r},),
-    tables=({regions.name!r},),
-    outputs=(
-        {stream_source(out.name, out.columns, tname)},
-    ),
-    process=process,
-)
 """
-    return source
+    return source + "\n" + asof_pipeline_source(p, clicks.name, regions.name, out, "id", tname)
 
 
 FAMILIES = {"table_asof": table_asof}

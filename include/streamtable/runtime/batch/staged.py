@@ -299,6 +299,8 @@ class StagedBatch:
 
 INTERNAL_ALIAS = re.compile(r"`\w+`\.(`[^`]+`)")  # a column qualified by a DataFrame alias in Spark's messages
 RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\] (.*?)(?: SQLSTATE: P0001)?$")  # `F.raise_error`'s text in Spark's
+# an input check's `F.raise_error` anywhere in the error: one raised in a write's job is wrapped in the job's failure
+REFUSED_INPUT = re.compile(rf"\[USER_RAISED_EXCEPTION\] {re.escape(INPUT_REFUSED)}(.*?)(?: SQLSTATE: \w+)*$", re.M)
 
 
 def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
@@ -310,9 +312,10 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
     except Exception as e:
         text = INTERNAL_ALIAS.sub(r"\1", str(e).strip())  # `v`.`plan` in Spark's hints: operators' own aliases
         first = text.splitlines()[0] if text else ""
+        refused = REFUSED_INPUT.search(text)  # an input it cannot read as declared: not the code's
+        if refused:
+            raise BadInputError(refused.group(1)) from None
         raised = RAISED.search(first)  # a check's own message (an operator's `F.raise_error`): said as it is
-        if raised and raised.group(1).startswith(INPUT_REFUSED):  # an input it cannot read as declared: not the code's
-            raise BadInputError(raised.group(1).removeprefix(INPUT_REFUSED)) from None
         file = inspect.getsourcefile(pipeline.process)
         line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == file), None)
         if line is None:

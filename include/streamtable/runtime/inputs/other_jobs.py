@@ -34,6 +34,7 @@ from streamtable.runtime.inputs.keyed_changes import (
     OLDEST,
     Written,
     of_keys,
+    row_id,
     written_per_key,
 )
 from streamtable.storage import external, other_job_log
@@ -206,33 +207,47 @@ def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool,
 
 
 def as_versions_leave_keys(changes: DataFrame, table: Table) -> DataFrame:
-    """Change Data Feed rows as each version leaves each key: a key with a row after the version keeps the rows it
-    inserted and loses its removals (an update, or an overwrite that wrote the table again, deletes nothing); a key
-    without one is deleted (a DELETE, or an UPDATE that changed its keys: Kafka's tombstone of the old key). A version
-    that only removes rows of a key that keeps another (a key appended again) fails the batch in one line: the row
-    the key has after it is in no change of that version."""
+    """Change Data Feed rows as each version leaves each key (its row written last, a KTable's): a key with a row after
+    the version keeps the rows it inserted and loses its removals (an update, or an overwrite that wrote the table
+    again, deletes nothing); a key without one is deleted (a DELETE, or an UPDATE that changed its keys: Kafka's
+    tombstone of the old key). Of a key appended again, a version that only removes older rows than its row written
+    last leaves it that row (removals dropped: a retention DELETE of a history); one that removes its row written last
+    and keeps another fails the batch in one line: which row is the key's then is in none of the version's changes."""
     kind = F.col("_change_type")
     after = kind.isin("insert", "update_postimage")
+    identity = row_id(table, F.struct(*[c.name for c in table.columns]))
     in_version = Window.partitionBy(*table.keys, "_commit_version")
-    so_far = Window.partitionBy(*table.keys).orderBy("_commit_version").rangeBetween(Window.unboundedPreceding, 0)
-    marked = changes.withColumn("_kept", F.max(after.cast("int")).over(in_version) == 1).withColumn(
-        "_left",
-        F.sum(F.when(after, 1).otherwise(-1)).over(so_far),  # the key's rows after the version
+    by_version = Window.partitionBy(*table.keys).orderBy("_commit_version")
+    marked = (
+        changes.withColumn("_kept", F.max(after.cast("int")).over(in_version) == 1)
+        .withColumn("_left", F.sum(F.when(after, 1).otherwise(-1)).over(by_version))  # the key's rows after it
+        .withColumn(  # the row the key's newest earlier insert brought: its row written last before the version
+            "_last",
+            F.last(F.when(after, identity), ignorenulls=True).over(
+                by_version.rangeBetween(Window.unboundedPreceding, -1)
+            ),
+        )
     )
     refused = F.raise_error(
         F.concat(
             F.lit(f"{INPUT_REFUSED}input {table.name}: version "),
             F.col("_commit_version").cast("string"),
-            F.lit(" deleted a row of key "),
+            F.lit(" deleted the row written last of key "),
             F.to_json(F.struct(*table.keys)),
             F.lit(
-                ", which keeps another (a key appended again): which row is the key's after it is in no change that "
+                ", which keeps another (a key appended again): which row is the key's then is in no change that "
                 "batch.table reads: refused; give each key one row (the other job's MERGE on its keys)"
             ),
         )
     )
-    leaves = F.when(~F.col("_kept") & (F.col("_left") > 0), refused).when(after, kind).otherwise(F.lit("delete"))
-    return marked.where(after | ~F.col("_kept")).withColumn("_change_type", leaves).drop("_kept", "_left")
+    removes_latest = F.coalesce(identity == F.col("_last"), F.lit(True))
+    kept_row = ~F.col("_kept") & (F.col("_left") > 0)  # removals of a key that keeps a row
+    leaves = F.when(kept_row & removes_latest, refused).when(after, kind).otherwise(F.lit("delete"))
+    return (
+        marked.where(after | ~(F.col("_kept") | (kept_row & ~removes_latest)))
+        .withColumn("_change_type", leaves)
+        .drop("_kept", "_left", "_last")
+    )
 
 
 def read_records(spark: SparkSession, lake: Lake, table: Table, version: int) -> DataFrame:

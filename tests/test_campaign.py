@@ -29,14 +29,15 @@ from streamtable.core import registry
 # table with a rule, at_least('amount', 0) on a DECIMAL(38,10), that 5 of its rows break over four commits (a delete
 # among them): keys whose latest row breaks it absent, each breaking row quarantined once; 90, asof_join of clicks
 # with another job's keyed table that is overwritten whole, has rows deleted and a key UPDATEd, over three runs, each
-# key clicked after every commit too (the code before 914bd9b fails it). (table_records runs in
+# key clicked after every commit too (the code before 914bd9b fails it); 48, the same with a table kept as a history
+# (keys appended again) that a retention DELETE trims (the code before e1b8f80 fails it). (table_records runs in
 # `make campaign` only: tests/test_table_inputs.py checks a key appended again, feed on and off, against
 # tests/reference.py.)
 FIRST_FAMILIES = ("totals", "aggregates", "windows", "table_totals")
 DRIVER_CASES = ((6, FIRST_FAMILIES), (8, FIRST_FAMILIES), (36, FIRST_FAMILIES), (24, FIRST_FAMILIES))
 DRIVER_CASES += ((51, ("sessions",)), (37, ("stream_join",)))
 DRIVER_CASES += ((3, ("outer_join",)), (166, ("ticks",)), (365, ("record_rules",)), (148, ("table_joins",)))
-DRIVER_CASES += ((120, ("table_totals",)), (90, ("table_asof",)))
+DRIVER_CASES += ((120, ("table_totals",)), (90, ("table_asof",)), (48, ("table_asof",)))
 # totals of a DECIMAL(10,2) per TIMESTAMP group from a Parquet and a CSV landing folder in one run (one run: the
 # multi-run cases above cost the CLI a process per ingest and run, and the budget is CI's)
 CLI_CASES = ((379, ("totals",)),)

@@ -1,6 +1,6 @@
 """The family of an as-of join with another job's keyed Delta table: each click with its key's row as of the click's
 time (`asof_join` over `batch.table`, a versioned KTable), while the other job MERGEs, DELETEs, changes a row's key
-and writes the table again whole.
+and writes the table again whole; or keeps it as a history (keys appended again) that a retention DELETE trims.
 
 A row's time is its time column; a deletion's is its commit's (`delta_table`), which falls after every row's time
 here and before `FAR`: a click at a row's time sees the rows by their times, a click at `FAR` each key as the
@@ -40,7 +40,8 @@ def table_asof(rng: random.Random, seed: int) -> Case:
         at = BASE + timedelta(minutes=rng.randint(0, 120), seconds=rng.choice([0, 30]))
         return {"id": i, "region": draw_value(rng, value_t, nullable=True), tname: at}
 
-    commits, state, events = draw_commits(rng, row, tname, rng.randint(1, 3))
+    history = random.Random(f"history {seed}").random() < 1 / 3  # drawn apart: other seeds draw what they drew
+    commits, state, events = (draw_history if history else draw_commits)(rng, row, tname, rng.randint(1, 3))
     seq, rows = count(1), []
     ingests = []
     for r, _ in enumerate(commits):
@@ -107,6 +108,39 @@ def draw_commits(
                 written += [row(rng.choice(free))] if free and rng.random() < 0.5 else []
             apply(kind, written, version, state, events, tname)
             run.append((kind, written))
+        commits.append(run)
+    return commits, state, events
+
+
+def draw_history(
+    rng: random.Random, row, tname: str, n_runs: int
+) -> tuple[list[list[tuple[str, list]]], dict[str, dict], dict[str, list[Event]]]:
+    """`draw_commits` of a table the other job keeps as a history (keys appended again): a commit appends rows (one
+    per key at most), or DELETEs rows older than their key's row written last (a retention: no key's row changes)."""
+    commits: list[list[tuple[str, list]]] = []
+    state: dict[str, dict] = {}
+    events: dict[str, list[Event]] = defaultdict(list)
+    held: dict[str, list[dict]] = defaultdict(list)  # per key, its rows in the order written
+    revs, version = count(), -1
+    for r in range(n_runs):
+        run: list[tuple[str, list]] = []
+        for _ in range(rng.randint(1 if r == 0 else 0, 2)):
+            version += 1
+            older = [w for rows in held.values() for w in rows[:-1]]
+            if older and rng.random() < 0.4:
+                gone = rng.sample(older, k=rng.randint(1, min(2, len(older))))
+                for w in gone:
+                    held[w["id"]].remove(w)
+                run.append(("delete_rows", [w["_rev"] for w in gone]))
+                continue
+            written = [
+                row(i) | {"_rev": next(revs)} for i in rng.sample([f"o{i}" for i in range(6)], k=rng.randint(1, 3))
+            ]
+            for w in written:
+                held[w["id"]].append(w)
+                state[w["id"]] = w
+                events[w["id"]].append(((0, w[tname]), version, w))
+            run.append(("append", written))
         commits.append(run)
     return commits, state, events
 

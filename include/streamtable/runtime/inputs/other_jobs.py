@@ -34,13 +34,13 @@ from streamtable.runtime.inputs.keyed_changes import (
     OLDEST,
     Written,
     of_keys,
-    row_id,
     written_per_key,
 )
 from streamtable.storage import external, other_job_log
 from streamtable.storage.external import require_whole_log
 from streamtable.storage.lake import Lake
 
+FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")  # what Delta's Change Data Feed adds to a row
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
 FILE = "_file"  # the data file a row of an append-only table was read from (mapped to its version per batch)
 TIMES = (TimestampType, TimestampNTZType)
@@ -215,7 +215,8 @@ def as_versions_leave_keys(changes: DataFrame, table: Table) -> DataFrame:
     and keeps another fails the batch in one line: which row is the key's then is in none of the version's changes."""
     kind = F.col("_change_type")
     after = kind.isin("insert", "update_postimage")
-    identity = row_id(table, F.struct(*[c.name for c in table.columns]))
+    data = [c for c in changes.columns if c not in FEED_COLUMNS]  # every column, undeclared ones too: a row's identity
+    identity = F.xxhash64(F.to_json(F.struct(*data)))
     in_version = Window.partitionBy(*table.keys, "_commit_version")
     by_version = Window.partitionBy(*table.keys).orderBy("_commit_version")
     marked = (

@@ -163,10 +163,6 @@ BROKEN = {
         GOOD.replace('name="orders"', 'name="word_count"'),
         "pipeline 'word_count' is already declared",
     ),
-    "a changelog without a time column": (
-        GOOD.replace('at_least("amount", 0)],\n)', 'at_least("amount", 0)],\n    time_column=None,\n)'),
-        "an input changelog's records need their event time",
-    ),
     "a stream input without a time column": (
         GOOD.replace("    changelog,\n", "    changelog,\n    delta_table,\n")
         .replace('ORDERS = changelog(\n    "orders",', 'ORDERS = delta_table(\n    "orders",\n    "/other_job/orders",')

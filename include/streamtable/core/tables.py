@@ -115,8 +115,6 @@ class Table:
         problems += [p for r in self.rules for c in self.columns if c.name == r.column and (p := _rule_problem(r, c))]
         if self.kind not in ("input", "table", "stream"):
             problems.append(f"kind {self.kind!r} is not input, table or stream")
-        if self.kind == "input" and self.path is None and self.time_column is None:
-            problems.append("an input changelog's records need their event time: time_column=None is refused")
         if self.time_column is not None and self.time_column not in names:
             problems.append(f"time column {self.time_column!r} is not a column")
         elif self.kind == "input" and self.time_column is not None:

@@ -1,10 +1,11 @@
 """The family of an as-of join with another job's keyed Delta table: each click with its key's row as of the click's
 time (`asof_join` over `batch.table`, a versioned KTable), while the other job MERGEs, DELETEs, changes a row's key
-and writes the table again whole; or keeps it as a history (keys appended again) that a retention DELETE trims.
+and writes the table again whole; or keeps it as a history (keys appended again) that a retention DELETE trims and
+a correction DELETEs the newest rows of.
 
-A row's time is its time column; a deletion's is its commit's (`delta_table`), which falls after every row's time
-here and before `FAR`: a click at a row's time sees the rows by their times, a click at `FAR` each key as the
-batch's versions left it (deleted, or its row of the newest time).
+A row's time is its time column; a deletion's, or a correction's row, is its commit's (`delta_table`), which falls
+after every row's time here and before `FAR`: a click at a row's time sees the rows by their times, a click at `FAR`
+each key as the batch's versions left it (deleted, or its row of the newest time).
 """
 
 from __future__ import annotations
@@ -41,7 +42,11 @@ def table_asof(rng: random.Random, seed: int) -> Case:
         return {"id": i, "region": draw_value(rng, value_t, nullable=True), tname: at}
 
     history = random.Random(f"history {seed}").random() < 1 / 3  # drawn apart: other seeds draw what they drew
-    commits, state, events = (draw_history if history else draw_commits)(rng, row, tname, rng.randint(1, 3))
+    n_runs = rng.randint(1, 3)
+    if history:
+        commits, state, events = draw_history(rng, row, tname, n_runs, random.Random(f"fixes {seed}"))
+    else:
+        commits, state, events = draw_commits(rng, row, tname, n_runs)
     seq, rows = count(1), []
     ingests = []
     for r, _ in enumerate(commits):
@@ -113,10 +118,12 @@ def draw_commits(
 
 
 def draw_history(
-    rng: random.Random, row, tname: str, n_runs: int
+    rng: random.Random, row, tname: str, n_runs: int, fixes: random.Random
 ) -> tuple[list[list[tuple[str, list]]], dict[str, dict], dict[str, list[Event]]]:
     """`draw_commits` of a table the other job keeps as a history (keys appended again): a commit appends rows (one
-    per key at most), or DELETEs rows older than their key's row written last (a retention: no key's row changes)."""
+    per key at most), or DELETEs rows older than their key's row written last (a retention: no key's row changes),
+    or (drawn by `fixes`, apart: other seeds draw what they drew) rows written last (a correction: the key's newest
+    row left is its row again from the commit's time, else the key is deleted)."""
     commits: list[list[tuple[str, list]]] = []
     state: dict[str, dict] = {}
     events: dict[str, list[Event]] = defaultdict(list)
@@ -127,10 +134,16 @@ def draw_history(
         for _ in range(rng.randint(1 if r == 0 else 0, 2)):
             version += 1
             older = [w for rows in held.values() for w in rows[:-1]]
-            if older and rng.random() < 0.4:
+            newest = [rows[-1] for rows in held.values() if len(rows) > 1]  # mostly of keys that keep a row
+            newest = newest or [rows[-1] for rows in held.values() if rows]
+            gone = []
+            if newest and fixes.random() < 0.3:
+                gone = fixes.sample(newest, k=fixes.randint(1, min(2, len(newest))))
+                gone += fixes.sample(older, k=1) if older and fixes.random() < 0.3 else []
+            elif older and rng.random() < 0.4:
                 gone = rng.sample(older, k=rng.randint(1, min(2, len(older))))
-                for w in gone:
-                    held[w["id"]].remove(w)
+            if gone:
+                delete_rows(gone, version, held, state, events)
                 run.append(("delete_rows", [w["_rev"] for w in gone]))
                 continue
             written = [
@@ -143,6 +156,23 @@ def draw_history(
             run.append(("append", written))
         commits.append(run)
     return commits, state, events
+
+
+def delete_rows(
+    gone: list[dict], version: int, held: dict[str, list[dict]], state: dict, events: dict[str, list[Event]]
+) -> None:
+    """A DELETE of a history's rows: a key whose row written last goes gets its newest row left at the commit's
+    time, or a deletion when none is left."""
+    for w in gone:
+        held[w["id"]].remove(w)
+    for key in sorted({w["id"] for w in gone}):
+        left = held[key][-1] if held[key] else None
+        if left is not state[key]:
+            events[key].append(((1, version), version, left))
+            if left is None:
+                del state[key]
+            else:
+                state[key] = left
 
 
 def apply(kind: str, written: list, version: int, state: dict, events: dict[str, list[Event]], tname: str) -> None:

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import reduce
 
-from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession, Window, functions as F
+from pyspark.sql import Column as SparkColumn, DataFrame, SparkSession, functions as F
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
-from streamtable.core.errors import INPUT_REFUSED, BadInputError
+from streamtable.core.errors import BadInputError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.tables import COMMIT_VERSION, COMMITTED_AT, LINE, QUARANTINE, SOURCE, Table
@@ -36,11 +36,11 @@ from streamtable.runtime.inputs.keyed_changes import (
     of_keys,
     written_per_key,
 )
+from streamtable.runtime.inputs.versioned_table import FEED_COLUMNS, RESTORE, as_versions_leave_keys
 from streamtable.storage import external, other_job_log
 from streamtable.storage.external import require_whole_log
 from streamtable.storage.lake import Lake
 
-FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")  # what Delta's Change Data Feed adds to a row
 REASON = "_reason"  # why a record of a Delta table of another job is skipped (null: it is not)
 FILE = "_file"  # the data file a row of an append-only table was read from (mapped to its version per batch)
 TIMES = (TimestampType, TimestampNTZType)
@@ -206,51 +206,6 @@ def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool,
     return from_change_feed(as_versions_leave_keys(changes, table), table)
 
 
-def as_versions_leave_keys(changes: DataFrame, table: Table) -> DataFrame:
-    """Change Data Feed rows as each version leaves each key (its row written last, a KTable's): a key with a row after
-    the version keeps the rows it inserted and loses its removals (an update, or an overwrite that wrote the table
-    again, deletes nothing); a key without one is deleted (a DELETE, or an UPDATE that changed its keys: Kafka's
-    tombstone of the old key). Of a key appended again, a version that only removes older rows than its row written
-    last leaves it that row (removals dropped: a retention DELETE of a history); one that removes its row written last
-    and keeps another fails the batch in one line: which row is the key's then is in none of the version's changes."""
-    kind = F.col("_change_type")
-    after = kind.isin("insert", "update_postimage")
-    data = [c for c in changes.columns if c not in FEED_COLUMNS]  # every column, undeclared ones too: a row's identity
-    identity = F.xxhash64(F.to_json(F.struct(*data)))
-    in_version = Window.partitionBy(*table.keys, "_commit_version")
-    by_version = Window.partitionBy(*table.keys).orderBy("_commit_version")
-    marked = (
-        changes.withColumn("_kept", F.max(after.cast("int")).over(in_version) == 1)
-        .withColumn("_left", F.sum(F.when(after, 1).otherwise(-1)).over(by_version))  # the key's rows after it
-        .withColumn(  # the row the key's newest earlier insert brought: its row written last before the version
-            "_last",
-            F.last(F.when(after, identity), ignorenulls=True).over(
-                by_version.rangeBetween(Window.unboundedPreceding, -1)
-            ),
-        )
-    )
-    refused = F.raise_error(
-        F.concat(
-            F.lit(f"{INPUT_REFUSED}input {table.name}: version "),
-            F.col("_commit_version").cast("string"),
-            F.lit(" deleted the row written last of key "),
-            F.to_json(F.struct(*table.keys)),
-            F.lit(
-                ", which keeps another (a key appended again): which row is the key's then is in no change that "
-                "batch.table reads: refused; give each key one row (the other job's MERGE on its keys)"
-            ),
-        )
-    )
-    removes_latest = F.coalesce(identity == F.col("_last"), F.lit(True))
-    kept_row = ~F.col("_kept") & (F.col("_left") > 0)  # removals of a key that keeps a row
-    leaves = F.when(kept_row & removes_latest, refused).when(after, kind).otherwise(F.lit("delete"))
-    return (
-        marked.where(after | ~(F.col("_kept") | (kept_row & ~removes_latest)))
-        .withColumn("_change_type", leaves)
-        .drop("_kept", "_left", "_last")
-    )
-
-
 def read_records(spark: SparkSession, lake: Lake, table: Table, version: int) -> DataFrame:
     """The external input read by its files (no Change Data Feed) up to `version`, as records, each with the newest
     version that brought its file's rows, and `_reason`."""
@@ -277,19 +232,21 @@ def _listed(rows: DataFrame, table: Table, keys_of: DataFrame) -> SparkColumn:
 
 
 def from_change_feed(changes: DataFrame, table: Table) -> DataFrame:
-    """Change Data Feed rows as changelog records: an update's pre-image is dropped, a delete deletes its key."""
+    """Change Data Feed rows as changelog records: an update's pre-image is dropped, a delete deletes its key, and a
+    `restore` (`versioned_table`) is its row at the commit's time, or a delete when that row breaks the rules."""
     kind = F.col("_change_type")
-    deleted = kind == "delete"
+    restored = kind == RESTORE
+    deleted = (kind == "delete") | (restored & reason(table, required=F.lit(True)).isNotNull())
     columns = []
     for c in table.columns:
-        value = F.col(c.name).cast(c.type.ddl)
+        value = F.col(c.name)
         if c.name == table.time_column:
-            value = F.when(deleted, F.col("_commit_timestamp").cast("timestamp")).otherwise(value)
+            value = F.when(deleted | restored, F.col("_commit_timestamp").cast("timestamp")).otherwise(value)
         elif c.name not in table.keys:
             value = F.when(deleted, F.lit(None).cast(c.type.ddl)).otherwise(value)
         columns.append(value.alias(c.name))
     return (
-        changes.where(kind != "update_preimage")
+        _typed(changes.where(kind != "update_preimage"), table, *[F.col(c) for c in FEED_COLUMNS])
         .select(
             *columns,
             F.lit(0).cast("bigint").alias(LINE),

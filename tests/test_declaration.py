@@ -9,6 +9,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
+from deltalake import DeltaTable
 
 from helpers import pipelines_folder
 from streamtable.core import registry
@@ -21,7 +22,9 @@ from streamtable.operators.windows import DEFINITION, Windows
 from streamtable.runtime.batch.changed_code import same_windows
 from streamtable.runtime.commands.declaration import differences, shape
 from streamtable.runtime.commands.idle import spark_needed
+from streamtable.runtime.commands.lifecycle import reset
 from streamtable.runtime.observe.explain import explain
+from streamtable.storage.delta_rs import CHANGE_FEED
 
 PIPELINE = """
 from pyspark.sql import functions as F
@@ -33,7 +36,7 @@ WORDS = changelog("said_words", [Column("word", S), Column("event_time", Type.TI
 
 
 def process(batch):
-    words = batch.new("said_words").select("word", F.lit(1).alias("n"))
+    words = batch.new("said_words").select("word", F.lit(1).alias("n"){select})
     batch.upsert("said", add_to_totals(batch.current("said"), words, {keys}, "n"){extra})
 
 
@@ -47,8 +50,9 @@ PIPELINE = Pipeline(
 """
 
 
-def write(folder, keys=("word",), column="", extra="", more=""):
-    (folder / "said.py").write_text(PIPELINE.format(keys=list(keys), column=column, extra=extra, more=more))
+def write(folder, keys=("word",), column="", extra="", more="", select=""):
+    source = PIPELINE.format(keys=list(keys), column=column, extra=extra, more=more, select=select)
+    (folder / "said.py").write_text(source)
     from streamtable.core import registry
 
     registry.current.cache_clear()
@@ -81,6 +85,45 @@ def test_a_nullable_column_is_added_and_a_changed_key_or_a_new_output_is_named(s
     driver.reprocess(0)  # a new generation, under the new declaration
     assert [r["note"] for r in driver.output("said")] == ["x", "x"]
     driver.run()
+
+
+def test_a_reprocess_or_a_reset_gives_the_outputs_the_columns_and_types_of_the_new_declaration(
+    streamtable_driver, tmp_path
+):
+    """A key that adds a column, a column removed or one of another type is refused, naming the reprocess that
+    applies it. That reprocess failed when it swapped the rebuilt tables in (Delta refused their schema, exit 1), and
+    left every later command failing on the same swap; a column removed stayed in the table, null. The outputs now
+    have the declared columns, after a reprocess and after a reset."""
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    write(folder, column=', Column("note", S, nullable=True)', extra='.withColumn("note", F.lit("x"))')
+    driver = streamtable_driver("said", pipelines=folder)
+    driver.pipe("said_words", [{"word": "a", "event_time": "2026-01-01T00:00:00Z"}])
+    driver.run()
+
+    def columns() -> list[str]:
+        """The output's columns, after checking that its properties stay."""
+        delta = DeltaTable(str(driver.lake.table_path("said")))
+        assert delta.metadata().configuration.get(CHANGE_FEED) == "true"
+        return [f.name for f in delta.schema().fields]
+
+    write(folder, keys=("word", "first"), column=', Column("first", S)', select=', F.lit("a").alias("first")')
+    with pytest.raises(DeclarationChangedError, match=r"output said's keys or kind changed.*reprocess said"):
+        driver.run()
+    driver.reprocess(0)
+    assert columns() == ["word", "n", "first"]
+    assert driver.output("said") == [{"word": "a", "n": 1, "first": "a"}]
+    driver.pipe("said_words", [{"word": "a", "event_time": "2026-01-01T00:01:00Z"}])
+    driver.run()
+    assert driver.output("said") == [{"word": "a", "n": 2, "first": "a"}]
+
+    write(folder, column=', Column("n2", Type.DOUBLE)', extra='.withColumn("n2", F.col("n") * 0.5)')
+    with pytest.raises(DeclarationChangedError, match=r"column said.first removed"):
+        driver.run()
+    reset(driver.lake, "said")
+    assert columns() == ["word", "n", "n2"]
+    driver.run()
+    assert driver.output("said") == [{"word": "a", "n": 2, "n2": 1.0}]
 
 
 def test_what_changed_is_told_apart():

@@ -78,8 +78,11 @@ class RunContext:
         return self.spark.read.format("delta").load(spark_path(self.path(table)))
 
     def overwrite(self, table: str, rows: DataFrame, metadata: str) -> None:
-        """Replace all rows of an output with `rows` in one atomic Spark commit whose `userMetadata` is `metadata`."""
-        writer = rows.write.format("delta").mode("overwrite").option("overwriteSchema", "false")
+        """Replace all rows of an output with `rows` in one atomic Spark commit whose `userMetadata` is `metadata`;
+        when their columns (names or types) are not the table's, its columns too (a reprocess applies a changed
+        declaration: Delta then makes every column nullable), its properties kept."""
+        reshaped = _columns(rows) != _columns(self.read(table))
+        writer = rows.write.format("delta").mode("overwrite").option("overwriteSchema", str(reshaped).lower())
         writer.option("userMetadata", metadata).save(spark_path(self.path(table)))
 
     def added_later(self, table: str) -> list[str]:
@@ -201,3 +204,7 @@ def _semi_join(rows: DataFrame, probe: DataFrame, keys: list[str]) -> DataFrame:
     r, p = rows.alias("r"), probe.alias("p")
     condition: SparkColumn = reduce(lambda a, b: a & b, [r[k].eqNullSafe(p[k]) for k in keys])
     return r.join(p, condition, "left_semi")
+
+
+def _columns(rows: DataFrame) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in rows.schema.fields]

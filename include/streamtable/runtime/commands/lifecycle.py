@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING
 from streamtable.core.errors import OffsetOutOfRangeError, QualityGateError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_pipeline
-from streamtable.core.tables import LATE_EVENTS
+from streamtable.core.schema import arrow_schema
+from streamtable.core.tables import LATE_EVENTS, Table
 from streamtable.core.timefmt import system_clock
 from streamtable.runtime.batch import provenance
 from streamtable.runtime.commands import declaration
 from streamtable.runtime.commands.handoff import served_run
 from streamtable.runtime.commands.idle import idle_run
 from streamtable.runtime.context import RunContext
+from streamtable.runtime.frames import arrow_frame
 from streamtable.runtime.inputs.changelogs import KeptChangelogs
 from streamtable.runtime.query.handler import RunReport
 from streamtable.runtime.query.streaming import drain, serve
@@ -216,13 +218,14 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
     live = RunContext(get_spark(lake=lake.root), lake, pipeline, swap["generation"])
     shadow = replace(live, shadow=True)
 
-    def rows(table: str) -> DataFrame:
-        return live.read(table).limit(0) if swap.get("reset") else shadow.read(table)
+    def rows(table: Table) -> DataFrame:  # of a reset: none, with the declared columns
+        empty = swap.get("reset")
+        return arrow_frame(live.spark, [], arrow_schema(table.columns)) if empty else shadow.read(table.name)
 
     live.prepare()
     about = provenance.swap_metadata(pipeline, live.generation, reset=bool(swap.get("reset")))  # for `explain`
     for table in pipeline.outputs:
-        live.overwrite(table.name, rows(table.name), about)
+        live.overwrite(table.name, rows(table), about)
     late = None if swap.get("reset") else shadow.path(LATE_EVENTS.name)  # delta-rs: other pipelines append to it
     delta_rs.replace_rows(live.path(LATE_EVENTS.name), late, "pipeline", pipeline.name)
     lake.end_swap(pipeline.name, live.generation)

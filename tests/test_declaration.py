@@ -82,6 +82,13 @@ def test_a_nullable_column_is_added_and_a_changed_key_or_a_new_output_is_named(s
     write(folder, column=', Column("note", S, nullable=True)', extra='.withColumn("note", F.lit("x"))', more=more)
     with pytest.raises(DeclarationChangedError, match=r"output said_twice added"):
         driver.run()
+    write(folder, column=', Column("note", S, nullable=True)', extra='.withColumn("note", F.lit("x"))', more=more)
+    renamed = (folder / "said.py").read_text().replace('"said",', '"said_once",').replace('"said")', '"said_once")')
+    (folder / "said.py").write_text(renamed.replace('name="said_once"', 'name="said"'))
+    registry.current.cache_clear()
+    with pytest.raises(DeclarationChangedError, match=r"output said_twice added.*; output said removed\)"):
+        driver.run()  # a rename: both named
+    write(folder, column=', Column("note", S, nullable=True)', extra='.withColumn("note", F.lit("x"))', more=more)
     driver.reprocess(0)  # a new generation, under the new declaration
     assert [r["note"] for r in driver.output("said")] == ["x", "x"]
     driver.run()

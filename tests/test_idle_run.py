@@ -122,8 +122,11 @@ def test_pending_skips_a_run_only_when_the_run_would_start_no_spark(spark, lake)
 
     lake.start_swap(p, lake.generation(p), reset=True)  # a reset killed after it marked its swap
     assert pending.function(p, lake.root, {}) is True
+    said = pipeline_status(lake, p).as_dict()  # and status says so (it said nothing of a swap that kept failing)
+    assert (said["behind"], said["swap"]) == (True, {"generation": lake.generation(p), "reset": True})
     run(lake, p)  # finishes it
     assert lake.pending_swap(p) is None and pending.function(p, lake.root, {}) is False
+    assert "swap" not in pipeline_status(lake, p).as_dict()
     # a changed declaration: tests/test_declaration.py
 
 

@@ -104,8 +104,8 @@ def check(lake: Lake, pipeline: Pipeline, generation: int) -> None:
         return
     if recorded is not None:
         safe, unsafe, added = differences(recorded, now)
-        if unsafe:
-            raise checkpoint.refuse(pipeline, generation, unsafe)
+        if unsafe:  # named with the safe changes beside them: a renamed output is one added and one removed
+            raise checkpoint.refuse(pipeline, generation, unsafe + safe)
         for table, columns in added.items():
             path_of = lake.state_path(pipeline.name, generation, table) if table in state else lake.table_path(table)
             _add_columns(path_of, [c for c in pipeline.output(table).columns if c.name in columns])

@@ -59,6 +59,7 @@ class PipelineStatus:
     last_batch: dict | None
     inputs: tuple[InputLag, ...]
     checked_at: datetime
+    swap: dict | None = None  # a swap a reprocess or a reset left half done (`Lake.pending_swap`): the next finishes it
 
     @property
     def busy(self) -> bool:
@@ -67,8 +68,9 @@ class PipelineStatus:
 
     @property
     def behind(self) -> bool:
-        """Some input holds records the pipeline has not consumed, or its next run would refuse an input."""
-        return any(i.records_behind or i.refused for i in self.inputs)
+        """Some input holds records the pipeline has not consumed, its next run would refuse an input, or it has a
+        swap to finish."""
+        return self.swap is not None or any(i.records_behind or i.refused for i in self.inputs)
 
     @property
     def lag_seconds(self) -> float:
@@ -93,7 +95,7 @@ class PipelineStatus:
             "last_batch": last,
             "inputs": [i.as_dict() for i in self.inputs],
             "checked_at": _time(self.checked_at),
-        }
+        } | ({"swap": self.swap} if self.swap else {})
 
 
 def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> PipelineStatus:
@@ -110,6 +112,7 @@ def pipeline_status(lake: Lake, pipeline: str, now: datetime | None = None) -> P
         batches[-1] if batches else None,
         inputs,
         now or datetime.now(UTC),
+        lake.pending_swap(pipeline),
     )
 
 

@@ -13,7 +13,7 @@ that no DELETE has removed since; an update is a removal and an insert in one ve
 
 from __future__ import annotations
 
-from pyspark.sql import Column as SparkColumn, DataFrame, functions as F
+from pyspark.sql import Column as SparkColumn, DataFrame, Window, functions as F
 
 from streamtable.core.tables import Table
 
@@ -27,12 +27,44 @@ DECIDED = "array<struct<v:bigint,at:timestamp,leaves:string,from_v:bigint,from_i
 def as_versions_leave_keys(changes: DataFrame, table: Table) -> DataFrame:
     """Change Data Feed rows as each version leaves each key: its inserts and post-images as they are, a removal
     that leaves the key no row as a `delete`, and a `restore` (at the commit's version and time) of the row written
-    last of those a version's removals leave the key; other removals dropped."""
+    last of those a version's removals leave the key; other removals dropped.
+
+    Window functions decide for a key until a version removes its row written last and keeps another (a correction);
+    the keys with one go through a fold over their versions (`_decisions`), whose work grows with the square of a
+    key's versions."""
     after = F.col("_change_type").isin("insert", "update_postimage")
     data = [c for c in changes.columns if c not in FEED_COLUMNS]  # every column, undeclared ones too: a row's identity
-    marked = changes.withColumn(KEY, F.to_json(F.struct(*table.keys))).withColumn(
-        ROW_ID, F.xxhash64(F.to_json(F.struct(*data)))
+    identity = F.xxhash64(F.to_json(F.struct(*data)))
+    in_version = Window.partitionBy(KEY, "_commit_version")
+    by_version = Window.partitionBy(KEY).orderBy("_commit_version")
+    kept = F.max(after.cast("int")).over(in_version) == 1  # the version inserts a row of the key
+    left = F.sum(F.when(after, 1).otherwise(-1)).over(by_version)  # the key's rows after the version
+    written_last = F.last(F.when(after, F.col(ROW_ID)), ignorenulls=True).over(  # before the version: the row the
+        by_version.rangeBetween(Window.unboundedPreceding, -1)  # key's newest earlier insert brought
     )
+    marked = (
+        changes.withColumn(KEY, F.to_json(F.struct(*table.keys)))
+        .withColumn(ROW_ID, identity)
+        .withColumn("_kept", kept)
+        .withColumn("_removes", ~F.col("_kept") & (left > 0))  # removals of a key that keeps a row
+        .withColumn("_of_last", F.coalesce(F.col(ROW_ID) == written_last, F.lit(True)))
+    )
+    corrected = marked.where(F.col("_removes") & F.col("_of_last")).select(KEY).distinct()
+    columns = [*data, *FEED_COLUMNS]
+    if corrected.isEmpty():  # (a Spark job) the common case: no fold at all
+        return _windowed(marked, after).select(*columns)
+    plain, folded = marked.join(corrected, KEY, "left_anti"), marked.join(corrected, KEY, "left_semi")
+    return _windowed(plain, after).select(*columns).unionByName(_folded(folded, after, data, table))
+
+
+def _windowed(marked: DataFrame, after: SparkColumn) -> DataFrame:
+    """`as_versions_leave_keys` of keys without a correction, as the windows decided."""
+    kind = F.when(after, F.col("_change_type")).otherwise(F.lit("delete"))
+    return marked.where(after | ~(F.col("_kept") | F.col("_removes"))).withColumn("_change_type", kind)
+
+
+def _folded(marked: DataFrame, after: SparkColumn, data: list[str], table: Table) -> DataFrame:
+    """`as_versions_leave_keys` of keys with a correction, by the fold of `_decisions`."""
     decided = _decisions(marked, after, table)
     inserted = marked.where(after)
     deletes = decided.where(F.col("leaves") == "delete").select(KEY, F.col("v").alias("_commit_version"))

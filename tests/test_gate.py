@@ -28,7 +28,7 @@ from streamtable.quality.docs_site import build_docs, site_dir
 from streamtable.quality.validation import validate
 from streamtable.runtime.batch import gate
 from streamtable.runtime.context import RunContext
-from streamtable.storage import delta_rs, keyed, snapshot
+from streamtable.storage import delta_rs, keyed, snapshot, staged_rows
 from streamtable.storage.lake import Lake
 
 TABLE = Table(
@@ -256,7 +256,7 @@ def test_a_batch_bigger_than_a_chunk_is_checked_exactly_on_the_rows_that_could_b
     )
 
     reads: list[str] = []  # the staged files read, each check_change
-    monkeypatch.setattr(gate, "staged_rows", lambda path, *a: reads.append(path) or delta_rs.staged_rows(path, *a))
+    monkeypatch.setattr(gate, "staged_rows", lambda path, *a: reads.append(path) or staged_rows.staged_rows(path, *a))
 
     def check(n: int, rows: list[dict], error: int = 0) -> tuple[str, ...]:
         directory = Path(lake.root) / f"staged{n}"

@@ -225,7 +225,7 @@ def test_a_total_past_its_columns_declared_digits_fails_naming_the_table_column_
     import pyarrow.parquet as pq
 
     from streamtable.core.errors import OutputTypeError
-    from streamtable.storage.delta_rs import staged_rows
+    from streamtable.storage.staged_rows import staged_rows
 
     staged = tmp_path / "staging" / "7" / "revenue"
     staged.mkdir(parents=True)
@@ -239,6 +239,29 @@ def test_a_total_past_its_columns_declared_digits_fails_naming_the_table_column_
         "precision 6): declare it wider (a total of DECIMAL(p, s) is a DECIMAL(38, s)); `streamtable reprocess "
         "PIPELINE --from-version 0` applies a changed type"
     )
+
+
+def test_a_commit_of_a_total_past_its_declared_digits_fails_with_that_one_line_not_delta_rs_s_text(tmp_path):
+    """The same batch committed by delta-rs (an output no gate reads first: a session's totals): the reader's error
+    reached Python inside a DeltaError's text, among Arrow's and a traceback (exit 1, "retry")."""
+    import pyarrow.parquet as pq
+    from deltalake import write_deltalake
+
+    from streamtable.core.errors import OutputTypeError
+    from streamtable.storage.delta_rs import DELETE, append_staged, merge_staged
+
+    declared = arrow_schema((Column("customer", Type.STRING), Column("amount", Type.decimal(6, 2))))
+    too_wide = {"customer": pa.array(["a"]), "amount": pa.array([Decimal("10000.00")], pa.decimal128(38, 2))}
+    for commit, extra in ((append_staged, {}), (merge_staged, {DELETE: pa.array([False])})):
+        path, staged = tmp_path / f"{commit.__name__}_revenue", tmp_path / commit.__name__ / "revenue"
+        staged.mkdir(parents=True)
+        pq.write_table(pa.table(too_wide | extra), staged / "part-0.parquet")
+        write_deltalake(str(path), declared.empty_table())
+        arguments = (str(path), str(staged), ["customer"]) if commit is merge_staged else (str(path), str(staged))
+        with pytest.raises(OutputTypeError) as e:
+            commit(*arguments, "app", 1)
+        assert str(e.value).startswith("revenue: column amount (decimal128(6, 2)) cannot hold a value of this batch")
+        assert "\n" not in str(e.value)
 
 
 def test_show_prints_decimals_as_strings_of_their_scale_dates_binary_and_doubles_as_numbers():

@@ -13,7 +13,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -23,9 +23,10 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from streamtable.core.errors import OutputTypeError, TableReadError
+from streamtable.core.errors import TableReadError
 from streamtable.storage.lease import Lease
-from streamtable.storage.store import Store, describe, join, parquet_dataset, read_path, storage_options
+from streamtable.storage.staged_rows import committing_staged
+from streamtable.storage.store import Store, describe, join, read_path, storage_options
 
 log = logging.getLogger("streamtable.storage.delta_rs")
 
@@ -265,36 +266,6 @@ def _append_once(
     return True
 
 
-def staged_rows(path: str, schema: pa.Schema, batch_size: int = 131_072) -> pa.RecordBatchReader:
-    """The Parquet files Spark staged at `path`, batch by batch (of at most `batch_size` rows), as `schema` (Spark
-    writes every column nullable)."""
-    dataset = parquet_dataset(path)  # on a local disk or the lake's object store
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        for batch in dataset.to_batches(columns=schema.names, batch_size=batch_size):
-            try:
-                yield batch.cast(schema)
-            except pa.ArrowInvalid as e:
-                raise OutputTypeError(_misfit(path, batch, schema, e)) from None
-
-    return pa.RecordBatchReader.from_batches(schema, batches())
-
-
-def _misfit(path: str, batch: pa.RecordBatch, schema: pa.Schema, error: pa.ArrowInvalid) -> str:
-    """Which staged columns hold a value their declared type cannot, and what to do (the table is `path`'s name)."""
-    misfits = []
-    for field in schema:
-        try:
-            batch.column(field.name).cast(field.type)
-        except pa.ArrowInvalid:
-            misfits.append(f"{field.name} ({field.type})")
-    return (
-        f"{path.rstrip('/').rsplit('/', 1)[-1]}: column {', '.join(misfits)} cannot hold a value of this batch "
-        f"({error}): declare it wider (a total of DECIMAL(p, s) is a DECIMAL(38, s)); `streamtable reprocess "
-        "PIPELINE --from-version 0` applies a changed type"
-    )
-
-
 def append_staged(path: str, staged: str, app_id: str, version: int, metadata: dict | None = None) -> None:
     """Append the staged rows to the table at `path` exactly once for (app_id, version)."""
     retrying(lambda: _append_staged(path, staged, app_id, version, metadata), path)
@@ -305,7 +276,9 @@ def _append_staged(path: str, staged: str, app_id: str, version: int, metadata: 
     if already_committed(table, app_id, version):
         return
     once = _once(app_id, version, metadata)
-    write(table, staged_rows(staged, table_schema(table)), mode="append", commit_properties=once)
+    committing_staged(
+        staged, table_schema(table), lambda rows: write(table, rows, mode="append", commit_properties=once)
+    )
     compact_if_fragmented(table)
 
 
@@ -355,19 +328,23 @@ def _merge_staged(
         return
     schema = table_schema(table)
     columns = {f'"{c}"': f's."{c}"' for c in schema.names}
-    (
-        table.merge(
-            staged_rows(staged, schema.append(pa.field(DELETE, pa.bool_(), nullable=False))),
-            " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in keys),
-            source_alias="s",
-            target_alias="t",
-            commit_properties=_once(app_id, version, metadata),
+
+    def merge(rows: pa.RecordBatchReader) -> object:
+        return (
+            table.merge(
+                rows,
+                " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in keys),
+                source_alias="s",
+                target_alias="t",
+                commit_properties=_once(app_id, version, metadata),
+            )
+            .when_matched_delete(f's."{DELETE}"')
+            .when_matched_update(columns)
+            .when_not_matched_insert(columns, predicate=f'NOT s."{DELETE}"')
+            .execute()
         )
-        .when_matched_delete(f's."{DELETE}"')
-        .when_matched_update(columns)
-        .when_not_matched_insert(columns, predicate=f'NOT s."{DELETE}"')
-        .execute()
-    )
+
+    committing_staged(staged, schema.append(pa.field(DELETE, pa.bool_(), nullable=False)), merge)
     compact_if_fragmented(table)  # a merge moves the DeltaTable to the version it committed
 
 

@@ -10,8 +10,9 @@ from deltalake import CommitProperties, Transaction
 
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import QUARANTINE
-from streamtable.storage.delta_rs import open_table, retrying, staged_rows, write
+from streamtable.storage.delta_rs import open_table, retrying, write
 from streamtable.storage.lake import Lake
+from streamtable.storage.staged_rows import staged_rows
 
 
 def quarantine_app_id(input_name: str) -> str:

@@ -35,8 +35,9 @@ from streamtable.core.schema import arrow_schema
 from streamtable.quality import exact, screen
 from streamtable.quality.explain_rows import SHOWN
 from streamtable.quality.left_out import LeftOut
-from streamtable.storage.delta_rs import DELETE, staged_rows, table_version
+from streamtable.storage.delta_rs import DELETE, table_version
 from streamtable.storage.keyed import Lookup, distinct_rows, matches, rows_of_any_keys, rows_of_keys
+from streamtable.storage.staged_rows import staged_rows
 
 if TYPE_CHECKING:
     from streamtable.quality.validation import Report

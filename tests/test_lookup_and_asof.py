@@ -118,3 +118,37 @@ def test_a_lookup_is_as_of_the_batch_and_an_as_of_join_is_as_of_the_record(strea
     # every payment replayed against the newest rows: ann silver, bob none
     assert totals(driver, "by_lookup") == {"silver": Decimal("11.10"), "none": Decimal("2.20")}
     assert totals(driver, "as_of_time") == as_of
+
+
+def test_a_delete_of_the_later_of_two_rows_one_commit_appended_gives_the_key_the_earlier_in_either_order(
+    streamtable_driver, tmp_path
+):
+    """A CRM job appends two rows of a key in one commit (a history: the row of 10:30 is the key's, the one of 10:20
+    its past), then DELETEs the row of 10:30: the key's row is the one of 10:20 again, from the DELETE's time on. The
+    as-of join took the row written last of such a commit in the order the commit held them: for a key whose later
+    row came first, the DELETE changed nothing and a payment after it matched the deleted tier, exit 0."""
+    path = str(tmp_path / "crm_customers")
+    write_deltalake(path, customers(), configuration={"delta.enableChangeDataFeed": "true"})
+    at_1020, at_1030 = "2026-03-01T10:20:00+00:00", "2026-03-01T10:30:00+00:00"
+    later_first = customers(("ann", "gold", at_1030), ("ann", "silver", at_1020))
+    later_last = customers(("bob", "silver", at_1020), ("bob", "gold", at_1030))
+    write_deltalake(path, pa.concat_tables([later_first, later_last]), mode="append")
+    as_of_only = PIPELINE.format(path=path).replace(
+        '    looked_up = batch.rows("crm_customers", keys_of=payments).select("customer", "tier")\n'
+        '    per_tier(batch, "by_lookup", payments.join(looked_up, "customer", "left"))\n',
+        "",
+    )
+    driver = streamtable_driver("tiers", pipelines=pipelines_folder(tmp_path, "tiers", as_of_only))
+    after_the_delete = "2099-01-01T00:00:00Z"  # after every commit of the CRM job
+    driver.pipe("tier_payments", [payment("p1", "ann", "1.00", 40)])
+    driver.run()
+    DeltaTable(path).delete("tier = 'gold'")
+    driver.pipe(
+        "tier_payments",
+        [
+            payment(i, c, amount, 0) | {"paid_at": after_the_delete}
+            for i, c, amount in (("p2", "ann", "10.00"), ("p3", "bob", "100.00"))
+        ],
+    )
+    driver.run()
+    assert totals(driver, "as_of_time") == {"gold": Decimal("1.00"), "silver": Decimal("110.00")}

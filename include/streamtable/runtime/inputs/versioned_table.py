@@ -2,7 +2,8 @@
 `asof_join` (KIP-889): per key, its rows at their times, and what each version does to the key at the commit's time.
 
 A version leaves each key its row written last (of a key appended again, a history, the row its newest insert brought
-that no DELETE has removed since; an update is a removal and an insert in one version):
+that no DELETE has removed since, and of rows one version inserted, the one of the latest time; an update is a removal
+and an insert in one version):
 - a version that inserts rows of a key keeps them, and its removals change nothing (an UPDATE, a MERGE, or an
   overwrite that wrote the table again whole);
 - one that only removes rows of a key deletes it when it keeps none (a DELETE, or an UPDATE that changed the row's
@@ -39,9 +40,10 @@ def as_versions_leave_keys(changes: DataFrame, table: Table) -> DataFrame:
     by_version = Window.partitionBy(KEY).orderBy("_commit_version")
     kept = F.max(after.cast("int")).over(in_version) == 1  # the version inserts a row of the key
     left = F.sum(F.when(after, 1).otherwise(-1)).over(by_version)  # the key's rows after the version
-    written_last = F.last(F.when(after, F.col(ROW_ID)), ignorenulls=True).over(  # before the version: the row the
-        by_version.rangeBetween(Window.unboundedPreceding, -1)  # key's newest earlier insert brought
-    )
+    newest = F.max(F.when(after, F.struct(_micros(table).alias("t"), F.col(ROW_ID).alias("id")))).over(in_version)
+    written_last = F.last(newest, ignorenulls=True).over(  # before the version: the newest row (time, identity) of
+        by_version.rangeBetween(Window.unboundedPreceding, -1)  # the key's newest earlier version that inserted
+    )["id"]
     marked = (
         changes.withColumn(KEY, F.to_json(F.struct(*table.keys)))
         .withColumn(ROW_ID, identity)
@@ -95,8 +97,7 @@ def _decisions(marked: DataFrame, after: SparkColumn, table: Table) -> DataFrame
 
     A fold over the key's versions in order, holding the rows it keeps: a removal takes the oldest kept row of its
     identity, an insert adds one; the row written last is the greatest (version, time, identity)."""
-    time = F.unix_micros(F.col(table.time_column).cast("timestamp")) if table.time_column else F.lit(None)
-    row = F.struct(F.col("_commit_version").alias("v"), time.cast("bigint").alias("t"), F.col(ROW_ID).alias("id"))
+    row = F.struct(F.col("_commit_version").alias("v"), _micros(table).alias("t"), F.col(ROW_ID).alias("id"))
     versions = marked.groupBy(KEY, "_commit_version").agg(
         F.collect_list(F.when(after, row)).alias("ins"),
         F.collect_list(F.when(~after, F.col(ROW_ID))).alias("outs"),
@@ -107,6 +108,13 @@ def _decisions(marked: DataFrame, after: SparkColumn, table: Table) -> DataFrame
     start = F.struct(F.array().cast(KEPT).alias("kept"), F.array().cast(DECIDED).alias("decided"))
     folded = versions.groupBy(KEY).agg(F.aggregate(in_order, start, _apply).alias("_fold"))
     return folded.select(KEY, F.explode("_fold.decided").alias("d")).select(KEY, "d.*")
+
+
+def _micros(table: Table) -> SparkColumn:
+    """A row's time in microseconds, what orders the rows one version inserts for a key (null without a time
+    column: then their identities do)."""
+    time = F.unix_micros(F.col(table.time_column).cast("timestamp")) if table.time_column else F.lit(None)
+    return time.cast("bigint")
 
 
 def _apply(state: SparkColumn, version: SparkColumn) -> SparkColumn:

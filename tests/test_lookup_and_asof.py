@@ -11,9 +11,11 @@ from datetime import datetime
 from decimal import Decimal
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from helpers import pipelines_folder
+from streamtable.core.errors import BadInputError
 
 PIPELINE = '''
 """Payments per tier: the tier looked up when the payment is processed, and the tier as of the payment's time."""
@@ -72,6 +74,16 @@ def customers(*rows: tuple[str, str | None, str]) -> pa.Table:
 def payment(payment_id: str, customer: str, amount: str, minute: int) -> dict:
     paid_at = f"2026-03-01T10:{minute:02d}:00Z"
     return {"payment_id": payment_id, "customer": customer, "amount": amount, "paid_at": paid_at}
+
+
+def as_of_only(path: str) -> str:
+    """`PIPELINE` without its lookup (`batch.rows` refuses a key's two rows of one version: the as-of join orders
+    them by time)."""
+    return PIPELINE.format(path=path).replace(
+        '    looked_up = batch.rows("crm_customers", keys_of=payments).select("customer", "tier")\n'
+        '    per_tier(batch, "by_lookup", payments.join(looked_up, "customer", "left"))\n',
+        "",
+    )
 
 
 def totals(driver, output: str) -> dict[str, Decimal]:
@@ -133,12 +145,7 @@ def test_a_delete_of_the_later_of_two_rows_one_commit_appended_gives_the_key_the
     later_first = customers(("ann", "gold", at_1030), ("ann", "silver", at_1020))
     later_last = customers(("bob", "silver", at_1020), ("bob", "gold", at_1030))
     write_deltalake(path, pa.concat_tables([later_first, later_last]), mode="append")
-    as_of_only = PIPELINE.format(path=path).replace(
-        '    looked_up = batch.rows("crm_customers", keys_of=payments).select("customer", "tier")\n'
-        '    per_tier(batch, "by_lookup", payments.join(looked_up, "customer", "left"))\n',
-        "",
-    )
-    driver = streamtable_driver("tiers", pipelines=pipelines_folder(tmp_path, "tiers", as_of_only))
+    driver = streamtable_driver("tiers", pipelines=pipelines_folder(tmp_path, "tiers", as_of_only(path)))
     after_the_delete = "2099-01-01T00:00:00Z"  # after every commit of the CRM job
     driver.pipe("tier_payments", [payment("p1", "ann", "1.00", 40)])
     driver.run()
@@ -152,3 +159,29 @@ def test_a_delete_of_the_later_of_two_rows_one_commit_appended_gives_the_key_the
     )
     driver.run()
     assert totals(driver, "as_of_time") == {"gold": Decimal("1.00"), "silver": Decimal("110.00")}
+
+
+def test_two_rows_of_a_key_one_commit_wrote_at_one_time_refuse_the_record_that_needs_them(streamtable_driver, tmp_path):
+    """Two rows of ann at 10:30 in one commit: nothing says which is her tier from 10:30 on, and the as-of join took
+    either. A payment before 10:30 does not need them; one after is refused in one line (exit 2), as `batch.rows`
+    refuses a key's two rows of one version."""
+    path = str(tmp_path / "crm_customers")
+    at_1030 = "2026-03-01T10:30:00+00:00"
+    write_deltalake(
+        path,
+        customers(("ann", "gold", "2026-03-01T09:00:00+00:00"), ("ann", "silver", at_1030), ("ann", "bronze", at_1030)),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+    driver = streamtable_driver("tiers", pipelines=pipelines_folder(tmp_path, "tiers", as_of_only(path)))
+    driver.pipe("tier_payments", [payment("p1", "ann", "1.00", 5)])
+    driver.run()
+    assert totals(driver, "as_of_time") == {"gold": Decimal("1.00")}
+    driver.pipe("tier_payments", [payment("p2", "ann", "2.00", 40)])
+    with pytest.raises(BadInputError) as refused:
+        driver.run()
+    assert str(refused.value) == (
+        'asof_join: key {"customer":"ann"} has two rows at 2026-03-01 10:30:00 in version 0 of its table (one commit '
+        "wrote both) and nothing says which is the later for a record at or after that time: refused; give the key "
+        "one row per time, or declare a time column that orders its rows"
+    )
+    assert totals(driver, "as_of_time") == {"gold": Decimal("1.00")}

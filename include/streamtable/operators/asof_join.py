@@ -22,8 +22,8 @@ def versioned(changelog: DataFrame, key: str, values: Sequence[str], time: str =
     tied = Window.partitionBy(key, "valid_from", COMMIT_VERSION, LINE)
     return (
         changelog.select(key, *values, F.col(time).alias("valid_from"), COMMIT_VERSION, LINE)
+        .withColumn("valid_to", F.lead("valid_from").over(order))  # (first: `tied` reuses its partitions and order)
         .withColumn(TIE, F.when(F.size(F.collect_set(F.struct(*values)).over(tied)) > 1, _tie(key)))
-        .withColumn("valid_to", F.lead("valid_from").over(order))
         .where(F.col("valid_to").isNull() | (F.col("valid_to") > F.col("valid_from")))
         .drop(COMMIT_VERSION, LINE)
     )

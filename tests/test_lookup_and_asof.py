@@ -181,7 +181,8 @@ def test_two_rows_of_a_key_one_commit_wrote_at_one_time_refuse_the_record_that_n
         driver.run()
     assert str(refused.value) == (
         'asof_join: key {"customer":"ann"} has two rows at 2026-03-01 10:30:00 in version 0 of its table (one commit '
-        "wrote both) and nothing says which is the later for a record at or after that time: refused; give the key "
-        "one row per time, or declare a time column that orders its rows"
+        "wrote both) and nothing says which is the later for a record at or after that time: refused; declare a time "
+        "column that orders the key's rows (a reprocess applies it: a history keeps its past), and have the other "
+        "job write one row per key and time"
     )
     assert totals(driver, "as_of_time") == {"gold": Decimal("1.00")}

@@ -40,7 +40,8 @@ def _tie(key: str) -> Column:
         F.col(COMMIT_VERSION).cast("string"),
         F.lit(
             " of its table (one commit wrote both) and nothing says which is the later for a record at or after that "
-            "time: refused; give the key one row per time, or declare a time column that orders its rows"
+            "time: refused; declare a time column that orders the key's rows (a reprocess applies it: a history keeps "
+            "its past), and have the other job write one row per key and time"
         ),
     )
 
@@ -52,9 +53,10 @@ def asof_join(
 
     Of records with equal times the later ingest wins (two rows one commit of another job's table wrote at one time,
     which nothing orders, fail the batch, exit 2, when a record at or after that time needs them); a record whose
-    `values` are null deletes its key from then on. Returns every column of `stream` plus `values`, one row per stream row (a left join). `changelog` is an
-    input's whole changelog, `batch.table(NAME)` (its `_commit_version` and `_line` order ties), declared in the
-    pipeline's `tables=`. Each click with its user's region at the click's time:
+    `values` are null deletes its key from then on. Returns every column of `stream` plus `values`, one row per
+    stream row (a left join). `changelog` is an input's whole changelog, `batch.table(NAME)` (its `_commit_version`
+    and `_line` order ties), declared in the pipeline's `tables=`. Each click with its user's region at the click's
+    time:
 
         clicks = batch.new("user_clicks")
         enriched = asof_join(clicks, batch.table("user_regions"), key="user", values=["region"])

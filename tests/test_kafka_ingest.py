@@ -135,6 +135,8 @@ def test_a_record_without_the_time_column_takes_the_kafka_timestamp(kafka_bootst
             {"value": {"user": "ann", "clicks": 1}, "timestamp": T0 + 5},
             {"value": {"user": "bob", "clicks": 2, "event_time": "2026-02-01T00:00:00Z"}, "timestamp": T0},
             {"value": {"user": "cid", "clicks": 3, "event_time": None}, "timestamp": T0},  # null: its own, refused
+            # its own time in another case: refused as from a file (it took the record's timestamp, exit 0)
+            {"value": {"user": "dee", "clicks": 4, "Event_Time": "2026-02-01T00:00:00Z"}, "timestamp": T0},
         ],
     )
     assert ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)[0] == 0
@@ -142,7 +144,10 @@ def test_a_record_without_the_time_column_takes_the_kafka_timestamp(kafka_bootst
         {"user": "ann", "clicks": 1, "event_time": "2026-01-01T10:00:00.005Z"},
         {"user": "bob", "clicks": 2, "event_time": "2026-02-01T00:00:00.000Z"},
     ]
-    assert [r["reason"] for r in rows(lake, "quarantine")] == ["event_time is null"]
+    assert [r["reason"] for r in rows(lake, "quarantine")] == [
+        "event_time is null",
+        "event_time: the record names it 'Event_Time'; names match exactly, so rename the field",
+    ]
 
 
 def test_a_tombstone_deletes_its_key_on_a_keyed_input(kafka_bootstrap, lake, tmp_path):

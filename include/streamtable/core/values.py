@@ -126,10 +126,15 @@ def typed_fields(record: dict, columns: tuple, prefix: str) -> dict:
 def _refuse_near_name(record: dict, column: str, name: str) -> None:
     """RecordError when `record` lacks `column` but has a field of that name in another case or with spaces around
     (`Region` for `region`): ignored as undeclared, its value would be read as null."""
+    field = near_name(record, column)
+    if field is not None:
+        raise RecordError(f"{name}: the record names it {field!r}; names match exactly, so rename the field")
+
+
+def near_name(record: dict, column: str) -> str | None:
+    """The field of `record` that names `column` in another case or with spaces around (`Region` for `region`)."""
     folded = column.casefold()
-    for field in record:
-        if isinstance(field, str) and field.strip().casefold() == folded:
-            raise RecordError(f"{name}: the record names it {field!r}; names match exactly, so rename the field")
+    return next((f for f in record if isinstance(f, str) and f != column and f.strip().casefold() == folded), None)
 
 
 def _decimal(name: str, type_: Type, value: Decimal) -> Decimal:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 from streamtable.core.tables import Table
+from streamtable.core.values import near_name
 from streamtable.ingest.record_parser import RecordError, parse_json, parse_record
 
 
@@ -33,14 +34,15 @@ def record_row(table: Table, value: bytes | None, key: bytes | None, millis: int
 
 
 def with_time(text: str, column: str | None, millis: int | None) -> str:
-    """`text` with `"column": millis` added when it is a JSON object without `column` (else `text` unchanged)."""
+    """`text` with `"column": millis` added when it is a JSON object without `column` (else `text` unchanged): not
+    when it names `column` in another case or with spaces around, which `parse_record` refuses, as from a file."""
     if column is None or millis is None:
         return text
     try:
         record = parse_json(text)
     except (ValueError, RecursionError):
         return text  # parse_record says what is wrong with it
-    if not isinstance(record, dict) or column in record:
+    if not isinstance(record, dict) or column in record or near_name(record, column) is not None:
         return text
     body = text.lstrip(" \t\r\n")[1:]
     separator = "" if body.lstrip(" \t\r\n").startswith("}") else ","

@@ -18,8 +18,8 @@ import pytest
 
 from helpers import CLI, ingest, run_main
 from streamtable.core import registry
-from streamtable.core.schema import Type
-from streamtable.ingest.folders import ingest_folder, widens
+from streamtable.core.schema import Type, widens
+from streamtable.ingest.folders import ingest_folder
 from streamtable.storage.lake import Lake
 from streamtable.storage.reader import rows
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from helpers import ROOT, run_main
 from streamtable.core.registry import get_input
@@ -221,6 +221,37 @@ def test_a_topic_that_does_not_exist_is_one_line_and_is_not_created(kafka_bootst
     monkeypatch.delenv("STREAMTABLE_KAFKA", raising=False)  # no broker named anywhere
     code, _, err = ingest_kafka(lake, None, "user_clicks", topic)
     assert code == 2 and err.count("\n") == 1 and "--bootstrap-servers" in err and "STREAMTABLE_KAFKA" in err
+
+
+def test_a_topic_deleted_and_made_anew_is_copied_from_its_first_offset(kafka_bootstrap, lake):
+    """The copy kept offset 5 of partition 0 (and quarantine's 5); the topic deleted and made anew starts again at 0,
+    so its first 5 records were skipped without a word, a bad one too, exit 0. The offsets keep the topic's id: the
+    new topic is copied from its first offsets, each record once, with one line saying why."""
+    topic = new_topic()
+    first = [{"value": clicks(i, clicks=-1 if i == 4 else i)} for i in range(5)]
+    send(kafka_bootstrap, topic, first)
+    assert ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)[1][0]["offsets"]["0"] == 5
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + 60
+    while True:  # the broker may still be deleting it
+        try:
+            admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+            break
+        except KafkaException:
+            assert time.monotonic() < deadline, f"{topic} could not be made anew"
+            time.sleep(0.5)
+    send(kafka_bootstrap, topic, [{"value": clicks(i, clicks=-1 if i == 11 else i)} for i in range(10, 13)])
+
+    code, printed, err = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)
+    assert (code, printed[0]["appended"], printed[0]["quarantined"], printed[0]["offsets"]["0"]) == (0, 2, 1, 3)
+    assert "is not the topic user_clicks copied so far (it was deleted and made anew" in err
+    assert ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)[1][0]["appended"] == 0
+    assert sorted(r["user"] for r in rows(lake, "user_clicks")) == ["u0", "u1", "u10", "u12", "u2", "u3"]
+    assert sorted((r["raw"], r["line"]) for r in rows(lake, "quarantine")) == sorted(
+        (json.dumps(clicks(i, clicks=-1)), offset) for i, offset in ((4, 4), (11, 1))
+    )
 
 
 # Processes: crashes, copiers at once, --follow.

@@ -5,7 +5,8 @@ partition, `streamtable-kafka-<topic>-<partition>`, whose version is the next of
 them from a snapshot of the table, `assign`s its consumer to them (no consumer group, no rebalancing: the group
 `streamtable-kafka-<table>` is only told the offsets afterwards, for monitoring), consumes, and commits on that
 same snapshot. A second copier that committed since the snapshot wrote the same transactions, so delta-rs's
-conflict check fails this commit (CommitFailedError): the copier re-reads the offsets and goes on from there. A
+conflict check fails this commit (CommitFailedError): the copier re-reads the offsets and goes on from there. The
+offsets are of the topic whose id rides beside them (`kafka_offsets`): a topic made anew is copied from its start. A
 table that does not exist yet is created by the first commit under the table's ingest lock (two creations could
 not conflict). Every commit carries the transactions of every partition, so any two copiers conflict.
 
@@ -38,17 +39,20 @@ from deltalake.exceptions import CommitFailedError
 from streamtable.core.errors import BadInputError
 from streamtable.core.faults import crash_point
 from streamtable.core.schema import arrow_schema
-from streamtable.core.tables import LINE, QUARANTINE, Table
+from streamtable.core.tables import LINE, Table
 from streamtable.ingest.changelog import TARGET_FILE_SIZE, WRITER_PROPERTIES, check_schema
 from streamtable.ingest.kafka_consumer import Asker, FetchWatch, new_consumer
-from streamtable.ingest.kafka_records import record_row
-from streamtable.ingest.quarantine import (
-    QUARANTINE_SCHEMA,
-    add_quarantined,
-    quarantine_columns,
-    quarantine_locked,
-    write_quarantine,
+from streamtable.ingest.kafka_offsets import (
+    TopicSource,
+    of_another_topic,
+    quarantine_unseen,
+    records_app_id,
+    records_topic_app_id,
+    topic_id,
+    topic_transaction,
 )
+from streamtable.ingest.kafka_records import record_row
+from streamtable.ingest.quarantine import add_quarantined, quarantine_columns
 from streamtable.ingest.record_parser import RecordError
 from streamtable.storage.delta_rs import INPUT_TABLE_PROPERTIES, delta_table, open_table, write
 from streamtable.storage.lake import Lake
@@ -66,16 +70,6 @@ log = logging.getLogger("streamtable.ingest.kafka")
 
 class BrokerUnreachable(BadInputError):
     """The broker did not answer within BROKER_TIMEOUT_S: a copy's start fails in one line; a follower goes on."""
-
-
-def records_app_id(topic: str, partition: int) -> str:
-    """The app transaction, in TABLE's log, whose version is the next offset of `topic`'s `partition` to copy."""
-    return f"streamtable-kafka-{topic}-{partition}"
-
-
-def quarantine_app_id(table: str, topic: str, partition: int) -> str:
-    """The app transaction, in quarantine's log, below whose version the partition's bad records are quarantined."""
-    return f"streamtable-kafka-quarantine:{table}:{topic}-{partition}"  # Kafka topic names have no ':'
 
 
 @dataclass
@@ -120,13 +114,14 @@ class Copier:
         self, lake: Lake, table: Table, topic: str, bootstrap: str, on_commit: Callable[[KafkaResult], None] | None
     ) -> None:
         self.lake, self.table, self.topic, self.bootstrap, self.on_commit = lake, table, topic, bootstrap, on_commit
-        self.path, self.quarantine_path = lake.table_path(table.name), lake.table_path(QUARANTINE.name)
+        self.path = lake.table_path(table.name)
         self.schema = arrow_schema(table.stored_columns)
         self.errors: list[str] = []
         self.round_rows = max(1, int(os.environ.get("STREAMTABLE_KAFKA_COMMIT_ROWS") or ROUND_ROWS))
         self.consumer = new_consumer(bootstrap, table.name, self._on_error)
         self.asker, self.watch = Asker(bootstrap, table.name), FetchWatch()
         self.partitions = self._partitions()
+        self.topic_id = self._topic_id()
         self.next: dict[int, int] = {}  # partition -> next offset to copy (as committed, then as consumed)
         self.snapshot: DeltaTable | None = None
         self.totals = KafkaResult(table.name)
@@ -151,6 +146,14 @@ class Copier:
             raise BadInputError(f"Kafka topic {self.topic!r} does not exist on {self.bootstrap}")
         return sorted(found.partitions)
 
+    def _topic_id(self) -> int:
+        try:
+            return topic_id(self.bootstrap, self.topic, BROKER_TIMEOUT_S)
+        except (KafkaException, TimeoutError) as e:
+            raise BrokerUnreachable(
+                f"cannot read the id of Kafka topic {self.topic!r} on {self.bootstrap}: {e}"
+            ) from None
+
     def _watermarks(self, partition: int) -> tuple[int, int]:
         try:
             wanted = TopicPartition(self.topic, partition)
@@ -162,8 +165,9 @@ class Copier:
     def run(self, follow: bool, stop: threading.Event) -> KafkaResult:
         existing = open_table(self.path)
         check_schema(existing, self.table)
-        self.low = {p: self._watermarks(p)[0] for p in self.partitions}
-        self.end = {} if follow else {p: self._watermarks(p)[1] for p in self.partitions}
+        marks = {p: self._watermarks(p) for p in self.partitions}
+        self.low, self.high = {p: m[0] for p, m in marks.items()}, {p: m[1] for p, m in marks.items()}
+        self.end = {} if follow else dict(self.high)
         self._resume()
         refreshed, lost = time.monotonic(), 0
         while True:
@@ -204,6 +208,13 @@ class Copier:
     def _resume(self) -> None:
         """Read the committed offsets from a fresh snapshot of the table and assign the consumer to them."""
         self.snapshot = open_table(self.path)
+        self.renewed = of_another_topic(self.snapshot, records_topic_app_id(self.topic), self.topic_id)
+        if self.renewed:
+            print(
+                f"streamtable: {self.topic} on {self.bootstrap} is not the topic {self.table.name} copied so far (it "
+                "was deleted and made anew, or is another cluster's): copying it from its first offsets",
+                file=sys.stderr,
+            )
         self.committed = {p: self._committed(p) for p in self.partitions}
         self.next = dict(self.committed)
         self.totals.version = None if self.snapshot is None else self.snapshot.version()
@@ -211,12 +222,18 @@ class Copier:
         self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in self.next.items()])
 
     def _committed(self, partition: int) -> int:
-        recorded = (
-            None if self.snapshot is None else self.snapshot.transaction_version(records_app_id(self.topic, partition))
-        )
-        low = self.low[partition]
+        kept = None if self.snapshot is None or self.renewed else self.snapshot
+        recorded = None if kept is None else kept.transaction_version(records_app_id(self.topic, partition))
+        low, high = self.low[partition], self.high[partition]
         if recorded is None:
             return low
+        if recorded > high:
+            print(
+                f"streamtable: {self.topic}/{partition}: offsets {high} to {recorded - 1} were copied, and the "
+                f"partition now ends at {high} (the broker lost them); copying from {high}",
+                file=sys.stderr,
+            )
+            return high
         if recorded < low:
             print(
                 f"streamtable: {self.topic}/{partition}: offsets {recorded} to {low - 1} were deleted from the topic "
@@ -237,7 +254,7 @@ class Copier:
             return False
         new = [p for p in found if p not in self.next]
         for p in new:
-            self.low[p] = self._watermarks(p)[0]
+            self.low[p], self.high[p] = self._watermarks(p)
             self.partitions.append(p)
             self.next[p] = self.committed[p] = self._committed(p)
         if new:
@@ -330,6 +347,7 @@ class Copier:
             self._quarantine(gathered)
         crash_point("kafka:quarantined")
         transactions = [Transaction(records_app_id(self.topic, p), self.next[p]) for p in self.partitions]
+        transactions += topic_transaction(records_topic_app_id(self.topic), self.topic_id)
         rows = pa.Table.from_pydict(gathered.good, schema=self.schema)
         try:
             if self.snapshot is None:
@@ -362,32 +380,11 @@ class Copier:
         )
 
     def _quarantine(self, gathered: _Round) -> None:
-        with quarantine_locked(self.lake):
-            existing = open_table(self.quarantine_path)
-            done = {
-                p: (
-                    None
-                    if existing is None
-                    else existing.transaction_version(quarantine_app_id(self.table.name, self.topic, p))
-                )
-                for p in set(gathered.bad_partitions)
-            }
-            keep = [
-                i
-                for i, (p, offset) in enumerate(zip(gathered.bad_partitions, gathered.bad["line"], strict=True))
-                if (done[p] is None or offset >= done[p])
-            ]
-            if not keep:
-                return
-            rows = pa.Table.from_pydict(gathered.bad, schema=QUARANTINE_SCHEMA).take(keep)
-            partitions = sorted({gathered.bad_partitions[i] for i in keep})
-            transactions = [
-                Transaction(quarantine_app_id(self.table.name, self.topic, p), self.next[p]) for p in partitions
-            ]
-            try:
-                write_quarantine(self.quarantine_path if existing is None else existing, rows, transactions)
-            except CommitFailedError:
-                raise _LostRace from None
+        source = TopicSource(self.table.name, self.topic, self.topic_id, self.next)
+        try:
+            quarantine_unseen(self.lake, source, gathered.bad, gathered.bad_partitions)
+        except CommitFailedError:
+            raise _LostRace from None
 
     def _tell_group(self) -> None:
         """Tell the consumer group the committed offsets, for monitoring (`kafka-consumer-groups --describe`)."""

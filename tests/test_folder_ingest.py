@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -258,6 +259,41 @@ def test_parquet_quarantine_names_the_row_from_1_and_raw_is_the_record_as_json(l
     assert json.loads(bad[0]["raw"]) == {"user": "bob", "clicks": -5, "event_time": "2026-03-01T10:02:30.250000+00:00"}
 
 
+def test_a_file_that_changed_after_it_was_taken_is_refused_naming_the_version_not_taken_again(lake, tmp_path):
+    """A file a writer appended to (or rewrote) after `ingest DIR` took it had a new SHA-256, so the next run took it
+    again whole: its first records twice, exit 0. A name the table took from this folder is taken once: a file under
+    it with other bytes is refused (exit 2), naming the version that took it; the same bytes under a new name are
+    still a duplicate."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", CLICKS[:1])
+    (folder / "b.csv").write_text("user,clicks,event_time\nbob,7,2026-03-01T10:0")  # a writer still at it
+    base = ("--lake", str(lake.root))
+    code, out, err = run_main("ingest", "user_clicks", str(folder), *base)
+    assert (code, [(r["source"], r["version"], r["appended"]) for r in reports(out)]) == (
+        0,
+        [("a.jsonl", 0, 1), ("b.csv", 0, 0)],  # b's one record quarantined: its time is cut
+    ), err
+    (folder / "c.jsonl").write_bytes((folder / "a.jsonl").read_bytes())  # a's bytes under a new name
+    with (folder / "a.jsonl").open("a") as f:
+        f.write(json.dumps(CLICKS[1]) + "\n")
+    with (folder / "b.csv").open("a") as f:
+        f.write("2:30Z\n")
+    for _ in range(2):  # refused at every run, never taken
+        code, out, err = run_main("ingest", "user_clicks", str(folder), *base)
+        assert (code, [(r["source"], r["duplicate"]) for r in reports(out)]) == (2, [("c.jsonl", True)])
+        way_out = f"rename them into {folder.resolve()} when complete; put a corrected file in under a new name)"
+        assert err.splitlines() == [
+            f"streamtable: refused a.jsonl: it changed after version 0 took it, and a file is taken once, whole: it "
+            f"is not taken again (have writers write files elsewhere and {way_out}",
+            "streamtable: refused b.csv: it changed after an earlier ingest took it (its records all went to "
+            f"quarantine), and a file is taken once, whole: it is not taken again (have writers write files "
+            f"elsewhere and {way_out}",
+        ]
+    assert [r["user"] for r in rows(lake, "user_clicks")] == ["alice"]
+    assert len(rows(lake, "quarantine")) == 1
+
+
 TYPED = """
 from streamtable import Column, Pipeline, Type, changelog, stream
 
@@ -359,6 +395,40 @@ def test_parquet_types_widen_only_losslessly(found, declared, fits):
 
 
 # --- Follow ------------------------------------------------------------------------------------------------------
+def until(condition, seconds: float = 20.0) -> None:
+    """Wait for `condition()` to hold (a follower's pass is a poll away)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_follow_names_once_and_skips_a_file_that_changed_after_it_was_taken(lake, tmp_path):
+    """A writer that paused longer than a poll had its file taken, then taken again whole at each later pause: 3
+    records became 6 rows. The follower now takes a file once and names a later change of it once."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", CLICKS[:1])
+    taken, said, stop = [], [], threading.Event()
+    follow = dict(follow=True, poll_interval=0.02, report=taken.append, warn=said.append, stop=stop)
+    follower = threading.Thread(target=ingest_folder, args=(lake, "user_clicks", folder), kwargs=follow)
+    follower.start()
+    try:
+        until(lambda: len(taken) == 1)
+        for record in CLICKS[1:3]:  # the writer goes on, pausing longer than a poll each time
+            with (folder / "a.jsonl").open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            time.sleep(0.2)
+        write_jsonl(folder / "b.jsonl", CLICKS[3:4])
+        until(lambda: len(taken) >= 2)
+    finally:
+        stop.set()
+        follower.join(timeout=30)
+    assert [(r["source"], r["appended"]) for r in taken] == [("a.jsonl", 1), ("b.jsonl", 1)]
+    assert [line.split(": ")[1:3] for line in said] == [
+        ["refused a.jsonl", "it changed after version 0 took it, and a file is taken once, whole"]
+    ]
+    assert [r["user"] for r in rows(lake, "user_clicks")] == ["alice", "dave"]
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ import hashlib
 import itertools
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -247,8 +247,10 @@ def ingest_stream(
     source: str,
     ingest_id: str,
     max_line_bytes: int = MAX_LINE_BYTES,
+    on_commit: Callable[[IngestResult], None] | None = None,
 ) -> IngestResult:
-    """Append the good lines of `stream` to `table_name` in one commit and quarantine the others, once per id."""
+    """Append the good lines of `stream` to `table_name` in one commit and quarantine the others, once per id;
+    `on_commit` gets the figures once the commits are made, before the id is registered (not for a duplicate)."""
     table = get_input(table_name)
     registry = IdRegistry(lake, table.name)
     earlier = registry.get(ingest_id)
@@ -259,6 +261,8 @@ def ingest_stream(
         if earlier is not None:
             return earlier
         result = _commit_once(lake, table, stream, source, ingest_id, max_line_bytes)
+        if on_commit is not None:
+            on_commit(result)
         registry.put(ingest_id, result)
     crash_point("ingest:registered")
     return result

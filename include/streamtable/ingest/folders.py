@@ -4,7 +4,9 @@ Files. The files directly in DIR, in name order: JSON lines (`.jsonl`, `.json`),
 (`.parquet`); any other file, and any folder in DIR, is skipped and named on stderr. Each file is one ingest of
 `files.ingest_stream`, with the single-file machinery as it is: its id is the SHA-256 of its bytes (a file TABLE took
 before, under any name, is a duplicate), its good records are one commit, its bad ones go to `quarantine` with the
-file's name as `source`, and a killed ingest is finished once by its retry.
+file's name as `source`, and a killed ingest is finished once by its retry. A file is taken once, whole: one whose
+name TABLE took before from DIR but whose bytes changed since (a writer appended to it or rewrote it) is refused,
+naming the version that took it, and never taken again (`landed_names`).
 
 CSV and Parquet go through the same JSON typing as JSON lines: each record is turned into the JSON text of an
 object, fed to `ingest_stream` as one line per record, so `record_parser.parse_record` types it and quarantine's
@@ -32,7 +34,7 @@ anything of it is written: one stderr line names it and the column; the other fi
 `--follow`. Passes over DIR every `poll_interval` seconds until SIGTERM (then the file in flight is finished,
 and the command exits 0). A file is taken only once its size and modification time are the same as at the
 previous pass, so a file still being written is left for a later pass; a file this process has handled is
-looked at again only if it changes.
+looked at again only if it changes (a file taken that then changes is named once on stderr, and skipped).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from streamtable.core.registry import get_input
 from streamtable.core.tables import Table
 from streamtable.ingest.file_columns import RefusedFile
 from streamtable.ingest.files import MAX_LINE_BYTES, IdRegistry, IngestResult, ingest_file, ingest_stream
+from streamtable.ingest.landed_names import ChangedFile, NameRegistry
 from streamtable.ingest.landed_records import csv_lines, line_stream, parquet_lines
 
 JSON_LINES = (".jsonl", ".json")
@@ -118,6 +121,8 @@ class _Watcher:
         self.seen: dict[str, tuple[int, int]] = {}  # name -> (size, mtime) at the previous pass
         self.handled: dict[str, tuple[int, int]] = {}  # name -> (size, mtime) when it was ingested, skipped or refused
         self.folders_named: set[str] = set()
+        self.names = NameRegistry(lake, table.name, root)
+        self.changed_named: set[str] = set()
 
     def one_pass(self, settled_only: bool, stopping: threading.Event | None = None) -> None:
         current: dict[str, tuple[int, int]] = {}
@@ -160,14 +165,38 @@ class _Watcher:
         if kind is None:
             self.warn(f"streamtable: skipped {path.name}: not a .jsonl, .json, .csv or .parquet file")
             return
-        result = None
         try:
-            result = ingest_landed_file(self.lake, self.table, path, kind, self.max_line_bytes)
+            result = self.take(path, kind)
+        except ChangedFile as e:
+            self.name_changed(path, e)
+            return
         except RefusedFile as e:
             self.outcome.refused += 1
             self.warn(f"streamtable: refused {path.name}: {e}; nothing of it was written")
             return
         self.report(result.as_dict() | {"duplicate": result.duplicate, "source": path.name})
+
+    def take(self, path: Path, kind: str) -> IngestResult:
+        """Ingest the file at `path` and record its name with its id; raises ChangedFile when its name was taken
+        before with other bytes."""
+        with path.open("rb") as handle:
+            ingest_id = hashlib.file_digest(handle, "sha256").hexdigest()
+        taken = self.names.check(path.name, ingest_id)
+
+        def record(result: IngestResult) -> None:
+            self.names.put(path.name, ingest_id, result)
+
+        result = ingest_landed_file(self.lake, self.table, path, kind, self.max_line_bytes, ingest_id, record)
+        if taken is None and result.duplicate:  # taken under another name, or before names were recorded
+            record(result)
+        return result
+
+    def name_changed(self, path: Path, error: ChangedFile) -> None:
+        """Refuse, once per name, a file that changed after it was taken (`--follow` sees it at each change)."""
+        if path.name not in self.changed_named:
+            self.changed_named.add(path.name)
+            self.outcome.refused += 1
+            self.warn(f"streamtable: refused {path.name}: {error}")
 
 
 def ingest_named_file(lake, table_name: str, file: str, ingest_id: str | None, max_line_bytes: int) -> IngestResult:
@@ -185,10 +214,16 @@ def ingest_named_file(lake, table_name: str, file: str, ingest_id: str | None, m
 
 
 def ingest_landed_file(
-    lake, table: Table, path: Path, kind: str, max_line_bytes: int = MAX_LINE_BYTES, ingest_id: str | None = None
+    lake,
+    table: Table,
+    path: Path,
+    kind: str,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    ingest_id: str | None = None,
+    on_commit: Callable[[IngestResult], None] | None = None,
 ) -> IngestResult:
     """Ingest one file of a landing folder (`kind`: json, csv or parquet) once per id: `ingest_id`, else the SHA-256
-    of its bytes.
+    of its bytes; `on_commit` as `ingest_stream`'s.
 
     Raises RefusedFile, before anything is written, when its columns cannot fit `table`.
     """
@@ -198,19 +233,20 @@ def ingest_landed_file(
     earlier = IdRegistry(lake, table.name).get(ingest_id)
     if earlier is not None:
         return earlier
+    once = (path.name, ingest_id, max_line_bytes, on_commit)
     if kind == "json":
         with path.open("rb", buffering=1 << 20) as handle:
-            return ingest_stream(lake, table.name, handle, path.name, ingest_id, max_line_bytes)
+            return ingest_stream(lake, table.name, handle, *once)
     if kind == "csv":
         with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as text:
             lines = csv_lines(table, text, path.name)
             try:
-                return ingest_stream(lake, table.name, line_stream(lines), path.name, ingest_id, max_line_bytes)
+                return ingest_stream(lake, table.name, line_stream(lines), *once)
             except csv.Error as e:  # raised while reading, before the commit: nothing was written
                 raise RefusedFile(f"not CSV: {e}") from None
     parquet = pq.ParquetFile(path)
     lines = parquet_lines(table, parquet, path.name)
-    return ingest_stream(lake, table.name, line_stream(lines), path.name, ingest_id, max_line_bytes)
+    return ingest_stream(lake, table.name, line_stream(lines), *once)
 
 
 # --- Plumbing ----------------------------------------------------------------------------------------------------

@@ -247,6 +247,30 @@ def test_csv_cells_are_typed_as_json_would_be_and_quarantine_names_the_file_line
     ]
 
 
+def test_a_csv_row_with_more_cells_than_its_header_is_quarantined_and_one_with_fewer_has_nulls(lake, tmp_path):
+    """An unquoted comma in a cell (`hello, world`) gave a row a cell beyond its header: the cells beyond were dropped
+    and the record went in, exit 0. Such a record is quarantined, its reason naming the counts and its `raw` the JSON
+    array of its cells; the file's other records go in, and a row with fewer cells still has nulls for the rest."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "regions.csv").write_text(
+        "user,event_time,region\n"  # line 1
+        "ann,2026-03-01T10:00:00Z,eu, west\n"  # 2: one cell beyond the header's three columns
+        '"b\nb",2026-03-01T10:01:00Z,us,x,y,z\n'  # 3-4: three beyond; the record is the line it starts on
+        "cy,2026-03-01T10:02:00Z\n"  # 5: no region: null
+        "dee,2026-03-01T10:03:00Z,eu\n"  # 6
+    )
+    code, out, err = run_main("ingest", "user_regions", str(folder), "--lake", str(lake.root))
+    assert (code, [(r["appended"], r["quarantined"]) for r in reports(out)], err) == (0, [(2, 2)], "")
+    assert [(r["user"], r["region"]) for r in rows(lake, "user_regions")] == [("cy", None), ("dee", "eu")]
+    bad = sorted(rows(lake, "quarantine"), key=lambda q: q["line"])
+    assert [(q["source"], q["line"], q["reason"]) for q in bad] == [
+        ("regions.csv", 2, "1 cell beyond the header's 3 columns"),
+        ("regions.csv", 3, "3 cells beyond the header's 3 columns"),
+    ]
+    assert json.loads(bad[0]["raw"]) == ["ann", "2026-03-01T10:00:00Z", "eu", " west"]
+
+
 def test_parquet_quarantine_names_the_row_from_1_and_raw_is_the_record_as_json(lake, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()

@@ -136,10 +136,19 @@ class LineSorter:
     the quarantine rows.
     """
 
-    def __init__(self, table: Table, stream: BinaryIO, source: str, max_line_bytes: int, spool: BinaryIO) -> None:
+    def __init__(
+        self,
+        table: Table,
+        stream: BinaryIO,
+        source: str,
+        max_line_bytes: int,
+        spool: BinaryIO,
+        refused_lines: dict[int, str] | None = None,
+    ) -> None:
         self.table, self.stream, self.source, self.max_line_bytes = table, stream, source, max_line_bytes
         self.schema = arrow_schema(table.stored_columns)
         self.spool = spool
+        self.refused_lines = {} if refused_lines is None else refused_lines
         self.appended = self.quarantined = 0
         self._now = datetime.now(UTC)
         self._bad: dict[str, list] = quarantine_columns()
@@ -171,6 +180,8 @@ class LineSorter:
             if over:
                 kept = raw_prefix_bytes(self.max_line_bytes)
                 raise RecordError(f"line longer than {self.max_line_bytes} bytes; raw holds its first {kept} bytes")
+            if number in self.refused_lines:
+                raise RecordError(self.refused_lines.pop(number))
             try:
                 text = data.decode()
             except UnicodeDecodeError as e:
@@ -248,9 +259,12 @@ def ingest_stream(
     ingest_id: str,
     max_line_bytes: int = MAX_LINE_BYTES,
     on_commit: Callable[[IngestResult], None] | None = None,
+    refused_lines: dict[int, str] | None = None,
 ) -> IngestResult:
     """Append the good lines of `stream` to `table_name` in one commit and quarantine the others, once per id;
-    `on_commit` gets the figures once the commits are made, before the id is registered (not for a duplicate)."""
+    `on_commit` gets the figures once the commits are made, before the id is registered (not for a duplicate), and
+    `refused_lines` (filled by the stream's reader before it gives the line) holds the lines a reader refused, by
+    number, with the reason they are quarantined for."""
     table = get_input(table_name)
     registry = IdRegistry(lake, table.name)
     earlier = registry.get(ingest_id)
@@ -260,7 +274,7 @@ def ingest_stream(
         earlier = registry.get(ingest_id)
         if earlier is not None:
             return earlier
-        result = _commit_once(lake, table, stream, source, ingest_id, max_line_bytes)
+        result = _commit_once(lake, table, stream, source, ingest_id, max_line_bytes, refused_lines)
         if on_commit is not None:
             on_commit(result)
         registry.put(ingest_id, result)
@@ -269,7 +283,13 @@ def ingest_stream(
 
 
 def _commit_once(
-    lake: Lake, table: Table, stream: BinaryIO, source: str, ingest_id: str, max_line_bytes: int
+    lake: Lake,
+    table: Table,
+    stream: BinaryIO,
+    source: str,
+    ingest_id: str,
+    max_line_bytes: int,
+    refused_lines: dict[int, str] | None,
 ) -> IngestResult:
     """Make the commits of ingest `ingest_id` that its table and quarantine do not hold yet (under the table's lock)."""
     digest = hashlib.sha256(ingest_id.encode(errors="surrogatepass")).hexdigest()
@@ -281,7 +301,7 @@ def _commit_once(
         check_schema(existing, table)
     quarantined_before = transaction_version(quarantine_path, quarantine_app_id) is not None
     with tempfile.TemporaryFile(dir=lake.local_temp_dir(table.name)) as spool:
-        lines = LineSorter(table, stream, source, max_line_bytes, spool)
+        lines = LineSorter(table, stream, source, max_line_bytes, spool, refused_lines)
         if appended_at is None:
             check_held()  # the table's lease is still this ingest's
             version = append_batches(path, lines.schema, iter(lines), app_id)

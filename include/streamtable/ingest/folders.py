@@ -18,9 +18,11 @@ A CSV cell is text, read as a JSON string of that text would be read for its col
 boolean or nested column the text is JSON (`42` is 42 for a LONG; if it is not JSON it stays a string and the
 record is quarantined with the usual reason), for a TIMESTAMP ISO-8601 text or integer epoch milliseconds, for
 every other type (STRING, DATE, BINARY) the text itself. An empty cell is null, a row with fewer cells has
-nulls for the rest, cells beyond the header are ignored. Parquet columns are read by name; a column may be of
-its declared type or of one that widens to it losslessly (INT32 to LONG, FLOAT to DOUBLE, DECIMAL(5,2) to
-DECIMAL(10,2), INT32 to DOUBLE, large or dictionary strings to STRING, any timestamp unit to TIMESTAMP).
+nulls for the rest; a row with cells beyond the header is quarantined (`raw`: the JSON array of its cells).
+
+Parquet columns are read by name; a column may be of its declared type or of one that widens to it losslessly
+(INT32 to LONG, FLOAT to DOUBLE, DECIMAL(5,2) to DECIMAL(10,2), INT32 to DOUBLE, large or dictionary strings to
+STRING, any timestamp unit to TIMESTAMP).
 
 Missing columns. A nullable declared column that a CSV header or a Parquet schema lacks is null in each record
 of the file, as in a JSON line without it (so an input that gained a nullable column takes its older files); one
@@ -239,9 +241,10 @@ def ingest_landed_file(
             return ingest_stream(lake, table.name, handle, *once)
     if kind == "csv":
         with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as text:
-            lines = csv_lines(table, text, path.name)
+            refused: dict[int, str] = {}
+            lines = csv_lines(table, text, path.name, refused)
             try:
-                return ingest_stream(lake, table.name, line_stream(lines), *once)
+                return ingest_stream(lake, table.name, line_stream(lines), *once, refused)
             except csv.Error as e:  # raised while reading, before the commit: nothing was written
                 raise RefusedFile(f"not CSV: {e}") from None
     parquet = pq.ParquetFile(path)

@@ -30,10 +30,12 @@ _JSON_CELLS = frozenset({"long", "int", "double", "float", "decimal", "boolean",
 # --- CSV ---------------------------------------------------------------------------------------------------------
 
 
-def csv_lines(table: Table, text: io.TextIOBase, name: str) -> Iterator[bytes]:
+def csv_lines(table: Table, text: io.TextIOBase, name: str, refused: dict[int, str]) -> Iterator[bytes]:
     """The JSON lines of a CSV file's records, numbered as the file's lines (blank lines fill the gaps).
 
-    Checks the header first (raises RefusedFile), so the first `next()` refuses a file that cannot fit.
+    Checks the header first (raises RefusedFile), so the first `next()` refuses a file that cannot fit. A record
+    with cells beyond the header is the JSON array of its cells, its line number in `refused` with the reason
+    (before the line is yielded), for `files.ingest_stream` to quarantine it.
     """
     csv.field_size_limit(sys.maxsize)  # a long cell is the line limit's business (quarantined), not an error
     reader = csv.reader(text)
@@ -45,10 +47,10 @@ def csv_lines(table: Table, text: io.TextIOBase, name: str) -> Iterator[bytes]:
     if twice:
         raise RefusedFile(f"column {twice[0]} is in its header twice")
     types = {c.name: c.type for c in table.columns}
-    return _csv_records(reader, header, types)
+    return _csv_records(reader, header, types, refused)
 
 
-def _csv_records(reader, header: list[str], types: dict[str, Type]) -> Iterator[bytes]:
+def _csv_records(reader, header: list[str], types: dict[str, Type], refused: dict[int, str]) -> Iterator[bytes]:
     done = reader.line_num
     yield b"\n" * done  # the header's line(s)
     for cells in reader:
@@ -56,11 +58,20 @@ def _csv_records(reader, header: list[str], types: dict[str, Type]) -> Iterator[
         if not cells:  # a blank line
             yield b"\n" * (done - start + 1)
             continue
-        fields = []
-        for column, cell in zip(header, cells, strict=False):
-            fields.append(f"{_json_string(column)}: {cell_json(types.get(column), cell)}")
-        line = "{" + ", ".join(fields) + "}"
+        if len(cells) > len(header):
+            refused[start] = beyond_header(len(cells), len(header))
+            line = json.dumps(cells, ensure_ascii=False)
+        else:
+            named = zip(header[: len(cells)], cells, strict=True)  # fewer cells: the rest are null (absent)
+            fields = (f"{_json_string(c)}: {cell_json(types.get(c), cell)}" for c, cell in named)
+            line = "{" + ", ".join(fields) + "}"
         yield line.encode("utf-8", "surrogateescape") + b"\n" * (done - start + 1)
+
+
+def beyond_header(cells: int, columns: int) -> str:
+    """The quarantine reason of a CSV record with more cells than its header has columns."""
+    extra = cells - columns
+    return f"{extra} cell{'s' if extra > 1 else ''} beyond the header's {columns} column{'s' if columns > 1 else ''}"
 
 
 def cell_json(type_: Type | None, cell: str) -> str:

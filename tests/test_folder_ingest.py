@@ -271,6 +271,26 @@ def test_a_csv_row_with_more_cells_than_its_header_is_quarantined_and_one_with_f
     assert json.loads(bad[0]["raw"]) == ["ann", "2026-03-01T10:00:00Z", "eu", " west"]
 
 
+def test_a_json_array_file_is_refused_whole_and_the_other_files_go_in(lake, tmp_path):
+    """A `.json` file holding a JSON array (duckdb's `ARRAY true`, pandas' `orient="records"`) was read as JSON lines:
+    its last element went in, the others to quarantine, exit 0. It is refused whole before anything of it is written,
+    saying what to write instead; a byte-order mark or blank lines before the `[` change nothing."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.json").write_text("[\n\t" + ",\n\t".join(json.dumps(r) for r in CLICKS[:2]) + "\n]\n")  # duckdb's
+    write_jsonl(folder / "b.json", CLICKS[2:3])
+    (folder / "c.jsonl").write_bytes(b"\xef\xbb\xbf\n  \r\n" + json.dumps(CLICKS[3:5]).encode())  # pandas', one line
+    code, out, err = run_main("ingest", "user_clicks", str(folder), "--lake", str(lake.root))
+    assert (code, [(r["source"], r["appended"]) for r in reports(out)]) == (2, [("b.json", 1)])
+    why = (
+        "a JSON array, not JSON lines: write one object a line (duckdb: COPY ... (FORMAT JSON) without ARRAY true; "
+        'pandas: to_json(orient="records", lines=True)); nothing of it was written'
+    )
+    assert err.splitlines() == [f"streamtable: refused {name}: {why}" for name in ("a.json", "c.jsonl")]
+    assert [r["user"] for r in rows(lake, "user_clicks")] == ["carol"]
+    assert rows(lake, "quarantine") == []
+
+
 def test_parquet_quarantine_names_the_row_from_1_and_raw_is_the_record_as_json(lake, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()

@@ -29,9 +29,11 @@ of the file, as in a JSON line without it (so an input that gained a nullable co
 it names only in another case or with spaces around (`Region`) refuses the file (`file_columns.absent_columns`).
 
 Refused files. A file whose columns cannot fit TABLE (a declared column that is not nullable missing from a CSV
-header or a Parquet schema, or a Parquet column of a type that cannot widen losslessly) is refused before
-anything of it is written: one stderr line names it and the column; the other files go in, and the command exits
-2 (bad input). A single `.csv` or `.parquet` FILE (`ingest TABLE FILE`) is read as here too: `ingest_named_file`.
+header or a Parquet schema, or a Parquet column of a type that cannot widen losslessly), or a JSON-lines file whose
+first byte that is not whitespace (after a UTF-8 byte-order mark) is `[` (a JSON array, which as lines would go in
+in pieces), is refused before anything of it is written: one stderr line names it and why; the other files go in,
+and the command exits 2 (bad input). A single `.csv` or `.parquet` FILE (`ingest TABLE FILE`) is read as here too:
+`ingest_named_file`.
 
 `--follow`. Passes over DIR every `poll_interval` seconds until SIGTERM (then the file in flight is finished,
 and the command exits 0). A file is taken only once its size and modification time are the same as at the
@@ -60,7 +62,7 @@ from streamtable.core.tables import Table
 from streamtable.ingest.file_columns import RefusedFile
 from streamtable.ingest.files import MAX_LINE_BYTES, IdRegistry, IngestResult, ingest_file, ingest_stream
 from streamtable.ingest.landed_names import ChangedFile, NameRegistry
-from streamtable.ingest.landed_records import csv_lines, line_stream, parquet_lines
+from streamtable.ingest.landed_records import JSON_ARRAY, csv_lines, line_stream, parquet_lines, starts_an_array
 
 JSON_LINES = (".jsonl", ".json")
 KINDS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -238,6 +240,9 @@ def ingest_landed_file(
     once = (path.name, ingest_id, max_line_bytes, on_commit)
     if kind == "json":
         with path.open("rb", buffering=1 << 20) as handle:
+            if starts_an_array(handle):
+                raise RefusedFile(JSON_ARRAY)
+            handle.seek(0)
             return ingest_stream(lake, table.name, handle, *once)
     if kind == "csv":
         with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as text:

@@ -21,10 +21,30 @@ from streamtable.core.schema import Type, widens
 from streamtable.core.tables import Table
 from streamtable.core.values import json_ready
 from streamtable.ingest.file_columns import RefusedFile, absent_columns
+from streamtable.ingest.files import BOM
 from streamtable.ingest.record_parser import parse_json
 
 PARQUET_BATCH_ROWS = 4096
+JSON_ARRAY = (
+    "a JSON array, not JSON lines: write one object a line (duckdb: COPY ... (FORMAT JSON) without ARRAY true; "
+    'pandas: to_json(orient="records", lines=True))'
+)
 _JSON_CELLS = frozenset({"long", "int", "double", "float", "decimal", "boolean", "array", "map", "struct"})
+
+
+# --- JSON lines ------------------------------------------------------------------------------------------------
+
+
+def starts_an_array(handle: BinaryIO) -> bool:
+    """Whether the first byte of `handle` that is not whitespace (after a UTF-8 byte-order mark) is `[`: a JSON array,
+    which as JSON lines would be cut into lines that are not records (its last element alone went in)."""
+    first = handle.read(len(BOM)).removeprefix(BOM)
+    while not first.strip():
+        chunk = handle.read(1 << 16)
+        if not chunk:
+            return False
+        first = chunk
+    return first.lstrip().startswith(b"[")
 
 
 # --- CSV ---------------------------------------------------------------------------------------------------------

@@ -223,6 +223,20 @@ def test_a_topic_that_does_not_exist_is_one_line_and_is_not_created(kafka_bootst
     assert code == 2 and err.count("\n") == 1 and "--bootstrap-servers" in err and "STREAMTABLE_KAFKA" in err
 
 
+def made_anew(bootstrap: str, topic: str) -> None:
+    """Delete `topic` and make it anew (3 partitions), as an operator does to empty it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + 60
+    while True:  # the broker may still be deleting it
+        try:
+            admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+            return
+        except KafkaException:
+            assert time.monotonic() < deadline, f"{topic} could not be made anew"
+            time.sleep(0.5)
+
+
 def test_a_topic_deleted_and_made_anew_is_copied_from_its_first_offset(kafka_bootstrap, lake):
     """The copy kept offset 5 of partition 0 (and quarantine's 5); the topic deleted and made anew starts again at 0,
     so its first 5 records were skipped without a word, a bad one too, exit 0. The offsets keep the topic's id: the
@@ -232,16 +246,7 @@ def test_a_topic_deleted_and_made_anew_is_copied_from_its_first_offset(kafka_boo
     send(kafka_bootstrap, topic, first)
     assert ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)[1][0]["offsets"]["0"] == 5
 
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.delete_topics([topic])[topic].result(30)
-    deadline = time.monotonic() + 60
-    while True:  # the broker may still be deleting it
-        try:
-            admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
-            break
-        except KafkaException:
-            assert time.monotonic() < deadline, f"{topic} could not be made anew"
-            time.sleep(0.5)
+    made_anew(kafka_bootstrap, topic)
     send(kafka_bootstrap, topic, [{"value": clicks(i, clicks=-1 if i == 11 else i)} for i in range(10, 13)])
 
     code, printed, err = ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)
@@ -339,6 +344,29 @@ def test_follow_copies_what_arrives_until_sigterm(kafka_bootstrap, lake):
         follower.send_signal(signal.SIGTERM)
     assert follower.wait(30) == 0, follower.stderr.read()
     assert len(rows(lake, "user_clicks")) == 18 and len(rows(lake, "quarantine")) == 2
+
+
+def test_a_follower_whose_topic_is_made_anew_stops_and_the_next_copy_takes_the_new_topic_whole(kafka_bootstrap, lake):
+    """A follower assigned at offset 4 of a topic made anew: its consumer went back to the new topic's offset 0, and
+    the copy dropped offsets 0 to 3 as records it had, exit 0 at SIGTERM. Its next look at the topic stops it (exit
+    2, one line); the next copy takes the new topic's records, each once."""
+    topic = new_topic()
+    send(kafka_bootstrap, topic, [{"value": clicks(i), "partition": 0} for i in range(4)])
+    follower = cli_process(lake, topic, kafka_bootstrap, "--follow")
+    try:
+        deadline = time.monotonic() + 30
+        while len(rows(lake, "user_clicks")) < 4:
+            assert time.monotonic() < deadline and follower.poll() is None, "the follower copies the first records"
+            time.sleep(0.5)
+        made_anew(kafka_bootstrap, topic)
+        send(kafka_bootstrap, topic, [{"value": clicks(i), "partition": 0} for i in range(10, 13)])
+        code = follower.wait(60)
+    finally:
+        follower.kill()
+    err = follower.stderr.read()
+    assert code == 2 and "was deleted and made anew while this copy followed it: stopped" in err, err
+    assert ingest_kafka(lake, kafka_bootstrap, "user_clicks", topic)[1][0]["appended"] == 3
+    assert sorted(r["clicks"] for r in rows(lake, "user_clicks")) == [0, 1, 2, 3, 10, 11, 12]
 
 
 class Wedged:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
 T = TypeVar("T")
 
@@ -23,6 +24,18 @@ class _LibrdkafkaLog:
 
     def log(self, level: int, fmt: str, *args: Any) -> None:
         log.debug(fmt, *args)
+
+
+def new_admin(bootstrap: str, timeout_s: float) -> AdminClient:
+    """A client for the questions only an admin client answers (a topic's id), its lines where the consumer's go."""
+    return AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "socket.timeout.ms": int(timeout_s * 1000),
+            "error_cb": lambda _error: None,  # its errors are the question's (KafkaException)
+            "logger": _LibrdkafkaLog(),
+        }
+    )
 
 
 def new_consumer(bootstrap: str, table: str, on_error: Callable[[KafkaError], None]) -> Consumer:

@@ -43,6 +43,7 @@ from streamtable.core.tables import LINE, Table
 from streamtable.ingest.changelog import TARGET_FILE_SIZE, WRITER_PROPERTIES, check_schema
 from streamtable.ingest.kafka_consumer import Asker, FetchWatch, new_consumer
 from streamtable.ingest.kafka_offsets import (
+    UNKNOWN_ID,
     TopicSource,
     of_another_topic,
     quarantine_unseen,
@@ -246,12 +247,18 @@ class Copier:
     def _add_new_partitions(self) -> bool:
         """Take the partitions added to the topic since (--follow); False when the broker did not answer. A broker
         away (a restart, an outage longer than BROKER_TIMEOUT_S) is no failure here: the consumer reconnects by
-        itself, and the next refresh looks again."""
+        itself, and the next refresh looks again. A topic made anew since stops the copy (BadInputError): its
+        consumer went back to the new topic's first offsets, which the copy takes for records it has."""
         try:
-            found = self._partitions()
+            found, now = self._partitions(), self._topic_id()
         except BrokerUnreachable as e:
             log.debug("partition refresh skipped: %s", e)
             return False
+        if now != self.topic_id and UNKNOWN_ID not in (now, self.topic_id):
+            raise BadInputError(
+                f"Kafka topic {self.topic!r} on {self.bootstrap} was deleted and made anew while this copy followed "
+                "it: stopped; the next copy takes the new topic from its first offsets"
+            )
         new = [p for p in found if p not in self.next]
         for p in new:
             self.low[p], self.high[p] = self._watermarks(p)
@@ -343,13 +350,14 @@ class Copier:
     def _commit(self, gathered: _Round) -> None:
         """Commit the round: its bad records to quarantine (those not quarantined before), then its good ones with
         the offsets. Raises _LostRace when another copier committed these partitions since the snapshot."""
-        if gathered.bad_partitions:
-            self._quarantine(gathered)
-        crash_point("kafka:quarantined")
+        source = TopicSource(self.table.name, self.topic, self.topic_id, self.next)
         transactions = [Transaction(records_app_id(self.topic, p), self.next[p]) for p in self.partitions]
         transactions += topic_transaction(records_topic_app_id(self.topic), self.topic_id)
         rows = pa.Table.from_pydict(gathered.good, schema=self.schema)
         try:
+            if gathered.bad_partitions:
+                quarantine_unseen(self.lake, source, gathered.bad, gathered.bad_partitions)
+            crash_point("kafka:quarantined")
             if self.snapshot is None:
                 with self.lake.ingest_lock(self.table.name):  # creations cannot conflict
                     if open_table(self.path) is not None:
@@ -378,13 +386,6 @@ class Copier:
             writer_properties=WRITER_PROPERTIES,
             commit_properties=CommitProperties(app_transactions=transactions),
         )
-
-    def _quarantine(self, gathered: _Round) -> None:
-        source = TopicSource(self.table.name, self.topic, self.topic_id, self.next)
-        try:
-            quarantine_unseen(self.lake, source, gathered.bad, gathered.bad_partitions)
-        except CommitFailedError:
-            raise _LostRace from None
 
     def _tell_group(self) -> None:
         """Tell the consumer group the committed offsets, for monitoring (`kafka-consumer-groups --describe`)."""

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from confluent_kafka import TopicCollection
-from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable, Transaction
 
 from streamtable.core.tables import QUARANTINE
+from streamtable.ingest.kafka_consumer import new_admin
 from streamtable.ingest.quarantine import QUARANTINE_SCHEMA, quarantine_locked, write_quarantine
 from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake
@@ -50,7 +50,7 @@ def quarantine_topic_app_id(table: str, topic: str) -> str:
 def topic_id(bootstrap: str, topic: str, timeout_s: float) -> int:
     """`topic`'s id as a Delta app transaction's version (63 bits of its UUID), or UNKNOWN_ID when the broker has
     none. Raises KafkaException when the broker does not answer."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout_s * 1000)})
+    admin = new_admin(bootstrap, timeout_s)
     found = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic].result(timeout=timeout_s)
     leading = found.topic_id.get_most_significant_bits() if found.topic_id is not None else 0
     return (leading & (1 << 64) - 1) >> 1  # the UUID's leading 63 bits (a version is a non-negative long); 0: none

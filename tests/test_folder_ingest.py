@@ -291,6 +291,43 @@ def test_a_json_array_file_is_refused_whole_and_the_other_files_go_in(lake, tmp_
     assert rows(lake, "quarantine") == []
 
 
+def damaged_parquet(path: Path) -> None:
+    """Clicks as Parquet whose footer is whole but whose last row group's first page header is garbage."""
+    clicks_parquet(path, CLICKS * 1500, pa.int64())  # 9000 rows: a first batch goes to delta-rs before the bad page
+    pq.write_table(pq.read_table(path), path, row_group_size=1000, compression="none")
+    metadata = pq.ParquetFile(path).metadata
+    at = metadata.row_group(metadata.num_row_groups - 1).column(0).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[at : at + 64] = b"\xab" * 64
+    path.write_bytes(bytes(data))
+
+
+def test_an_empty_truncated_or_damaged_parquet_file_is_refused_with_arrow_s_reason_and_the_others_go_in(lake, tmp_path):
+    """A truncated or 0-byte `.parquet` raised ArrowInvalid outside the refused-file handling: exit 1 naming no file,
+    and the files after it were not ingested. It is refused like a file that cannot fit, with Arrow's reason; so is
+    one whose footer is whole but a page is not, which failed inside delta-rs's read (a DeltaError), nothing written."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", CLICKS[:1])
+    (folder / "b.parquet").write_bytes(b"")
+    clicks_parquet(tmp_path / "whole.parquet", CLICKS[1:3])
+    (folder / "c.parquet").write_bytes((tmp_path / "whole.parquet").read_bytes()[:500])
+    damaged_parquet(folder / "d.parquet")
+    write_jsonl(folder / "e.jsonl", CLICKS[3:4])
+    code, out, err = run_main("ingest", "user_clicks", str(folder), "--lake", str(lake.root))
+    assert (code, [r["source"] for r in reports(out)]) == (2, ["a.jsonl", "e.jsonl"]), err
+    said = err.splitlines()
+    assert [line.split(": ")[1:3] for line in said] == [
+        ["refused b.parquet", "not Parquet"],
+        ["refused c.parquet", "not Parquet"],
+        ["refused d.parquet", "not Parquet"],
+    ]
+    assert said[0].endswith(": Parquet file size is 0 bytes; nothing of it was written")
+    assert "Parquet magic bytes not found in footer" in said[1]
+    assert [r["user"] for r in rows(lake, "user_clicks")] == ["alice", "dave"]
+    assert rows(lake, "quarantine") == []
+
+
 def test_parquet_quarantine_names_the_row_from_1_and_raw_is_the_record_as_json(lake, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -473,6 +510,31 @@ def test_follow_names_once_and_skips_a_file_that_changed_after_it_was_taken(lake
         ["refused a.jsonl", "it changed after version 0 took it, and a file is taken once, whole"]
     ]
     assert [r["user"] for r in rows(lake, "user_clicks")] == ["alice", "dave"]
+
+
+def test_follow_names_a_truncated_parquet_file_skips_it_and_takes_it_once_it_is_rewritten(lake, tmp_path):
+    """A truncated `.parquet` killed the follower (ArrowInvalid, exit 1). It is named once and skipped, and looked at
+    again when it changes."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    clicks_parquet(tmp_path / "whole.parquet", CLICKS[:2])
+    (folder / "a.parquet").write_bytes((tmp_path / "whole.parquet").read_bytes()[:300])
+    write_jsonl(folder / "b.jsonl", CLICKS[2:3])
+    taken, said, stop = [], [], threading.Event()
+    follow = dict(follow=True, poll_interval=0.02, report=taken.append, warn=said.append, stop=stop)
+    follower = threading.Thread(target=ingest_folder, args=(lake, "user_clicks", folder), kwargs=follow)
+    follower.start()
+    try:
+        until(lambda: len(taken) == 1)
+        time.sleep(0.2)  # passes that do not look at a.parquet again
+        (folder / "a.parquet").write_bytes((tmp_path / "whole.parquet").read_bytes())  # rewritten whole
+        until(lambda: len(taken) == 2)
+    finally:
+        stop.set()
+        follower.join(timeout=30)
+    assert [(r["source"], r["appended"]) for r in taken] == [("b.jsonl", 1), ("a.parquet", 2)]
+    assert [line.split(": ")[1:3] for line in said] == [["refused a.parquet", "not Parquet"]]
+    assert sorted(r["user"] for r in rows(lake, "user_clicks")) == ["alice", "bob", "carol"]
 
 
 @pytest.mark.slow

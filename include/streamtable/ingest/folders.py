@@ -29,10 +29,11 @@ of the file, as in a JSON line without it (so an input that gained a nullable co
 it names only in another case or with spaces around (`Region`) refuses the file (`file_columns.absent_columns`).
 
 Refused files. A file whose columns cannot fit TABLE (a declared column that is not nullable missing from a CSV
-header or a Parquet schema, or a Parquet column of a type that cannot widen losslessly), or a JSON-lines file whose
-first byte that is not whitespace (after a UTF-8 byte-order mark) is `[` (a JSON array, which as lines would go in
-in pieces), is refused before anything of it is written: one stderr line names it and why; the other files go in,
-and the command exits 2 (bad input). A single `.csv` or `.parquet` FILE (`ingest TABLE FILE`) is read as here too:
+header or a Parquet schema, or a Parquet column of a type that cannot widen losslessly), a file that cannot be read
+as CSV or Parquet (an empty, truncated or damaged Parquet file: Arrow's reason), or a JSON-lines file whose first
+byte that is not whitespace (after a UTF-8 byte-order mark) is `[` (a JSON array, which as lines would go in in
+pieces), is refused before anything of it is written: one stderr line names it and why; the other files go in, and
+the command exits 2 (bad input). A single `.csv` or `.parquet` FILE (`ingest TABLE FILE`) is read as here too:
 `ingest_named_file`.
 
 `--follow`. Passes over DIR every `poll_interval` seconds until SIGTERM (then the file in flight is finished,
@@ -54,6 +55,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from streamtable.core.errors import BadInputError
@@ -67,6 +69,8 @@ from streamtable.ingest.landed_records import JSON_ARRAY, csv_lines, line_stream
 JSON_LINES = (".jsonl", ".json")
 KINDS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 POLL_INTERVAL = 1.0
+PARQUET_ERRORS = (pa.ArrowException, OSError)  # a truncated, empty or damaged file (ArrowInvalid, a corrupt page)
+Once = tuple[str, str, int, Callable[[IngestResult], None] | None]  # ingest_stream's source, id, limit, on_commit
 
 
 @dataclass
@@ -229,7 +233,8 @@ def ingest_landed_file(
     """Ingest one file of a landing folder (`kind`: json, csv or parquet) once per id: `ingest_id`, else the SHA-256
     of its bytes; `on_commit` as `ingest_stream`'s.
 
-    Raises RefusedFile, before anything is written, when its columns cannot fit `table`.
+    Raises RefusedFile, before anything is written, when its columns cannot fit `table`, it is a JSON array, or it
+    cannot be read as CSV or Parquet.
     """
     if ingest_id is None:
         with path.open("rb") as handle:
@@ -237,7 +242,7 @@ def ingest_landed_file(
     earlier = IdRegistry(lake, table.name).get(ingest_id)
     if earlier is not None:
         return earlier
-    once = (path.name, ingest_id, max_line_bytes, on_commit)
+    once: Once = (path.name, ingest_id, max_line_bytes, on_commit)
     if kind == "json":
         with path.open("rb", buffering=1 << 20) as handle:
             if starts_an_array(handle):
@@ -247,14 +252,46 @@ def ingest_landed_file(
     if kind == "csv":
         with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as text:
             refused: dict[int, str] = {}
-            lines = csv_lines(table, text, path.name, refused)
-            try:
-                return ingest_stream(lake, table.name, line_stream(lines), *once, refused)
-            except csv.Error as e:  # raised while reading, before the commit: nothing was written
-                raise RefusedFile(f"not CSV: {e}") from None
-    parquet = pq.ParquetFile(path)
-    lines = parquet_lines(table, parquet, path.name)
-    return ingest_stream(lake, table.name, line_stream(lines), *once)
+            reading = _Reading(lambda: csv_lines(table, text, path.name, refused), (csv.Error,), "CSV")
+            return reading.ingest(lake, table, once, refused)
+    reading = _Reading(lambda: parquet_lines(table, pq.ParquetFile(path), path.name), PARQUET_ERRORS, "Parquet")
+    return reading.ingest(lake, table, once)
+
+
+class _Reading:
+    """The JSON lines of a CSV or Parquet file, and the error that stopped reading them, if one did (raised inside
+    delta-rs's read of the stream, it reaches `ingest_stream`'s caller as a DeltaError)."""
+
+    def __init__(self, lines: Callable[[], Iterator[bytes]], errors: tuple[type[Exception], ...], what: str) -> None:
+        self.errors, self.what = errors, what
+        self.error: Exception | None = None
+        try:
+            self.lines = lines()  # opens the file and checks its header or schema
+        except FileNotFoundError:
+            raise  # gone since the listing
+        except errors as e:
+            raise self.refused(e) from None
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self.lines
+        except self.errors as e:
+            self.error = e
+            raise
+
+    def refused(self, error: Exception) -> RefusedFile:
+        """The refusal of a file that cannot be read as its kind: the reader's reason, on one line."""
+        return RefusedFile(f"not {self.what}: {' '.join(str(error).split()).rstrip('.')}")
+
+    def ingest(self, lake, table: Table, once: Once, refused_lines: dict[int, str] | None = None) -> IngestResult:
+        """`ingest_stream` of the lines; raises RefusedFile when reading them failed (the commit waits for the last
+        line, so nothing was written)."""
+        try:
+            return ingest_stream(lake, table.name, line_stream(iter(self)), *once, refused_lines)
+        except Exception:
+            if self.error is None:
+                raise
+            raise self.refused(self.error) from None
 
 
 # --- Plumbing ----------------------------------------------------------------------------------------------------

@@ -328,6 +328,30 @@ def test_an_empty_truncated_or_damaged_parquet_file_is_refused_with_arrow_s_reas
     assert rows(lake, "quarantine") == []
 
 
+def test_a_dangling_link_or_a_fifo_is_named_on_stderr_never_opened_and_said_once_under_follow(lake, tmp_path):
+    """A dangling symbolic link (an unmounted share) or a FIFO in DIR was skipped without a word, while any other
+    file is named on stderr: so are they now, from their metadata (a FIFO opened would wait for a writer)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a-orders.jsonl").symlink_to("/nonexistent/mount/orders.jsonl")
+    os.mkfifo(folder / "b-pipe.jsonl")
+    write_jsonl(folder / "c.jsonl", CLICKS[:1])
+    code, out, err = run_main("ingest", "user_clicks", str(folder), "--lake", str(lake.root))
+    assert (code, [r["source"] for r in reports(out)]) == (0, ["c.jsonl"])
+    skipped = [
+        "streamtable: skipped a-orders.jsonl: a symbolic link to '/nonexistent/mount/orders.jsonl', which cannot be "
+        "read (No such file or directory)",
+        "streamtable: skipped b-pipe.jsonl: a FIFO, not a regular file (it is not opened)",
+    ]
+    assert err.splitlines() == skipped
+    said, stop = [], threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    ingest_folder(
+        lake, "user_clicks", folder, follow=True, poll_interval=0.02, report=print, warn=said.append, stop=stop
+    )
+    assert said == skipped  # once, not at every pass
+
+
 def test_parquet_quarantine_names_the_row_from_1_and_raw_is_the_record_as_json(lake, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()

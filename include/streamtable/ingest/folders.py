@@ -1,12 +1,14 @@
 """`streamtable ingest TABLE DIR [--follow]`: every file of a landing folder into an input changelog, each once.
 
 Files. The files directly in DIR, in name order: JSON lines (`.jsonl`, `.json`), CSV (`.csv`) and Parquet
-(`.parquet`); any other file, and any folder in DIR, is skipped and named on stderr. Each file is one ingest of
-`files.ingest_stream`, with the single-file machinery as it is: its id is the SHA-256 of its bytes (a file TABLE took
-before, under any name, is a duplicate), its good records are one commit, its bad ones go to `quarantine` with the
-file's name as `source`, and a killed ingest is finished once by its retry. A file is taken once, whole: one whose
-name TABLE took before from DIR but whose bytes changed since (a writer appended to it or rewrote it) is refused,
-naming the version that took it, and never taken again (`landed_names`).
+(`.parquet`); any other file, any folder in DIR, and any entry that is not a regular file (a symbolic link whose
+target cannot be read, a FIFO, which is never opened, a socket) is skipped and named on stderr (once under
+`--follow`). Each file is one ingest of `files.ingest_stream`, with the single-file machinery as it is: its id is
+the SHA-256 of its bytes (a file TABLE took before, under any name, is a duplicate), its good records are one
+commit, its bad ones go to `quarantine` with the file's name as `source`, and a killed ingest is finished once by
+its retry. A file is taken once, whole: one whose name TABLE took before from DIR but whose bytes changed since (a
+writer appended to it or rewrote it) is refused, naming the version that took it, and never taken again
+(`landed_names`).
 
 CSV and Parquet go through the same JSON typing as JSON lines: each record is turned into the JSON text of an
 object, fed to `ingest_stream` as one line per record, so `record_parser.parse_record` types it and quarantine's
@@ -54,6 +56,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISFIFO, S_ISSOCK
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -129,6 +132,7 @@ class _Watcher:
         self.seen: dict[str, tuple[int, int]] = {}  # name -> (size, mtime) at the previous pass
         self.handled: dict[str, tuple[int, int]] = {}  # name -> (size, mtime) when it was ingested, skipped or refused
         self.folders_named: set[str] = set()
+        self.others_named: set[str] = set()
         self.names = NameRegistry(lake, table.name, root)
         self.changed_named: set[str] = set()
 
@@ -142,6 +146,7 @@ class _Watcher:
                     self.name_folder(path)
                     continue
                 if not path.is_file():
+                    self.name_other(path)
                     continue
                 stat = path.stat()
             except OSError:  # gone since the listing
@@ -157,6 +162,13 @@ class _Watcher:
                 continue
             self.handled[path.name] = state
         self.seen = current
+
+    def name_other(self, path: Path) -> None:
+        """Say once that an entry that is neither a file nor a folder (a dangling link, a FIFO) is skipped."""
+        why = _not_a_file(path)
+        if why is not None and path.name not in self.others_named:
+            self.others_named.add(path.name)
+            self.warn(f"streamtable: skipped {path.name}: {why}")
 
     def name_folder(self, path: Path) -> None:
         """Say once that a folder in the folder is not read (a Spark job's output, say): its files are not lost
@@ -205,6 +217,20 @@ class _Watcher:
             self.changed_named.add(path.name)
             self.outcome.refused += 1
             self.warn(f"streamtable: refused {path.name}: {error}")
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why an entry that is neither a file nor a folder is skipped (None: gone since the listing), from its metadata
+    only: a FIFO is never opened (that would wait for a writer)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        try:
+            return f"a symbolic link to {str(path.readlink())!r}, which cannot be read ({e.strerror})"
+        except OSError:
+            return None
+    kind = "a FIFO" if S_ISFIFO(mode) else "a socket" if S_ISSOCK(mode) else "a device"
+    return f"{kind}, not a regular file (it is not opened)"
 
 
 def ingest_named_file(lake, table_name: str, file: str, ingest_id: str | None, max_line_bytes: int) -> IngestResult:

@@ -243,7 +243,7 @@ def test_csv_cells_are_typed_as_json_would_be_and_quarantine_names_the_file_line
         "clicks should be a long, got 1.5",
         "clicks is null",
         "clicks is -1, below 0",
-        "clicks should be a long, got many",
+        'clicks should be a long, got "many"',
     ]
 
 

@@ -76,6 +76,19 @@ def test_decimal_is_exact_from_a_number_or_a_string_of_digits_never_through_a_fl
         assert "should be a decimal(3,1)" in refused(DEC, wrong), wrong
 
 
+def test_a_wrong_value_is_shown_as_json_so_a_string_is_told_from_a_number():
+    """`"qty": "1"` read `qty should be a long, got 1`, as the number 1 would: a value is shown as JSON, a string
+    quoted (one with an unpaired surrogate escaped: raw, it failed the quarantine's write)."""
+    assert refused(Type.LONG, '"1"') == 'c should be a long, got "1"'
+    assert refused(Type.BOOLEAN, '"true"') == 'c should be a boolean, got "true"'
+    assert refused(Type.STRING, "1") == "c should be a string, got 1"
+    assert refused(Type.DATE, '"2026-02-30"') == 'c: "2026-02-30" is not a date'
+    assert refused(Type.BINARY, '"AAH"') == 'c: "AAH" is not base64'
+    assert refused(Type.LONG, '"café"') == 'c should be a long, got "café"'
+    assert refused(Type.DOUBLE, '"\\ud800"') == 'c should be a double, got "\\ud800"'
+    assert refused(Type.TIMESTAMP, '"x"').startswith("c: ") and '"' not in refused(Type.TIMESTAMP, '"x"')
+
+
 def test_date_binary_boolean_and_timestamp():
     assert typed(Type.DATE, '"2026-01-31"') == date(2026, 1, 31)
     assert "not a date" in refused(Type.DATE, '"2026-02-30"')
@@ -98,7 +111,7 @@ def test_arrays_maps_and_structs_nest_to_any_depth_and_name_the_wrong_value():
     assert typed(Type.map(DEC), '{"k": 1.50}') == {"k": Decimal("1.5")}
     assert refused(deep, '[{"a": [{"label": "p"}]}]') == "missing field c[0].a[0].x"
     assert refused(deep, '[{"a": [{"x": null}]}]') == "c[0].a[0].x is null"
-    assert refused(deep, '[{"a": [{"x": "1"}]}]') == "c[0].a[0].x should be a double, got 1"
+    assert refused(deep, '[{"a": [{"x": "1"}]}]') == 'c[0].a[0].x should be a double, got "1"'
     assert refused(Type.map(DEC), '{"k": 1.55}') == "c.k 1.55 does not fit a decimal(3,1) exactly"
     assert "should be a array<long>" in refused(Type.array(Type.LONG), '{"a": 1}')
     assert "should be a map<string, long>" in refused(Type.map(Type.LONG), "[1]")

@@ -88,7 +88,7 @@ def typed_value(name: str, type_: Type, value: object) -> object:
         try:
             return parse_time(value)
         except (ValueError, OverflowError, OSError) as e:
-            raise RecordError(f"{name}: {_preview(str(e))}") from None
+            raise RecordError(f"{name}: {_cut(str(e))}") from None
     if kind == "date" and isinstance(value, str) and _DATE.fullmatch(value):
         try:
             return date.fromisoformat(value)
@@ -155,17 +155,23 @@ def _json_default(value: object) -> object:
 
 
 def _preview(value: object) -> str:
-    """`value` as JSON, cut to PREVIEW_CHARS: a reason names the value without repeating a long one."""
+    """`value` as JSON (a string quoted, so `"1"` is told from 1), cut to PREVIEW_CHARS: a reason names the value
+    without repeating a long one."""
     try:
         text = (
-            value
-            if isinstance(value, str)
-            else str(value)
-            if isinstance(value, Decimal)
-            else json.dumps(value, default=_json_default)
+            str(value) if isinstance(value, Decimal) else json.dumps(value, ensure_ascii=False, default=_json_default)
         )
+        if not text.isascii():
+            text.encode()  # an unpaired surrogate (JSON allows a \ud800) is not UTF-8: escaped below
     except RecursionError:
         text = f"a deeply nested {type(value).__name__}"
+    except UnicodeEncodeError:
+        text = json.dumps(value, default=_json_default)
+    return _cut(text)
+
+
+def _cut(text: str) -> str:
+    """`text` cut to PREVIEW_CHARS."""
     return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "..."
 
 

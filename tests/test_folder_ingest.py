@@ -561,6 +561,13 @@ def test_follow_names_a_truncated_parquet_file_skips_it_and_takes_it_once_it_is_
     assert sorted(r["user"] for r in rows(lake, "user_clicks")) == ["alice", "bob", "carol"]
 
 
+def test_follow_on_a_path_that_does_not_exist_says_so(lake, tmp_path):
+    """`ingest TABLE /missing/dir --follow` said `--follow needs a folder (or --kafka TOPIC), not a file`."""
+    missing = str(tmp_path / "missing" / "dir")
+    code, out, err = run_main("ingest", "user_clicks", missing, "--follow", "--lake", str(lake.root))
+    assert (code, out, err) == (2, "", f"streamtable: no such folder: {missing!r}\n")
+
+
 @pytest.mark.slow
 def test_follow_takes_new_files_leaves_a_growing_one_for_later_and_exits_0_on_sigterm(lake, tmp_path):
     folder = tmp_path / "in"

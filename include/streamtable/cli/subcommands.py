@@ -57,6 +57,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     limit = MAX_LINE_BYTES if args.max_line_bytes is None else args.max_line_bytes
     if args.file and os.path.isdir(args.file):
         return cmd_ingest_folder(args, limit)
+    if args.follow and not os.path.lexists(args.file):
+        raise BadInputError(f"no such folder: {args.file!r}")
     if args.follow and not getattr(args, "kafka", None):
         raise BadInputError("--follow needs a folder (or --kafka TOPIC), not a file")
     result = ingest_named_file(_lake(args), args.table, args.file, args.id, limit)

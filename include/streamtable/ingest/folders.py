@@ -16,11 +16,14 @@ object, fed to `ingest_stream` as one line per record, so `record_parser.parse_r
 header is line 1; blank lines stand for the header and for the extra lines of a record with quoted line
 breaks, and blank lines are not counted), a Parquet record its row number from 1.
 
-A CSV cell is text, read as a JSON string of that text would be read for its column's type: for a number,
-boolean or nested column the text is JSON (`42` is 42 for a LONG; if it is not JSON it stays a string and the
-record is quarantined with the usual reason), for a TIMESTAMP ISO-8601 text or integer epoch milliseconds, for
-every other type (STRING, DATE, BINARY) the text itself. An empty cell is null, a row with fewer cells has
-nulls for the rest; a row with cells beyond the header is quarantined (`raw`: the JSON array of its cells).
+A CSV cell is read as its column decides (CSV cannot say whether `42` is a number or text). In a number, boolean or
+nested column the cell, whitespace-trimmed, is JSON text when it is JSON (`42` and ` 42 ` are 42 for a LONG, while a
+JSON line's string "42" is refused); a cell that is not JSON is the string of the cell, and the record is
+quarantined with the usual reason. In a TIMESTAMP column a (trimmed) integer is epoch milliseconds, any other cell
+the text as it is (ISO-8601). In every other column (STRING, DATE, BINARY, undeclared) the cell is the text as it
+is, spaces included. An empty cell is null (one of spaces is text), a row with fewer cells has nulls for the rest; a
+row with cells beyond the header is quarantined (`raw`: the JSON array of its cells). A UTF-8 byte-order mark at the
+start of a CSV or JSON-lines file is dropped.
 
 Parquet columns are read by name; a column may be of its declared type or of one that widens to it losslessly
 (INT32 to LONG, FLOAT to DOUBLE, DECIMAL(5,2) to DECIMAL(10,2), INT32 to DOUBLE, large or dictionary strings to

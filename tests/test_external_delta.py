@@ -620,3 +620,31 @@ def test_a_table_of_another_job_on_s3_is_read_by_a_pipeline_on_a_local_lake(obje
     assert [(r["table"], r["reason"], r["source"], r["line"]) for r in bad] == [
         ("s3_orders", "customer is empty", path, 1)
     ]
+
+
+def test_a_version_that_changes_a_column_s_type_is_refused_before_a_read_crosses_it(tmp_path):
+    """The other job wrote its table again whole with `amount` DECIMAL(20,2) where it was DECIMAL(38,2): Delta's
+    streaming read failed on it inside Spark, exit 1 at every run and every reprocess, and status named nothing. It is
+    refused in one line before the read, as a dropped column is (status says it too: its `refused` is this line)."""
+    from decimal import Decimal
+
+    from streamtable import Column, Type, delta_table
+    from streamtable.storage.external import check_history
+
+    path = str(tmp_path / "totals")
+
+    def totals(amount: pa.DataType) -> pa.Table:
+        return pa.table({"customer": ["ann"], "amount": pa.array([Decimal("1.50")], amount)})
+
+    write_deltalake(path, totals(pa.decimal128(38, 2)), configuration={CHANGE_FEED: "true"})
+    write_deltalake(path, totals(pa.decimal128(20, 2)), mode="overwrite", schema_mode="overwrite")
+    columns = [Column("customer", Type.STRING), Column("amount", Type.decimal(38, 2))]
+    table = delta_table("h_cust", path=path, columns=columns, keys=["customer"], time_column=None)
+    check_history(table, "h_b", 2, stream=False)  # read from after it: nothing to cross
+    with pytest.raises(BadInputError) as refused:
+        check_history(table, "h_b", 0, stream=False)
+    assert str(refused.value) == (
+        f"input h_cust ({path}): version 1 (WRITE) changes the type of column amount (decimal(38,2) -> decimal(20,2)), "
+        "which Delta's streaming read cannot read across: refused; `streamtable reprocess h_b --input h_cust "
+        "--from-version 2` reads it from the version after"
+    )

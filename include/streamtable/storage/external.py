@@ -9,6 +9,7 @@ updates or deletes needs declared keys and the table's Change Data Feed, on sinc
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,6 +30,7 @@ from streamtable.storage.other_job_log import (
     exists,
     oldest_version,
     read_from,
+    schema_types,
 )
 from streamtable.storage.other_job_summary import feed_story, file_spans as summary_spans, live_origins
 from streamtable.storage.row_versions import Span
@@ -230,15 +232,18 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
     except (BadInputError, TableReadError):
         raise _log_lost(table, pipeline, first, stream, latest) from None
     columns = pa.schema(before.schema().to_arrow()).names
+    types = dict(zip(columns, schema_types(before.schema().to_json()), strict=True))
     for c in read:
         gone = [name for name in columns if name not in (c.columns or columns)]
-        if gone:
+        retyped = [n for n, t in zip(c.columns or (), c.types or (), strict=False) if types.get(n, t) != t]
+        if gone or retyped:
+            change = f"drops or renames column {', '.join(gone)}" if gone else _retyped(retyped, types, c)
             raise BadInputError(
-                f"{where}: version {c.version} ({c.operation}) drops or renames column {', '.join(gone)}, which "
-                f"Delta's streaming read cannot read across: refused; {restart} {c.version + 1}` reads it from the "
-                "version after"
+                f"{where}: version {c.version} ({c.operation}) {change}, which Delta's streaming read cannot read "
+                f"across: refused; {restart} {c.version + 1}` reads it from the version after"
             )
         columns = list(c.columns or columns)
+        types = dict(zip(c.columns, c.types or (), strict=True)) if c.columns and c.types else types
     live = set(delta.file_uris())  # a file of the latest version is there (else the table is broken, not late)
     for c in read:
         for file in c.brought:
@@ -247,6 +252,18 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
                     f"{where}: data file {file} of version {c.version}, not read yet, is gone (the table's VACUUM "
                     f"removed it): refused, its rows would be missed; {lost}"
                 )
+
+
+def _retyped(names: list[str], was: dict[str, str], commit: Commit) -> str:
+    """What a version did to the types of columns `names`, in words."""
+    now = dict(zip(commit.columns or (), commit.types or (), strict=True))
+    return "changes the type of " + ", ".join(f"column {n} ({_type(was[n])} -> {_type(now[n])})" for n in names)
+
+
+def _type(written: str) -> str:
+    """A type as Delta's schema writes it, in words: `decimal(20,2)`, or a nested type's JSON."""
+    found = json.loads(written)
+    return found if isinstance(found, str) else json.dumps(found, separators=(",", ":"))
 
 
 def _not_appended(where: str, version: int, operation: str) -> BadInputError:

@@ -36,6 +36,7 @@ class Commit:
     changes_rows: bool  # it removed a data file as a data change: an update, a delete or an overwrite
     change_feed: bool | None  # `delta.enableChangeDataFeed` as its metaData action sets it; None: unchanged
     rows: int  # the rows it added, updated or deleted (`metric_rows`; without metrics, as `parse` counts them)
+    types: tuple[str, ...] | None = None  # the types of `columns`, as Delta's schema writes them (JSON)
 
 
 _COMMITS: dict[tuple[str, int], Commit] = {}  # commits never change: each is read once per process
@@ -85,6 +86,7 @@ def parse(version: int, entry: LogEntry) -> Commit:
         takes_out,
         feed,
         metric_rows(info) if info.get("operationMetrics") else sum(_records(a) for a in data_adds) + int(takes_out),
+        _types(metadata),
     )
 
 
@@ -149,6 +151,24 @@ def _columns(metadata: dict | None) -> tuple[str, ...] | None:
     if metadata is None or not metadata.get("schemaString"):
         return None
     return tuple(field["name"] for field in json.loads(metadata["schemaString"]).get("fields", ()))
+
+
+def _types(metadata: dict | None) -> tuple[str, ...] | None:
+    if metadata is None or not metadata.get("schemaString"):
+        return None
+    return schema_types(metadata["schemaString"])
+
+
+def schema_types(schema: str) -> tuple[str, ...]:
+    """The types of a Delta schema's columns (its JSON), each as JSON without the fields' metadata (comments, column
+    mapping's ids): what a streaming read of the table cannot read across when it changes."""
+
+    def bare(found: object) -> object:
+        if isinstance(found, dict):
+            return {k: bare(v) for k, v in found.items() if k != "metadata"}
+        return [bare(v) for v in found] if isinstance(found, list) else found
+
+    return tuple(json.dumps(bare(field["type"]), sort_keys=True) for field in json.loads(schema).get("fields", ()))
 
 
 def _base(action: dict) -> str:

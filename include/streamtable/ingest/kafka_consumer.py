@@ -28,14 +28,13 @@ class _LibrdkafkaLog:
 
 def new_admin(bootstrap: str, timeout_s: float) -> AdminClient:
     """A client for the questions only an admin client answers (a topic's id), its lines where the consumer's go."""
-    return AdminClient(
-        {
-            "bootstrap.servers": bootstrap,
-            "socket.timeout.ms": int(timeout_s * 1000),
-            "error_cb": lambda _error: None,  # its errors are the question's (KafkaException)
-            "logger": _LibrdkafkaLog(),
-        }
-    )
+    config: dict[str, Any] = {  # (the stubs type a config's values as scalars; callbacks and a logger are taken)
+        "bootstrap.servers": bootstrap,
+        "socket.timeout.ms": int(timeout_s * 1000),
+        "error_cb": lambda _error: None,  # its errors are the question's (KafkaException)
+        "logger": _LibrdkafkaLog(),
+    }
+    return AdminClient(config)
 
 
 def new_consumer(bootstrap: str, table: str, on_error: Callable[[KafkaError], None]) -> Consumer:

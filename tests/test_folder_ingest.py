@@ -9,6 +9,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -508,17 +510,30 @@ def until(condition, seconds: float = 20.0) -> None:
         time.sleep(0.02)
 
 
+@contextmanager
+def following(lake: Lake, folder: Path) -> Iterator[tuple[list[dict], list[str]]]:
+    """`ingest user_clicks FOLDER --follow` in a thread, polling every 20 ms, until the block ends: what it reported
+    and what it named on stderr."""
+    taken: list[dict] = []
+    said: list[str] = []
+    stop = threading.Event()
+    follow = dict(follow=True, poll_interval=0.02, report=taken.append, warn=said.append, stop=stop)
+    follower = threading.Thread(target=ingest_folder, args=(lake, "user_clicks", folder), kwargs=follow)
+    follower.start()
+    try:
+        yield taken, said
+    finally:
+        stop.set()
+        follower.join(timeout=30)
+
+
 def test_follow_names_once_and_skips_a_file_that_changed_after_it_was_taken(lake, tmp_path):
     """A writer that paused longer than a poll had its file taken, then taken again whole at each later pause: 3
     records became 6 rows. The follower now takes a file once and names a later change of it once."""
     folder = tmp_path / "in"
     folder.mkdir()
     write_jsonl(folder / "a.jsonl", CLICKS[:1])
-    taken, said, stop = [], [], threading.Event()
-    follow = dict(follow=True, poll_interval=0.02, report=taken.append, warn=said.append, stop=stop)
-    follower = threading.Thread(target=ingest_folder, args=(lake, "user_clicks", folder), kwargs=follow)
-    follower.start()
-    try:
+    with following(lake, folder) as (taken, said):
         until(lambda: len(taken) == 1)
         for record in CLICKS[1:3]:  # the writer goes on, pausing longer than a poll each time
             with (folder / "a.jsonl").open("a") as f:
@@ -526,9 +541,6 @@ def test_follow_names_once_and_skips_a_file_that_changed_after_it_was_taken(lake
             time.sleep(0.2)
         write_jsonl(folder / "b.jsonl", CLICKS[3:4])
         until(lambda: len(taken) >= 2)
-    finally:
-        stop.set()
-        follower.join(timeout=30)
     assert [(r["source"], r["appended"]) for r in taken] == [("a.jsonl", 1), ("b.jsonl", 1)]
     assert [line.split(": ")[1:3] for line in said] == [
         ["refused a.jsonl", "it changed after version 0 took it, and a file is taken once, whole"]
@@ -544,18 +556,11 @@ def test_follow_names_a_truncated_parquet_file_skips_it_and_takes_it_once_it_is_
     clicks_parquet(tmp_path / "whole.parquet", CLICKS[:2])
     (folder / "a.parquet").write_bytes((tmp_path / "whole.parquet").read_bytes()[:300])
     write_jsonl(folder / "b.jsonl", CLICKS[2:3])
-    taken, said, stop = [], [], threading.Event()
-    follow = dict(follow=True, poll_interval=0.02, report=taken.append, warn=said.append, stop=stop)
-    follower = threading.Thread(target=ingest_folder, args=(lake, "user_clicks", folder), kwargs=follow)
-    follower.start()
-    try:
+    with following(lake, folder) as (taken, said):
         until(lambda: len(taken) == 1)
         time.sleep(0.2)  # passes that do not look at a.parquet again
         (folder / "a.parquet").write_bytes((tmp_path / "whole.parquet").read_bytes())  # rewritten whole
         until(lambda: len(taken) == 2)
-    finally:
-        stop.set()
-        follower.join(timeout=30)
     assert [(r["source"], r["appended"]) for r in taken] == [("b.jsonl", 1), ("a.parquet", 2)]
     assert [line.split(": ")[1:3] for line in said] == [["refused a.parquet", "not Parquet"]]
     assert sorted(r["user"] for r in rows(lake, "user_clicks")) == ["alice", "bob", "carol"]

@@ -199,6 +199,47 @@ def in_process(*argv: str) -> tuple[int, str, str]:
         registry.current.cache_clear()
 
 
+UPSTREAM = """
+from streamtable import Column, Pipeline, Type, changelog, table
+
+ORDERS = changelog("up_orders", [Column("customer", Type.STRING), Column("event_time", Type.TIMESTAMP)])
+PIPELINE = Pipeline(
+    name="up", doc="", streams=("up_orders",), process=print,
+    outputs=(table("up_totals", [Column("customer", Type.STRING)], keys=["customer"]),),
+)
+"""
+DOWNSTREAM = """
+from streamtable import Column, Pipeline, Type, delta_table, table
+
+TOTALS = delta_table(
+    "up_totals", "/lake/tables/up_totals", [Column("customer", Type.STRING)], keys=["customer"], time_column=None
+)
+PIPELINE = Pipeline(
+    name="down", doc="", streams=(), tables=("up_totals",), process=print,
+    outputs=(table("down_totals", [Column("customer", Type.STRING)], keys=["customer"]),),
+)
+"""
+
+
+@pytest.mark.parametrize("files", [("a_up.py", "b_down.py"), ("b_up.py", "a_down.py")])
+def test_an_input_named_as_another_file_s_output_breaks_the_later_file(files, tmp_path):
+    """A downstream file that declared another pipeline's output as its input under the output's name broke the
+    upstream file, loaded before it ("writes 'up_totals', which is an input"): deploying it took the upstream
+    pipeline out. As for any name two files declare, the later file is the broken one."""
+    up, down = (tmp_path / name for name in files)
+    up.write_text(UPSTREAM)
+    down.write_text(DOWNSTREAM)
+    loaded = registry.load([tmp_path])
+    if up.name < down.name:
+        assert ("up" in loaded.pipelines, "down" in loaded.pipelines) == (True, False)
+        assert loaded.errors == [
+            f"{down}:4: input table 'up_totals' is already declared as an output of pipeline 'up' in {up}:5"
+        ]
+    else:
+        assert ("up" in loaded.pipelines, "down" in loaded.pipelines) == (False, True)
+        assert loaded.errors == [f"{up}:5: pipeline 'up' writes 'up_totals', which is an input or a system table"]
+
+
 @pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
 def test_a_broken_file_is_one_line_naming_its_file_and_line_and_breaks_only_itself(case, tmp_path, monkeypatch):
     """The contract: every command prints one line naming FILE:LINE and the reason, without Spark; `pipelines` lists

@@ -52,6 +52,7 @@ class Registry:
     broken: set[str] = field(default_factory=set)  # the files (paths) that are broken
     user_modules: list[ModuleType] = field(default_factory=list)
     folders: list[Path] = field(default_factory=list)  # the user's folders, importable (their `_` helper modules)
+    order: list[str] = field(default_factory=list)  # the files declared from, in the order they were loaded
 
     def pipeline(self, name: str) -> Pipeline:
         """The pipeline called `name`, or UnknownPipelineError listing the pipelines."""
@@ -217,6 +218,7 @@ def _spark_at_import(e: Exception, frames: traceback.StackSummary, own: tracebac
 
 def _declare(registry: Registry, module: ModuleType, file: str) -> None:
     """Register a module's own pipelines and input tables (not those it imported from another file)."""
+    registry.order.append(file)
     for value in list(vars(module).values()):
         if isinstance(value, Pipeline):
             _add(registry, "pipeline", value.name, value, file)
@@ -266,6 +268,8 @@ def _check(registry: Registry) -> None:
         for table in pipeline.outputs + pipeline.state:
             if table.kind == "table" and not table.keys:
                 problems.append(f"declares the table {table.name!r} without keys")
+            if table.name in reserved and _declared_later(registry, table.name, pipeline):
+                continue  # the input's file is the broken one: `_declared_later` said so
             if table.name in reserved:
                 problems.append(f"writes {table.name!r}, which is an input or a system table")
             elif table.name in writers:
@@ -279,6 +283,21 @@ def _check(registry: Registry) -> None:
         if misnamed:
             registry.errors.extend(misnamed)
             registry.broken.add(registry.files[("pipeline", pipeline.name)])
+
+
+def _declared_later(registry: Registry, name: str, pipeline: Pipeline) -> bool:
+    """Whether input `name`, which `pipeline` writes too, was declared by a file loaded after the pipeline's; if so
+    that file is the broken one, as when two files declare one name (`_add`)."""
+    declared = registry.files.get(("input table", name))
+    writer = registry.files[("pipeline", pipeline.name)]
+    if declared is None or registry.order.index(declared) <= registry.order.index(writer):
+        return False
+    registry.broken.add(declared)
+    registry.errors.append(
+        f"{registry.origins[('input table', name)]}: input table {name!r} is already declared as an output of "
+        f"pipeline {pipeline.name!r} in {registry.origins[('pipeline', pipeline.name)]}"
+    )
+    return True
 
 
 def summary(registry: Registry) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-from confluent_kafka import TopicCollection
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from deltalake import DeltaTable, Transaction
 
 from streamtable.core.tables import QUARANTINE
@@ -51,7 +51,13 @@ def topic_id(bootstrap: str, topic: str, timeout_s: float) -> int:
     """`topic`'s id as a Delta app transaction's version (63 bits of its UUID), or UNKNOWN_ID when the broker has
     none. Raises KafkaException when the broker does not answer."""
     admin = new_admin(bootstrap, timeout_s)
-    found = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic].result(timeout=timeout_s)
+    try:
+        asked = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+        found = asked.result(timeout=timeout_s)
+    except KafkaException as e:
+        if e.args[0].code() in (KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION):
+            return UNKNOWN_ID  # a broker before topic ids (Kafka 2.8): no identity to keep
+        raise
     leading = found.topic_id.get_most_significant_bits() if found.topic_id is not None else 0
     return (leading & (1 << 64) - 1) >> 1  # the UUID's leading 63 bits (a version is a non-negative long); 0: none
 

@@ -186,3 +186,32 @@ def test_two_rows_of_a_key_one_commit_wrote_at_one_time_refuse_the_record_that_n
         "job write one row per key and time"
     )
     assert totals(driver, "as_of_time") == {"gold": Decimal("1.00")}
+
+
+def test_an_as_of_join_over_a_table_whose_column_changed_type_is_refused_in_one_line(streamtable_driver, tmp_path):
+    """The CRM job wrote its table again with a column it has beside the declared ones (`score`) as a LONG, where it
+    was an INT: a run refuses that version in one line, naming the reprocess that reads from the version after it;
+    that reprocess's batch.table, which reads the table's feed from version 0, failed inside Spark on the older files
+    (exit 1, "retry", at every run). It is refused in one line too."""
+    path = str(tmp_path / "crm_customers")
+
+    def crm(score: pa.DataType) -> pa.Table:
+        rows = customers(("ann", "gold", "2026-03-01T09:00:00+00:00"))
+        return rows.append_column("score", pa.array([1], score))
+
+    write_deltalake(path, crm(pa.int32()), configuration={"delta.enableChangeDataFeed": "true"})
+    driver = streamtable_driver("tiers", pipelines=pipelines_folder(tmp_path, "tiers", as_of_only(path)))
+    driver.pipe("tier_payments", [payment("p1", "ann", "1.00", 5)])
+    driver.run()
+    write_deltalake(path, crm(pa.int64()), mode="overwrite", schema_mode="overwrite")
+    write_deltalake(path, crm(pa.int64()), mode="append")  # version 2: one to read from, after the change
+    driver.pipe("tier_payments", [payment("p2", "ann", "2.00", 10)])
+    with pytest.raises(BadInputError, match=r"version 1 \(WRITE\) changes the type of column score"):
+        driver.run()
+    with pytest.raises(BadInputError) as refused:
+        driver.reprocess(2, input="crm_customers")
+    assert str(refused.value) == (
+        f"input crm_customers ({path}): version 1 (WRITE) changes the type of column score (integer -> long), and "
+        "batch.table(crm_customers) reads its Change Data Feed from version 0 on, which cannot be read across it: "
+        "refused; an as-of join needs the table's history in one type"
+    )

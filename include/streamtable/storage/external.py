@@ -80,6 +80,25 @@ def require_whole_log(table: Table) -> None:
         )
 
 
+def require_one_type(table: Table, last: int) -> None:
+    """BadInputError, in one line, when a version up to `last` changed a column's type: the table's Change Data Feed
+    read from version 0 on (`batch.table`) cannot be read across it (Spark fails on its older files)."""
+    path = location(table)
+    types: dict[str, str] | None = None
+    for c in commits(path, 0, last):
+        if not (c.columns and c.types):
+            continue
+        now = dict(zip(c.columns, c.types, strict=True))
+        retyped = [n for n, t in now.items() if types is not None and types.get(n, t) != t]
+        if types is not None and retyped:
+            raise BadInputError(
+                f"input {table.name} ({path}): version {c.version} ({c.operation}) {_retyped(retyped, types, c)}, "
+                f"and batch.table({table.name}) reads its Change Data Feed from version 0 on, which cannot be read "
+                "across it: refused; an as-of join needs the table's history in one type"
+            )
+        types = now
+
+
 def check_rewrites(
     lake: Lake,
     table: Table,

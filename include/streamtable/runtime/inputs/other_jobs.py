@@ -196,6 +196,7 @@ def read_table(spark: SparkSession, lake: Lake, table: Table, change_feed: bool,
     if not change_feed:
         return read_records(spark, lake, table, version)
     require_whole_log(table)
+    external.require_one_type(table, version)
     changes = (
         spark.read.format("delta")
         .option("readChangeFeed", "true")

@@ -545,7 +545,7 @@ def test_versions_a_streaming_read_cannot_cross_are_refused_before_it_starts(spa
     assert str(refused.value) == (
         f"input ext_renamed ({renamed}): version 1 (RENAME COLUMN) drops or renames column note, which Delta's "
         "streaming read cannot read across: refused; `streamtable reprocess renamed --input ext_renamed "
-        "--from-version 2` reads it from the version after"
+        "--from-version 2` reads it from the version after, once the table has one"
     )
     assert pipeline_status(lake, "renamed").inputs[0].refused == str(refused.value)  # status says it too
 
@@ -646,5 +646,5 @@ def test_a_version_that_changes_a_column_s_type_is_refused_before_a_read_crosses
     assert str(refused.value) == (
         f"input h_cust ({path}): version 1 (WRITE) changes the type of column amount (decimal(38,2) -> decimal(20,2)), "
         "which Delta's streaming read cannot read across: refused; `streamtable reprocess h_b --input h_cust "
-        "--from-version 2` reads it from the version after"
+        "--from-version 2` reads it from the version after, once the table has one"
     )

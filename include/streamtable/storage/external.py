@@ -260,6 +260,7 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
             raise BadInputError(
                 f"{where}: version {c.version} ({c.operation}) {change}, which Delta's streaming read cannot read "
                 f"across: refused; {restart} {c.version + 1}` reads it from the version after"
+                + (", once the table has one" if c.version == latest else "")
             )
         columns = list(c.columns or columns)
         types = dict(zip(c.columns, c.types or (), strict=True)) if c.columns and c.types else types

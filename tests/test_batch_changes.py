@@ -97,6 +97,23 @@ def test_changes_and_rows_of_a_keyed_changelog_equal_a_plain_fold(streamtable_dr
             assert {r["item"]: r["price"] for r in driver.output("price_rows") if r["batch"] == batch} == rows
 
 
+def test_a_key_whose_row_a_batch_leaves_as_it_was_has_no_change(streamtable_driver, tmp_path):
+    """A record sent again as it was (its time too), or a key deleted and put back as it was within one batch, left
+    the key's row as it was, yet `batch.changes` gave it a change whose old and new are equal, exit 0: a process
+    counting updates counted one. A change is a key whose row differs (Kafka Streams' emit-on-change, KIP-557)."""
+    driver = streamtable_driver("price_changes", pipelines=pipelines_folder(tmp_path, "prices", PIPELINE))
+    at = "2026-01-01T00:00:00Z"
+    driver.pipe("prices", [{"item": i, "price": p, "event_time": at} for i, p in (("a", 1), ("b", 2), ("c", 3))])
+    driver.run()
+    again = [("a", 1), ("b", None), ("b", 2), ("c", 4)]  # a as it was; b deleted and put back; c changed
+    driver.pipe("prices", [{"item": i, "price": p, "event_time": at} for i, p in again])
+    driver.run()
+    changed = [(r["item"], r["old"], r["new"]) for r in driver.output("price_changes") if r["batch"] == 1]
+    assert [(item, json.loads(old), json.loads(new)) for item, old, new in changed] == [
+        ("c", {"item": "c", "price": 3}, {"item": "c", "price": 4})
+    ]
+
+
 def test_a_table_inputs_records_without_their_time_from_an_earlier_release_go_to_quarantine(
     streamtable_driver, tmp_path
 ):

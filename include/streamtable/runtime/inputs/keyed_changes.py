@@ -277,5 +277,9 @@ def _tombstone(table: Table) -> SparkColumn:
 
 
 def _changed(changes: DataFrame) -> DataFrame:
-    """Leave out keys with neither an old nor a new row (inserted and deleted within the batch)."""
-    return changes.where(F.col(OLD).isNotNull() | F.col(NEW).isNotNull())
+    """Leave out keys whose row the batch left as it was: neither an old nor a new row (inserted and deleted within
+    the batch), or equal ones (a record sent again as it was: Kafka Streams' emit-on-change). Rows with a map, which
+    Spark cannot compare, are told apart only by being there."""
+    if "map<" in changes.schema[OLD].dataType.simpleString():
+        return changes.where(F.col(OLD).isNotNull() | F.col(NEW).isNotNull())
+    return changes.where(~F.col(OLD).eqNullSafe(F.col(NEW)))

@@ -389,8 +389,9 @@ def written_last_changes(
     written last (a row appended with a key the table held is its update). `rows`: the table's rows before the batch,
     (key, row, version that wrote it); `changes`: the batch's row changes in order, (key, row, change, version), as a
     Change Data Feed names them: an `insert` or `update_postimage` writes a row at its version, a `delete` or
-    `update_preimage` removes a row equal to it. Per key a change touched, unless it has no row before and none
-    after: (its row written last before the batch or None, after it or None); and the table's rows after it. Two
+    `update_preimage` removes a row equal to it. Per key a change touched, unless its row after is its row before
+    (none before and none after, or an equal one: emit-on-change): (its row written last before the batch or None,
+    after it or None); and the table's rows after it. Two
     different rows of a key written last at one version have no order: AssertionError."""
 
     def written_last(table: list[tuple[Any, Any, int]]) -> dict[Any, Any]:
@@ -412,7 +413,7 @@ def written_last_changes(
             after.append((key, row, version))
     old, new = written_last(list(rows)), written_last(after)
     found = {k: (old.get(k), new.get(k)) for k in touched}
-    return {k: change for k, change in found.items() if change != (None, None)}, after
+    return {k: (was, now) for k, (was, now) in found.items() if was != now}, after
 
 
 _UNORDERED = object()  # (`written_last_changes`: a key's rows written last at one version)

@@ -291,10 +291,6 @@ def test_a_json_array_file_is_refused_whole_and_the_other_files_go_in(lake, tmp_
     assert err.splitlines() == [f"streamtable: refused {name}: {why}" for name in ("a.json", "c.jsonl")]
     assert [r["user"] for r in rows(lake, "user_clicks")] == ["carol"]
     assert rows(lake, "quarantine") == []
-    for name in ("a.json", "c.jsonl"):  # `ingest TABLE FILE` refuses it too (it took the last element, exit 0)
-        code, out, err = run_main("ingest", "user_clicks", str(folder / name), "--lake", str(lake.root))
-        assert (code, out, err) == (2, "", f"streamtable: refused {name}: {why}\n")
-    assert [r["user"] for r in rows(lake, "user_clicks")] == ["carol"]
 
 
 def damaged_parquet(path: Path) -> None:

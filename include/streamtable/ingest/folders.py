@@ -239,14 +239,9 @@ def _not_a_file(path: Path) -> str | None:
 def ingest_named_file(lake, table_name: str, file: str, ingest_id: str | None, max_line_bytes: int) -> IngestResult:
     """`ingest TABLE FILE`: a `.csv` or `.parquet` FILE is read as a landing folder reads it, any other as JSON lines.
 
-    Raises BadInputError, before anything is written, when a CSV or Parquet file's columns cannot fit the table, or
-    a `.json` or `.jsonl` file holds a JSON array.
+    Raises BadInputError, before anything is written, when a CSV or Parquet file's columns cannot fit the table.
     """
     kind = KINDS.get(Path(file).suffix.lower())
-    if kind == "json" and Path(file).is_file():
-        with Path(file).open("rb") as handle:
-            if starts_an_array(handle):  # as lines, its last element alone would go in
-                raise BadInputError(f"refused {Path(file).name}: {JSON_ARRAY}; nothing of it was written")
     if kind not in ("csv", "parquet") or not Path(file).is_file() or ingest_id == "" or max_line_bytes < 1:
         return ingest_file(lake, table_name, file, ingest_id, max_line_bytes)  # it also refuses what is wrong
     try:

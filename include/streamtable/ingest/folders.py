@@ -6,8 +6,8 @@ target cannot be read, a FIFO, which is never opened, a socket) is skipped and n
 `--follow`). Each file is one ingest of `files.ingest_stream`, with the single-file machinery as it is: its id is
 the SHA-256 of its bytes (a file TABLE took before, under any name, is a duplicate), its good records are one
 commit, its bad ones go to `quarantine` with the file's name as `source`, and a killed ingest is finished once by
-its retry. A file is taken once, whole: one whose name TABLE took before from DIR but whose bytes changed since (a
-writer appended to it or rewrote it) is refused, naming the version that took it, and never taken again
+its retry. A file is its bytes: one whose name TABLE took before from DIR but whose bytes changed since (a writer
+appended to it or rewrote it) is taken again, whole, and named on stderr with the version that took it
 (`landed_names`).
 
 CSV and Parquet go through the same JSON typing as JSON lines: each record is turned into the JSON text of an
@@ -34,17 +34,16 @@ of the file, as in a JSON line without it (so an input that gained a nullable co
 it names only in another case or with spaces around (`Region`) refuses the file (`file_columns.absent_columns`).
 
 Refused files. A file whose columns cannot fit TABLE (a declared column that is not nullable missing from a CSV
-header or a Parquet schema, or a Parquet column of a type that cannot widen losslessly), a file that cannot be read
-as CSV or Parquet (an empty, truncated or damaged Parquet file: Arrow's reason), or a JSON-lines file whose first
-byte that is not whitespace (after a UTF-8 byte-order mark) is `[` (a JSON array, which as lines would go in in
-pieces), is refused before anything of it is written: one stderr line names it and why; the other files go in, and
-the command exits 2 (bad input). A single `.csv` or `.parquet` FILE (`ingest TABLE FILE`) is read as here too:
-`ingest_named_file`.
+header or a Parquet schema, or a Parquet column of a type that cannot widen losslessly), or that cannot be read as
+CSV or Parquet (an empty, truncated or damaged Parquet file: Arrow's reason), is refused before anything of it is
+written: one stderr line names it and why; the other files go in, and the command exits 2 (bad input). A JSON-lines
+file holding a JSON array is read as lines (the contract's rule), and named on stderr. A single `.csv` or `.parquet`
+FILE (`ingest TABLE FILE`) is read as here too: `ingest_named_file`.
 
 `--follow`. Passes over DIR every `poll_interval` seconds until SIGTERM (then the file in flight is finished,
 and the command exits 0). A file is taken only once its size and modification time are the same as at the
 previous pass, so a file still being written is left for a later pass; a file this process has handled is
-looked at again only if it changes (a file taken that then changes is named once on stderr, and skipped).
+looked at again only if it changes (a file taken that then changes is taken again and named on stderr).
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ from streamtable.core.registry import get_input
 from streamtable.core.tables import Table
 from streamtable.ingest.file_columns import RefusedFile
 from streamtable.ingest.files import MAX_LINE_BYTES, IdRegistry, IngestResult, ingest_file, ingest_stream
-from streamtable.ingest.landed_names import ChangedFile, NameRegistry
+from streamtable.ingest.landed_names import NameRegistry
 from streamtable.ingest.landed_records import JSON_ARRAY, csv_lines, line_stream, parquet_lines, starts_an_array
 
 JSON_LINES = (".jsonl", ".json")
@@ -137,7 +136,7 @@ class _Watcher:
         self.folders_named: set[str] = set()
         self.others_named: set[str] = set()
         self.names = NameRegistry(lake, table.name, root)
-        self.changed_named: set[str] = set()
+        self.named: set[tuple[str, str, str]] = set()  # (name, id, why) said on stderr
 
     def one_pass(self, settled_only: bool, stopping: threading.Event | None = None) -> None:
         current: dict[str, tuple[int, int]] = {}
@@ -190,9 +189,6 @@ class _Watcher:
             return
         try:
             result = self.take(path, kind)
-        except ChangedFile as e:
-            self.name_changed(path, e)
-            return
         except RefusedFile as e:
             self.outcome.refused += 1
             self.warn(f"streamtable: refused {path.name}: {e}; nothing of it was written")
@@ -200,11 +196,18 @@ class _Watcher:
         self.report(result.as_dict() | {"duplicate": result.duplicate, "source": path.name})
 
     def take(self, path: Path, kind: str) -> IngestResult:
-        """Ingest the file at `path` and record its name with its id; raises ChangedFile when its name was taken
-        before with other bytes."""
+        """Ingest the file at `path` and record its name with its id; a name taken before with other bytes, or a JSON
+        array (read as lines, as every `.json` file is), is named on stderr once."""
         with path.open("rb") as handle:
             ingest_id = hashlib.file_digest(handle, "sha256").hexdigest()
-        taken = self.names.check(path.name, ingest_id)
+            handle.seek(0)
+            array = kind == "json" and starts_an_array(handle)
+        changed = self.names.changed(path.name, ingest_id)
+        for why in (changed, JSON_ARRAY if array else None):
+            if why is not None and (path.name, ingest_id, why) not in self.named:
+                self.named.add((path.name, ingest_id, why))
+                self.warn(f"streamtable: {path.name}: {why}")
+        taken = self.names.get(path.name)
 
         def record(result: IngestResult) -> None:
             self.names.put(path.name, ingest_id, result)
@@ -213,13 +216,6 @@ class _Watcher:
         if taken is None and result.duplicate:  # taken under another name, or before names were recorded
             record(result)
         return result
-
-    def name_changed(self, path: Path, error: ChangedFile) -> None:
-        """Refuse, once per name, a file that changed after it was taken (`--follow` sees it at each change)."""
-        if path.name not in self.changed_named:
-            self.changed_named.add(path.name)
-            self.outcome.refused += 1
-            self.warn(f"streamtable: refused {path.name}: {error}")
 
 
 def _not_a_file(path: Path) -> str | None:
@@ -262,7 +258,7 @@ def ingest_landed_file(
     """Ingest one file of a landing folder (`kind`: json, csv or parquet) once per id: `ingest_id`, else the SHA-256
     of its bytes; `on_commit` as `ingest_stream`'s.
 
-    Raises RefusedFile, before anything is written, when its columns cannot fit `table`, it is a JSON array, or it
+    Raises RefusedFile, before anything is written, when its columns cannot fit `table`, or it
     cannot be read as CSV or Parquet.
     """
     if ingest_id is None:
@@ -274,9 +270,6 @@ def ingest_landed_file(
     once: Once = (path.name, ingest_id, max_line_bytes, on_commit)
     if kind == "json":
         with path.open("rb", buffering=1 << 20) as handle:
-            if starts_an_array(handle):
-                raise RefusedFile(JSON_ARRAY)
-            handle.seek(0)
             return ingest_stream(lake, table.name, handle, *once)
     if kind == "csv":
         with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as text:

@@ -1,4 +1,4 @@
-"""The names a table took files under from a landing folder, so a file that changed after it was taken is refused.
+"""The names a table took files under from a landing folder, so a file that changed after it was taken is named.
 
 The ingest log (`files.IdRegistry`) keys a file by the SHA-256 of its bytes and records no name, and the changelog's
 commit carries only the transaction of that id: neither says which name held which bytes. So a folder ingest writes,
@@ -14,7 +14,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamtable.ingest.file_columns import RefusedFile
 from streamtable.ingest.files import IngestResult
 from streamtable.storage.lake import Lake
 from streamtable.storage.store import join
@@ -27,10 +26,6 @@ class TakenName:
     ingest_id: str
     version: int | None
     appended: int
-
-
-class ChangedFile(RefusedFile):
-    """A file of a landing folder whose name the table took before with other bytes: it is never taken again."""
 
 
 class NameRegistry:
@@ -56,18 +51,19 @@ class NameRegistry:
         entry |= {"version": result.version, "appended": result.appended}
         self.lake.store.put_if_absent(self._file(name), json.dumps(entry).encode(errors="surrogatepass"))
 
-    def check(self, name: str, ingest_id: str) -> TakenName | None:
-        """What the table took under `name`; raises ChangedFile when that was other bytes than `ingest_id`'s."""
+    def changed(self, name: str, ingest_id: str) -> str | None:
+        """Why a file under `name` whose bytes are `ingest_id`'s is worth a word (None: a name not taken, or taken
+        with these bytes): the table took other bytes under it, so its records may be taken twice."""
         taken = self.get(name)
-        if taken is not None and taken.ingest_id != ingest_id:
-            took = (
-                f"version {taken.version} took it"
-                if taken.appended and taken.version is not None
-                else "an earlier ingest took it (its records all went to quarantine)"
-            )
-            raise ChangedFile(
-                f"it changed after {took}, and a file is taken once, whole: it is not taken again (have writers "
-                f"write files elsewhere and rename them into {self.folder} when complete; put a corrected file in "
-                "under a new name)"
-            )
-        return taken
+        if taken is None or taken.ingest_id == ingest_id:
+            return None
+        took = (
+            f"version {taken.version} took it"
+            if taken.appended and taken.version is not None
+            else "an earlier ingest took it (its records all went to quarantine)"
+        )
+        return (
+            f"it changed after {took}; a file is known by its bytes, so it is taken again, whole: records it held "
+            f"then are taken twice (have writers write files elsewhere and rename them into {self.folder} when "
+            "complete; put new records in files of new names)"
+        )

@@ -26,7 +26,8 @@ from streamtable.ingest.record_parser import parse_json
 
 PARQUET_BATCH_ROWS = 4096
 JSON_ARRAY = (
-    "a JSON array, not JSON lines: write one object a line (duckdb: COPY ... (FORMAT JSON) without ARRAY true; "
+    "it holds a JSON array, and a .json file is JSON lines, each line a record (so an element followed by a comma goes "
+    "to quarantine): write one object a line (duckdb: COPY ... (FORMAT JSON) without ARRAY true; "
     'pandas: to_json(orient="records", lines=True))'
 )
 _JSON_CELLS = frozenset({"long", "int", "double", "float", "decimal", "boolean", "array", "map", "struct"})

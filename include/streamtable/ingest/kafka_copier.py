@@ -41,7 +41,7 @@ from streamtable.core.faults import crash_point
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import LINE, Table
 from streamtable.ingest.changelog import TARGET_FILE_SIZE, WRITER_PROPERTIES, check_schema
-from streamtable.ingest.kafka_consumer import Asker, FetchWatch, new_consumer
+from streamtable.ingest.kafka_consumer import Asker, FetchWatch, new_admin, new_consumer
 from streamtable.ingest.kafka_offsets import (
     UNKNOWN_ID,
     TopicSource,
@@ -121,6 +121,7 @@ class Copier:
         self.round_rows = max(1, int(os.environ.get("STREAMTABLE_KAFKA_COMMIT_ROWS") or ROUND_ROWS))
         self.consumer = new_consumer(bootstrap, table.name, self._on_error)
         self.asker, self.watch = Asker(bootstrap, table.name), FetchWatch()
+        self.admin = new_admin(bootstrap, BROKER_TIMEOUT_S)  # one for the copy: a follower asks every refresh
         self.partitions = self._partitions()
         self.topic_id = self._topic_id()
         self.next: dict[int, int] = {}  # partition -> next offset to copy (as committed, then as consumed)
@@ -149,7 +150,7 @@ class Copier:
 
     def _topic_id(self) -> int:
         try:
-            return topic_id(self.bootstrap, self.topic, BROKER_TIMEOUT_S)
+            return topic_id(self.admin, self.topic, BROKER_TIMEOUT_S)
         except (KafkaException, TimeoutError) as e:
             raise BrokerUnreachable(
                 f"cannot read the id of Kafka topic {self.topic!r} on {self.bootstrap}: {e}"

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable, Transaction
 
 from streamtable.core.tables import QUARANTINE
-from streamtable.ingest.kafka_consumer import new_admin
 from streamtable.ingest.quarantine import QUARANTINE_SCHEMA, quarantine_locked, write_quarantine
 from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake
@@ -47,10 +47,9 @@ def quarantine_topic_app_id(table: str, topic: str) -> str:
     return f"streamtable-kafka-quarantine-topic:{table}:{topic}"
 
 
-def topic_id(bootstrap: str, topic: str, timeout_s: float) -> int:
+def topic_id(admin: AdminClient, topic: str, timeout_s: float) -> int:
     """`topic`'s id as a Delta app transaction's version (63 bits of its UUID), or UNKNOWN_ID when the broker has
     none. Raises KafkaException when the broker does not answer."""
-    admin = new_admin(bootstrap, timeout_s)
     try:
         asked = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
         found = asked.result(timeout=timeout_s)

@@ -63,18 +63,29 @@ def keep_failure(driver: Any, name: str) -> None:
     (SHOTS / f"{name}.html").write_text(driver.page_source)
 
 
+def reload_a_network_change(driver: Any) -> None:
+    """Load the page again when Chromium dropped it for a network change (ERR_NETWORK_CHANGED): the two-host test
+    makes network namespaces and veth pairs on this machine, and a page loading then shows Chromium's error page."""
+    if "ERR_NETWORK_CHANGED" in driver.page_source:
+        driver.refresh()
+
+
 def by_text(driver: Any, text: str) -> Any:
-    """The first visible link, button or menu item whose text is `text`, or None."""
+    """The first visible link, button or menu item whose text is `text`, or None (a page Chromium dropped for a
+    network change is loaded again)."""
     from selenium.webdriver.common.by import By
 
+    reload_a_network_change(driver)
     found = driver.find_elements(By.XPATH, "//a|//button|//*[@role='menuitem']")
     return next((e for e in found if e.is_displayed() and e.text.strip() == text), None)
 
 
 def visible(driver: Any, xpath: str) -> Any:
-    """The first element shown on the page that matches `xpath`; StopIteration (so wait_until retries) without one."""
+    """The first element shown on the page that matches `xpath`; StopIteration (so wait_until retries) without one
+    (a page Chromium dropped for a network change is loaded again)."""
     from selenium.webdriver.common.by import By
 
+    reload_a_network_change(driver)
     return next(e for e in driver.find_elements(By.XPATH, xpath) if e.is_displayed())
 
 

@@ -84,19 +84,17 @@ def require_one_type(table: Table, last: int) -> None:
     """BadInputError, in one line, when a version up to `last` changed a column's type: the table's Change Data Feed
     read from version 0 on (`batch.table`) cannot be read across it (Spark fails on its older files)."""
     path = location(table)
-    types: dict[str, str] | None = None
-    for c in commits(path, 0, last):
-        if not (c.columns and c.types):
-            continue
-        now = dict(zip(c.columns, c.types, strict=True))
-        retyped = [n for n, t in now.items() if types is not None and types.get(n, t) != t]
-        if types is not None and retyped:
+    read = commits(path, 0, last)
+    types = _types_after(read[0], {}) if read else {}  # version 0's metaData sets the first schema
+    for c in read[1:]:
+        retyped = _retyped_by(c, types)
+        if retyped:
             raise BadInputError(
                 f"input {table.name} ({path}): version {c.version} ({c.operation}) {_retyped(retyped, types, c)}, "
                 f"and batch.table({table.name}) reads its Change Data Feed from version 0 on, which cannot be read "
                 "across it: refused; an as-of join needs the table's history in one type"
             )
-        types = now
+        types = _types_after(c, types)
 
 
 def check_rewrites(
@@ -254,7 +252,7 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
     types = dict(zip(columns, schema_types(before.schema().to_json()), strict=True))
     for c in read:
         gone = [name for name in columns if name not in (c.columns or columns)]
-        retyped = [n for n, t in zip(c.columns or (), c.types or (), strict=False) if types.get(n, t) != t]
+        retyped = _retyped_by(c, types)
         if gone or retyped:
             change = f"drops or renames column {', '.join(gone)}" if gone else _retyped(retyped, types, c)
             raise BadInputError(
@@ -263,7 +261,7 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
                 + (", once the table has one" if c.version == latest else "")
             )
         columns = list(c.columns or columns)
-        types = dict(zip(c.columns, c.types or (), strict=True)) if c.columns and c.types else types
+        types = _types_after(c, types)
     live = set(delta.file_uris())  # a file of the latest version is there (else the table is broken, not late)
     for c in read:
         for file in c.brought:
@@ -274,9 +272,19 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
                 )
 
 
+def _types_after(commit: Commit, types: dict[str, str]) -> dict[str, str]:
+    """Each column's type (as the log writes it) after `commit`, which `types` held before it."""
+    return dict(zip(commit.columns, commit.types, strict=True)) if commit.columns and commit.types else types
+
+
+def _retyped_by(commit: Commit, types: dict[str, str]) -> list[str]:
+    """The columns, of those `types` holds, whose type `commit` changed."""
+    return [n for n, t in _types_after(commit, types).items() if types.get(n, t) != t]
+
+
 def _retyped(names: list[str], was: dict[str, str], commit: Commit) -> str:
     """What a version did to the types of columns `names`, in words."""
-    now = dict(zip(commit.columns or (), commit.types or (), strict=True))
+    now = _types_after(commit, was)
     return "changes the type of " + ", ".join(f"column {n} ({_type(was[n])} -> {_type(now[n])})" for n in names)
 
 

@@ -202,12 +202,11 @@ class _Watcher:
             ingest_id = hashlib.file_digest(handle, "sha256").hexdigest()
             handle.seek(0)
             array = kind == "json" and starts_an_array(handle)
-        changed = self.names.changed(path.name, ingest_id)
-        for why in (changed, JSON_ARRAY if array else None):
+        taken = self.names.get(path.name)
+        for why in (self.names.changed(taken, ingest_id), JSON_ARRAY if array else None):
             if why is not None and (path.name, ingest_id, why) not in self.named:
                 self.named.add((path.name, ingest_id, why))
                 self.warn(f"streamtable: {path.name}: {why}")
-        taken = self.names.get(path.name)
 
         def record(result: IngestResult) -> None:
             self.names.put(path.name, ingest_id, result)

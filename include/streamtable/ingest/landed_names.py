@@ -51,10 +51,9 @@ class NameRegistry:
         entry |= {"version": result.version, "appended": result.appended}
         self.lake.store.put_if_absent(self._file(name), json.dumps(entry).encode(errors="surrogatepass"))
 
-    def changed(self, name: str, ingest_id: str) -> str | None:
-        """Why a file under `name` whose bytes are `ingest_id`'s is worth a word (None: a name not taken, or taken
-        with these bytes): the table took other bytes under it, so its records may be taken twice."""
-        taken = self.get(name)
+    def changed(self, taken: TakenName | None, ingest_id: str) -> str | None:
+        """Why a file whose bytes are `ingest_id`'s, under a name the table `taken` before (`get`), is worth a word
+        (None: a name not taken, or taken with these bytes): its records may be taken twice."""
         if taken is None or taken.ingest_id == ingest_id:
             return None
         took = (

@@ -9,9 +9,15 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from streamtable.core.errors import BadInputError
+
 T = TypeVar("T")
 
 log = logging.getLogger("streamtable.ingest.kafka")
+
+
+class BrokerUnreachable(BadInputError):
+    """The broker did not answer in time: a copy's start fails in one line; a follower goes on."""
 
 
 class _LibrdkafkaLog:

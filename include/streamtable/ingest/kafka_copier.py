@@ -6,9 +6,10 @@ them from a snapshot of the table, `assign`s its consumer to them (no consumer g
 `streamtable-kafka-<table>` is only told the offsets afterwards, for monitoring), consumes, and commits on that
 same snapshot. A second copier that committed since the snapshot wrote the same transactions, so delta-rs's
 conflict check fails this commit (CommitFailedError): the copier re-reads the offsets and goes on from there. The
-offsets are of the topic whose id rides beside them (`kafka_offsets`): a topic made anew is copied from its start. A
-table that does not exist yet is created by the first commit under the table's ingest lock (two creations could
-not conflict). Every commit carries the transactions of every partition, so any two copiers conflict.
+offsets are of the topic whose id rides beside them (`kafka_offsets`), asked again before each commit: a topic made
+anew is copied from its start. A table that does not exist yet is created by the first commit under the table's
+ingest lock (two creations could not conflict). Every commit carries the transactions of every partition, so any
+two copiers conflict.
 
 Quarantine. Bad records are committed first, to `quarantine`, under its lock, on a snapshot read under that lock,
 with transactions `streamtable-kafka-quarantine:<table>:<topic>-<partition>` (version: the next offset the copy
@@ -41,15 +42,14 @@ from streamtable.core.faults import crash_point
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import LINE, Table
 from streamtable.ingest.changelog import TARGET_FILE_SIZE, WRITER_PROPERTIES, check_schema
-from streamtable.ingest.kafka_consumer import Asker, FetchWatch, new_admin, new_consumer
+from streamtable.ingest.kafka_consumer import Asker, BrokerUnreachable, FetchWatch, new_admin, new_consumer
 from streamtable.ingest.kafka_offsets import (
-    UNKNOWN_ID,
+    TopicIdentity,
     TopicSource,
     of_another_topic,
     quarantine_unseen,
     records_app_id,
     records_topic_app_id,
-    topic_id,
     topic_transaction,
 )
 from streamtable.ingest.kafka_records import record_row
@@ -67,10 +67,6 @@ LOST_RACES = 100  # commits lost to other copiers in a row before giving up
 BROKER_TIMEOUT_S = 15.0
 
 log = logging.getLogger("streamtable.ingest.kafka")
-
-
-class BrokerUnreachable(BadInputError):
-    """The broker did not answer within BROKER_TIMEOUT_S: a copy's start fails in one line; a follower goes on."""
 
 
 @dataclass
@@ -123,7 +119,7 @@ class Copier:
         self.asker, self.watch = Asker(bootstrap, table.name), FetchWatch()
         self.admin = new_admin(bootstrap, BROKER_TIMEOUT_S)  # one for the copy: a follower asks every refresh
         self.partitions = self._partitions()
-        self.topic_id = self._topic_id()
+        self.identity = TopicIdentity(self.admin, topic, bootstrap, BROKER_TIMEOUT_S)
         self.next: dict[int, int] = {}  # partition -> next offset to copy (as committed, then as consumed)
         self.snapshot: DeltaTable | None = None
         self.totals = KafkaResult(table.name)
@@ -147,14 +143,6 @@ class Copier:
         if found is None or found.error is not None or not found.partitions:
             raise BadInputError(f"Kafka topic {self.topic!r} does not exist on {self.bootstrap}")
         return sorted(found.partitions)
-
-    def _topic_id(self) -> int:
-        try:
-            return topic_id(self.admin, self.topic, BROKER_TIMEOUT_S)
-        except (KafkaException, TimeoutError) as e:
-            raise BrokerUnreachable(
-                f"cannot read the id of Kafka topic {self.topic!r} on {self.bootstrap}: {e}"
-            ) from None
 
     def _watermarks(self, partition: int) -> tuple[int, int]:
         try:
@@ -183,6 +171,9 @@ class Copier:
             moved = any(self.next[p] != self.committed[p] for p in self.partitions)
             if gathered.rows or moved:
                 crash_point("kafka:consumed")
+                if not self.identity.unchanged():  # the broker did not answer: consume the round again
+                    self._resume()
+                    continue
                 try:
                     self._commit(gathered)
                 except _LostRace:
@@ -210,7 +201,7 @@ class Copier:
     def _resume(self) -> None:
         """Read the committed offsets from a fresh snapshot of the table and assign the consumer to them."""
         self.snapshot = open_table(self.path)
-        self.renewed = of_another_topic(self.snapshot, records_topic_app_id(self.topic), self.topic_id)
+        self.renewed = of_another_topic(self.snapshot, records_topic_app_id(self.topic), self.identity.id)
         if self.renewed:
             print(
                 f"streamtable: {self.topic} on {self.bootstrap} is not the topic {self.table.name} copied so far (it "
@@ -248,18 +239,14 @@ class Copier:
     def _add_new_partitions(self) -> bool:
         """Take the partitions added to the topic since (--follow); False when the broker did not answer. A broker
         away (a restart, an outage longer than BROKER_TIMEOUT_S) is no failure here: the consumer reconnects by
-        itself, and the next refresh looks again. A topic made anew since stops the copy (BadInputError): its
-        consumer went back to the new topic's first offsets, which the copy takes for records it has."""
+        itself, and the next refresh looks again."""
         try:
-            found, now = self._partitions(), self._topic_id()
+            found = self._partitions()
         except BrokerUnreachable as e:
             log.debug("partition refresh skipped: %s", e)
             return False
-        if now != self.topic_id and UNKNOWN_ID not in (now, self.topic_id):
-            raise BadInputError(
-                f"Kafka topic {self.topic!r} on {self.bootstrap} was deleted and made anew while this copy followed "
-                "it: stopped; the next copy takes the new topic from its first offsets"
-            )
+        if not self.identity.unchanged():
+            return False
         new = [p for p in found if p not in self.next]
         for p in new:
             self.low[p], self.high[p] = self._watermarks(p)
@@ -351,9 +338,9 @@ class Copier:
     def _commit(self, gathered: _Round) -> None:
         """Commit the round: its bad records to quarantine (those not quarantined before), then its good ones with
         the offsets. Raises _LostRace when another copier committed these partitions since the snapshot."""
-        source = TopicSource(self.table.name, self.topic, self.topic_id, self.next)
+        source = TopicSource(self.table.name, self.topic, self.identity.id, self.next)
         transactions = [Transaction(records_app_id(self.topic, p), self.next[p]) for p in self.partitions]
-        transactions += topic_transaction(records_topic_app_id(self.topic), self.topic_id)
+        transactions += topic_transaction(records_topic_app_id(self.topic), self.identity.id)
         rows = pa.Table.from_pydict(gathered.good, schema=self.schema)
         try:
             if gathered.bad_partitions:

@@ -19,7 +19,9 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable, Transaction
 
+from streamtable.core.errors import BadInputError
 from streamtable.core.tables import QUARANTINE
+from streamtable.ingest.kafka_consumer import BrokerUnreachable
 from streamtable.ingest.quarantine import QUARANTINE_SCHEMA, quarantine_locked, write_quarantine
 from streamtable.storage.delta_rs import open_table
 from streamtable.storage.lake import Lake
@@ -59,6 +61,38 @@ def topic_id(admin: AdminClient, topic: str, timeout_s: float) -> int:
         raise
     leading = found.topic_id.get_most_significant_bits() if found.topic_id is not None else 0
     return (leading & (1 << 64) - 1) >> 1  # the UUID's leading 63 bits (a version is a non-negative long); 0: none
+
+
+class TopicIdentity:
+    """The id of the topic a copy reads, as it was when the copy started (`id`), and whether it still is."""
+
+    def __init__(self, admin: AdminClient, topic: str, bootstrap: str, timeout_s: float) -> None:
+        self.admin, self.topic, self.bootstrap, self.timeout_s = admin, topic, bootstrap, timeout_s
+        self.id = self._ask()
+
+    def _ask(self) -> int:
+        try:
+            return topic_id(self.admin, self.topic, self.timeout_s)
+        except (KafkaException, TimeoutError) as e:
+            raise BrokerUnreachable(
+                f"cannot read the id of Kafka topic {self.topic!r} on {self.bootstrap}: {e}"
+            ) from None
+
+    def unchanged(self) -> bool:
+        """Whether the topic is still the one the copy started on; False when the broker did not answer. Asked before
+        every commit: a topic made anew sends the consumer back to the new topic's first offsets, and its records past
+        the ones copied would be committed as the old topic's, then copied again from the new one. Raises
+        BadInputError (the copy stops) when it was made anew."""
+        try:
+            now = self._ask()
+        except BrokerUnreachable:
+            return False
+        if now != self.id and UNKNOWN_ID not in (now, self.id):
+            raise BadInputError(
+                f"Kafka topic {self.topic!r} on {self.bootstrap} was deleted and made anew while this copy read it: "
+                "stopped; the next copy takes the new topic from its first offsets"
+            )
+        return True
 
 
 def of_another_topic(log: DeltaTable | None, app_id: str, topic_id: int) -> bool:

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -598,9 +599,67 @@ def test_follow_takes_new_files_leaves_a_growing_one_for_later_and_exits_0_on_si
     finally:
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
-        rest, err = proc.communicate(timeout=60)
+        try:
+            rest, err = proc.communicate(timeout=60)
+        finally:  # one that did not stop is killed: no follower outlives its test
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
     assert (proc.returncode, rest, err.count("\n"), err.split(":")[:2]) == (0, "", 1, ["streamtable", " skipped out/"])
     assert len(rows(lake, "user_clicks")) == 22
+
+
+# `ingest_folder --follow` in a process of its own, with a SIGTERM sent from a trace function at the Nth line run
+# after ingest_folder installed its handler, for each N in turn (a signal's handler runs between two bytecodes of the
+# main thread: each N is one such moment, hit for sure). Prints each N once that follower has stopped.
+SIGTERM_AT_EACH_LINE = """
+import os, signal, sys
+from pathlib import Path
+from streamtable.ingest.folders import ingest_folder
+from streamtable.storage.lake import Lake
+
+def outside(*_):
+    raise AssertionError("a SIGTERM outside ingest_folder")
+
+signal.signal(signal.SIGTERM, outside)
+for n in range(1, int(sys.argv[3]) + 1):
+    lines = 0
+    def at_line(frame, event, arg):
+        global lines
+        if event == "line" and signal.getsignal(signal.SIGTERM) is not outside:
+            lines += 1
+            if lines == n:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return at_line
+    sys.settrace(at_line)
+    ingest_folder(Lake(Path(sys.argv[1])), "user_clicks", Path(sys.argv[2]), follow=True, poll_interval=0.001)
+    sys.settrace(None)
+    print(n, flush=True)
+"""
+
+
+def test_follow_stops_on_a_sigterm_that_lands_at_any_line_of_its_loop(lake, tmp_path):
+    """SIGTERM's handler set a threading.Event, which takes the event's lock, and the follower's own `Event.wait`
+    between two passes holds that lock at moments: a SIGTERM landing then left the follower waiting for itself
+    forever, deaf to every later SIGTERM (a CI run's copier: over an hour, until SIGKILL). Each of the loop's first
+    lines (several passes over an empty folder and the waits between them) gets a SIGTERM in turn."""
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    last = 150
+    argv = [sys.executable, "-c", SIGTERM_AT_EACH_LINE, str(lake.root), str(folder), str(last)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        stuck = len(out.split()) + 1
+        pytest.fail(f"a SIGTERM at line {stuck} of the follow loop did not stop it in 60 s: {err[-2000:]}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (proc.returncode, out.split()[-1:]) == (0, [str(last)]), err
 
 
 # --- Exactly once under kills ------------------------------------------------------------------------------------

@@ -51,7 +51,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -65,6 +64,7 @@ import pyarrow.parquet as pq
 
 from streamtable.core.errors import BadInputError
 from streamtable.core.registry import get_input
+from streamtable.core.signals import SignalStop, stop_on_sigterm
 from streamtable.core.tables import Table
 from streamtable.ingest.file_columns import RefusedFile
 from streamtable.ingest.files import MAX_LINE_BYTES, IdRegistry, IngestResult, ingest_file, ingest_stream
@@ -138,7 +138,7 @@ class _Watcher:
         self.names = NameRegistry(lake, table.name, root)
         self.named: set[tuple[str, str, str]] = set()  # (name, id, why) said on stderr
 
-    def one_pass(self, settled_only: bool, stopping: threading.Event | None = None) -> None:
+    def one_pass(self, settled_only: bool, stopping: threading.Event | SignalStop | None = None) -> None:
         current: dict[str, tuple[int, int]] = {}
         for path in sorted(self.root.iterdir(), key=lambda p: p.name):
             if stopping is not None and stopping.is_set():
@@ -319,17 +319,15 @@ class _Reading:
 
 
 @contextmanager
-def _until_sigterm(stop: threading.Event | None) -> Iterator[threading.Event]:
-    """`stop`, or an event SIGTERM sets (its handler installed meanwhile: only the main thread can)."""
+def _until_sigterm(stop: threading.Event | None) -> Iterator[threading.Event | SignalStop]:
+    """`stop`, or a flag SIGTERM sets (its handler installed meanwhile: only the main thread can). Not an Event that
+    the handler sets: `Event.set` takes the lock that the main thread's own `Event.wait` holds at moments, and a
+    SIGTERM landing then waited for it forever (`core.signals`)."""
     if stop is not None:
         yield stop
         return
-    stopping = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    try:
+    with stop_on_sigterm() as stopping:
         yield stopping
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_json(line: dict) -> None:

@@ -492,12 +492,17 @@ def test_an_input_with_a_topic_or_a_folder_gets_an_ingest_dag_whose_copier_stops
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert copier.stdout is not None
-    first = json.loads(copier.stdout.readline())
-    assert (first["table"], first["appended"], first["source"]) == ("shop_drops", 1, "a.jsonl"), first
-    copier.send_signal(15)
-    _, err = copier.communicate(timeout=60)
-    assert copier.returncode == 0, err
+    try:  # a copier still alive when the test ends, passed or failed, is killed: none is left behind
+        assert copier.stdout is not None
+        first = json.loads(copier.stdout.readline())
+        assert (first["table"], first["appended"], first["source"]) == ("shop_drops", 1, "a.jsonl"), first
+        copier.send_signal(15)
+        _, err = copier.communicate(timeout=60)
+        assert copier.returncode == 0, err
+    finally:
+        if copier.poll() is None:
+            copier.kill()
+            copier.communicate()
     shown = subprocess.run(
         [str(BIN / "streamtable"), "show", "shop_drops", "--lake", str(lake)], env=env, capture_output=True, text=True
     )

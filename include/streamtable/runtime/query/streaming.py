@@ -21,6 +21,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streamtable.core.errors import StreamtableError
 from streamtable.core.registry import get_input
+from streamtable.core.signals import SignalStop
 from streamtable.core.tables import HEARTBEAT, SOURCE
 from streamtable.core.timefmt import system_clock
 from streamtable.runtime.context import RunContext
@@ -204,7 +205,7 @@ def serve(
     with code 3 and the batch runs again from the checkpoint on the next start.
     """
     report, query, handler = begin(ctx, clock, {}, interval, on_progress)
-    stop = threading.Event()
+    stop = SignalStop()  # not a threading.Event: its set() in a handler can wait forever for its own wait's lock
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     while not stop.wait(HEARTBEAT_EVERY_S) and query.isActive:

@@ -12,6 +12,7 @@ arrives in: its handler runs, then the sleep goes on for the rest of the slice).
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,3 +54,16 @@ def stop_on_sigterm() -> Iterator[SignalStop]:
         yield stop
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def until_sigterm(stop: threading.Event | None, install: bool = True) -> Iterator[threading.Event | SignalStop]:
+    """`stop` when a caller gives one; else a `SignalStop` that SIGTERM sets during the block, when `install` and this
+    is the main thread (only it can install a handler), or that nothing sets."""
+    if stop is not None:
+        yield stop
+    elif install and threading.current_thread() is threading.main_thread():
+        with stop_on_sigterm() as stopping:
+            yield stopping
+    else:
+        yield SignalStop()

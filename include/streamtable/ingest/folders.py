@@ -54,7 +54,6 @@ import json
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISFIFO, S_ISSOCK
@@ -64,7 +63,7 @@ import pyarrow.parquet as pq
 
 from streamtable.core.errors import BadInputError
 from streamtable.core.registry import get_input
-from streamtable.core.signals import SignalStop, stop_on_sigterm
+from streamtable.core.signals import SignalStop, until_sigterm
 from streamtable.core.tables import Table
 from streamtable.ingest.file_columns import RefusedFile
 from streamtable.ingest.files import MAX_LINE_BYTES, IdRegistry, IngestResult, ingest_file, ingest_stream
@@ -118,7 +117,7 @@ def ingest_folder(
     if not follow:
         watcher.one_pass(settled_only=False)
         return outcome
-    with _until_sigterm(stop) as stopping:
+    with until_sigterm(stop) as stopping:
         while not stopping.is_set():
             watcher.one_pass(settled_only=True, stopping=stopping)
             stopping.wait(poll_interval)
@@ -316,18 +315,6 @@ class _Reading:
 
 
 # --- Plumbing ----------------------------------------------------------------------------------------------------
-
-
-@contextmanager
-def _until_sigterm(stop: threading.Event | None) -> Iterator[threading.Event | SignalStop]:
-    """`stop`, or a flag SIGTERM sets (its handler installed meanwhile: only the main thread can). Not an Event that
-    the handler sets: `Event.set` takes the lock that the main thread's own `Event.wait` holds at moments, and a
-    SIGTERM landing then waited for it forever (`core.signals`)."""
-    if stop is not None:
-        yield stop
-        return
-    with stop_on_sigterm() as stopping:
-        yield stopping
 
 
 def _print_json(line: dict) -> None:

@@ -17,13 +17,12 @@ How records become rows: `ingest.kafka_records`; how a copy commits them exactly
 from __future__ import annotations
 
 import os
-import signal
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from streamtable.core.errors import BadInputError
 from streamtable.core.registry import get_input
+from streamtable.core.signals import until_sigterm
 from streamtable.ingest.kafka_copier import Copier, KafkaResult
 from streamtable.storage.lake import Lake
 
@@ -55,17 +54,8 @@ def copy_topic(
     """
     table = get_input(table_name)
     copier = Copier(lake, table, topic, broker_address(bootstrap_servers), on_commit)
-    stop = stop or threading.Event()
-    restore = _stop_on_sigterm(stop) if follow else None
     try:
-        return copier.run(follow, stop)
+        with until_sigterm(stop, install=follow) as stopping:  # (`core.signals`: not an Event the handler sets)
+            return copier.run(follow, stopping)
     finally:
         copier.close()
-        if restore is not None:
-            signal.signal(signal.SIGTERM, restore)
-
-
-def _stop_on_sigterm(stop: threading.Event) -> Any:
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -40,6 +40,7 @@ from deltalake.exceptions import CommitFailedError
 from streamtable.core.errors import BadInputError
 from streamtable.core.faults import crash_point
 from streamtable.core.schema import arrow_schema
+from streamtable.core.signals import SignalStop
 from streamtable.core.tables import LINE, Table
 from streamtable.ingest.changelog import TARGET_FILE_SIZE, WRITER_PROPERTIES, check_schema
 from streamtable.ingest.kafka_consumer import Asker, BrokerUnreachable, FetchWatch, new_admin, new_consumer
@@ -152,7 +153,7 @@ class Copier:
             raise BadInputError(f"cannot read the offsets of {self.topic}/{partition}: {e.args[0]}") from None
         return low, high
 
-    def run(self, follow: bool, stop: threading.Event) -> KafkaResult:
+    def run(self, follow: bool, stop: threading.Event | SignalStop) -> KafkaResult:
         existing = open_table(self.path)
         check_schema(existing, self.table)
         marks = {p: self._watermarks(p) for p in self.partitions}
@@ -279,7 +280,7 @@ class Copier:
     def _all_done(self) -> bool:
         return all(self.next[p] >= self.end[p] for p in self.partitions)
 
-    def _gather(self, follow: bool, stop: threading.Event) -> _Round:
+    def _gather(self, follow: bool, stop: threading.Event | SignalStop) -> _Round:
         """Consume records until the round is full, the end offsets are reached (bounded), or its time is up
         (follow)."""
         gathered = _Round(self.schema_columns(), quarantine_columns())

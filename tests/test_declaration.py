@@ -25,6 +25,7 @@ from streamtable.runtime.commands.idle import spark_needed
 from streamtable.runtime.commands.lifecycle import reset
 from streamtable.runtime.observe.explain import explain
 from streamtable.storage.delta_rs import CHANGE_FEED
+from streamtable.testing.driver import PipelineDriver
 
 PIPELINE = """
 from pyspark.sql import functions as F
@@ -92,6 +93,30 @@ def test_a_nullable_column_is_added_and_a_changed_key_or_a_new_output_is_named(s
     driver.reprocess(0)  # a new generation, under the new declaration
     assert [r["note"] for r in driver.output("said")] == ["x", "x"]
     driver.run()
+
+
+def test_a_pipeline_renamed_over_outputs_another_pipeline_wrote_is_refused_instead_of_counting_twice(
+    streamtable_driver, tmp_path
+):
+    """A pipeline renamed (or an output moved to another pipeline) is a pipeline that never ran, over an output that
+    holds another's rows: its first run added every input record to them again (each total twice, exit 0). It is
+    refused in one line naming the pipeline that wrote it; its reprocess rebuilds the output, and runs go on."""
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    write(folder)
+    driver = streamtable_driver("said", pipelines=folder)
+    driver.pipe("said_words", [{"word": "a", "event_time": f"2026-01-01T00:0{m}:00Z"} for m in (0, 1)])
+    driver.run()
+    (folder / "said.py").write_text((folder / "said.py").read_text().replace('name="said"', 'name="said_again"'))
+    renamed = PipelineDriver("said_again", driver.lake.root, pipelines=folder)
+    message = r"said_again: output said was last written by pipeline said \(renamed since, or the output moved"
+    with pytest.raises(DeclarationChangedError, match=message):
+        renamed.run()
+    assert renamed.output("said") == [{"word": "a", "n": 2}]
+    renamed.reprocess(0)
+    renamed.pipe("said_words", [{"word": "a", "event_time": "2026-01-01T00:02:00Z"}])
+    renamed.run()
+    assert renamed.output("said") == [{"word": "a", "n": 3}]
 
 
 def test_a_reprocess_or_a_reset_gives_the_outputs_the_columns_and_types_of_the_new_declaration(

@@ -18,7 +18,9 @@ from functools import cache
 from pathlib import Path
 
 from streamtable.core.pipeline import Pipeline
+from streamtable.storage.delta_rs import open_table
 
+LOOKED_BACK = 10  # `last_writer`: the newest commits of a table it reads, at most
 KEY = "streamtable"  # the commit info's key (delta-rs custom metadata) or the JSON object of `userMetadata`
 AIRFLOW = {  # the Airflow task's context, as Airflow exports it to the task's environment
     "dag_id": "AIRFLOW_CTX_DAG_ID",
@@ -92,4 +94,15 @@ def read(commit_info: dict | None) -> dict | None:
             return None
         if isinstance(value, dict) and isinstance(value.get(KEY), dict):
             return value[KEY]
+    return None
+
+
+def last_writer(path: str) -> str | None:
+    """The pipeline whose batch or swap made the newest of the table's last LOOKED_BACK commits that says one (None:
+    no table, or none of them says: another job's commits, a compaction's, or an earlier release's)."""
+    table = open_table(path)
+    for info in table.history(LOOKED_BACK) if table is not None else []:  # newest first
+        about = read(info)
+        if about is not None and isinstance(about.get("pipeline"), str):
+            return about["pipeline"]
     return None

@@ -12,6 +12,10 @@ generation, `check` compares the declaration now with the one recorded (`declara
   whose total would lack the batches before it) is refused with one line naming the changes
   and the `reprocess` that applies them (`checkpoint.refuse`). The inputs the generation's query reads (its
   sources, `query.checkpoint`) are checked first: a change a new epoch cannot apply is refused the same way.
+
+A generation's outputs are also its own: an output whose newest commit another pipeline made (a pipeline renamed, or
+an output moved from one pipeline to another) is refused by `check_writers` before a batch is computed, since the
+batches would add to rows they did not compute (every total counted twice).
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ import logging
 
 from deltalake import Field
 
+from streamtable.core.errors import DeclarationChangedError
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.schema import arrow_schema
 from streamtable.core.tables import Column
+from streamtable.runtime.batch.provenance import last_writer
 from streamtable.runtime.context import ADDED_LATER, DECLARATION
 from streamtable.runtime.query import checkpoint
 from streamtable.storage.delta_rs import open_table
@@ -113,6 +119,20 @@ def check(lake: Lake, pipeline: Pipeline, generation: int) -> None:
         if safe:
             log.warning("%s: %s: applied", pipeline.name, "; ".join(safe))
     lake.store.write_json(path, now | ({ADDED_LATER: later} if later else {}))
+
+
+def check_writers(lake: Lake, pipeline: Pipeline) -> None:
+    """Refuse, in one line, an output whose newest commit another pipeline's batch or swap made: its rows are not the
+    ones this pipeline's generation computed, and its batches would add to them (read once, before a batch)."""
+    for table in pipeline.outputs:
+        writer = last_writer(lake.table_path(table.name))
+        if writer is not None and writer != pipeline.name:
+            name = pipeline.name
+            raise DeclarationChangedError(
+                f"{name}: output {table.name} was last written by pipeline {writer} (renamed since, or the output "
+                f"moved from it?): {name}'s batches would add to rows it did not compute; `streamtable reprocess "
+                f"{name} --from-version 0` rebuilds {table.name} from every input's first version"
+            )
 
 
 def changed(lake: Lake, pipeline: Pipeline, generation: int) -> bool:

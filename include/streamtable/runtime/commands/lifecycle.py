@@ -50,6 +50,7 @@ def run(lake: Lake, name: str, clock=system_clock) -> RunReport:
         idle = idle_run(lake, pipeline, generation)
         if idle is not None:  # no input moved: the report from the lake, no Spark (`commands.idle`)
             return idle
+        declaration.check_writers(lake, pipeline)
         return drain(live_context(lake, pipeline, generation), clock)
 
 
@@ -57,7 +58,9 @@ def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float
     """`serve`: one run per micro-batch until SIGTERM, holding the pipeline's lock."""
     pipeline = get_pipeline(name)
     with lake.lock(name, "serve"):
-        ctx = live_context(lake, pipeline, live_generation(lake, pipeline), KeptChangelogs())
+        generation = live_generation(lake, pipeline)
+        declaration.check_writers(lake, pipeline)
+        ctx = live_context(lake, pipeline, generation, KeptChangelogs())
         return serve(ctx, interval, stop_timeout_s, on_progress=on_progress)
 
 

@@ -545,3 +545,54 @@ def test_an_aggregate_into_a_column_added_under_a_live_output_is_refused(streamt
     driver.reprocess(0)
     [row] = driver.output("window_counts")
     assert (row["count"], row["last"].minute) == (3, 35)
+
+
+COUNTED = """
+from pyspark.sql import functions as F
+
+from streamtable import Aggregate, Column, Pipeline, Type, aggregate, changelog, table
+
+S, L = Type.STRING, Type.LONG
+WORDS = changelog("said_words", [Column("word", S), Column("event_time", Type.TIMESTAMP)])
+
+
+def process(batch):
+    words = batch.new("said_words").select("word", F.lit(1).alias("one"))
+    counted = aggregate(batch.current("said"), words, ["word"], [{aggregates}])
+    batch.upsert("said", counted{after})
+
+
+PIPELINE = Pipeline(
+    name="said",
+    doc="",
+    streams=("said_words",),
+    outputs=(table("said", [Column("word", S), Column("n", L){column}], keys=["word"]),),
+    process=process,
+)
+"""
+
+
+def test_an_aggregate_into_an_added_column_is_refused_when_process_computes_the_column_again_after_it(
+    streamtable_driver, tmp_path
+):
+    """The operators mark the columns they combine with committed values, and the batch refuses a marked column that
+    the output gained later; a column computed again from the operator's (`F.coalesce(m, 0)`, a new user's) lost the
+    mark, and its rows held only their later records' part (a count of 1 for a word said 3 times, exit 0).
+    `batch.current` marks the added columns, and the operator refuses to combine them, before any expression."""
+    n = 'Aggregate("n", F.col("one"))'
+    source = COUNTED.format(aggregates=n, after="", column="")
+    driver = streamtable_driver("said", pipelines=pipelines_folder(tmp_path, "said", source))
+    driver.pipe("said_words", [{"word": "a", "event_time": f"2026-01-01T00:0{m}:00Z"} for m in (0, 1)])
+    driver.run()
+    counted = COUNTED.format(
+        aggregates=f'{n}, Aggregate("m", F.col("one"))',
+        after='.withColumn("m", F.coalesce("m", F.lit(0)))',
+        column=', Column("m", L, nullable=True)',
+    )
+    pipelines_folder(tmp_path, "said", counted)
+    driver.pipe("said_words", [{"word": "a", "event_time": "2026-01-01T00:02:00Z"}])
+    with pytest.raises(DeclarationChangedError, match=r"said: said's column\(s\) m were added after its rows were"):
+        driver.run()
+    assert driver.output("said") == [{"word": "a", "n": 2, "m": None}]
+    driver.reprocess(0)
+    assert driver.output("said") == [{"word": "a", "n": 3, "m": 3}]

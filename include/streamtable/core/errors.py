@@ -43,6 +43,15 @@ class DeclarationChangedError(StreamtableError):
     """A pipeline's declaration changed in a way its live generation cannot apply (the message names the change and
     the `reprocess` or `reset` that applies it)."""
 
+    @classmethod
+    def aggregated_into_added(cls, pipeline: str, table: str, columns: list[str]) -> DeclarationChangedError:
+        """The refusal of aggregating into `columns`, which `table` gained after its rows were computed."""
+        return cls(
+            f"{pipeline}: {table}'s column(s) {', '.join(columns)} were added after its rows were computed, and "
+            "process aggregates into them: a row updated now would hold only its later records' part; "
+            f"`streamtable reprocess {pipeline} --from-version 0` rebuilds {table} with them"
+        )
+
 
 class QualityGateError(StreamtableError):
     """An output failed its Great Expectations suite; nothing was published."""

@@ -28,6 +28,9 @@ COMMITTED_AT = "_commit_timestamp"  # when that version was committed (ingested)
 HEARTBEAT = "_heartbeat"  # the platform's wall-clock input of pipelines that close results by wall clock
 # Column metadata: a column an operator computed by combining a key's committed value with new records.
 AGGREGATED = "streamtable.aggregated"
+# ... and, on `batch.current`'s columns, that the column was added to the output after its rows were computed (value:
+# [PIPELINE, TABLE]): an operator that combines such a column with new records refuses it.
+ADDED_LATER = "streamtable.added_later"
 
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # streamtable/

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, functions as F
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FractionalType, LongType
 
-from streamtable.core.tables import AGGREGATED
+from streamtable.core.errors import DeclarationChangedError
+from streamtable.core.tables import ADDED_LATER, AGGREGATED
 from streamtable.operators.table_join import join_on_keys
 
 
@@ -55,6 +56,7 @@ def combined_with_current(
     """`aggregate`, `check` (a function of rows to rows) applied to the current rows it combines: those of the keys
     in `records`."""
     keys = list(keys)
+    refuse_added_later(current, [a.column for a in aggregates])
     new = records.groupBy(*keys).agg(*[a.combine(a.value).alias(a.column) for a in aggregates])
     # Null-safe: a plain-equality join would miss a null key's current row, and the key would restart from its records.
     touched = check(join_on_keys(current, new.select(*keys), keys, "left_semi")).select(
@@ -68,6 +70,18 @@ def aggregated(column: Column, name: str) -> Column:
     """`column` named `name`, marked as combined with committed values (`Batch.upsert` refuses it in a column the
     output gained after its rows were computed: those rows' part of it is unknown)."""
     return column.alias(name, metadata={AGGREGATED: True})
+
+
+def refuse_added_later(current: DataFrame, columns: Iterable[str]) -> None:
+    """Fail when `current` (`batch.current`) marks one of `columns`, which the caller combines with new records, as
+    added to its output after its rows were computed: those rows' part of it is unknown."""
+    marks: dict[str, list[str]] = {
+        f.name: f.metadata[ADDED_LATER] for f in current.schema.fields if ADDED_LATER in f.metadata
+    }
+    added = [c for c in columns if c in marks]
+    if added:
+        pipeline, table = marks[added[0]]
+        raise DeclarationChangedError.aggregated_into_added(pipeline, table, added)
 
 
 def add_to_totals(current: DataFrame, deltas: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
@@ -85,6 +99,7 @@ def add_to_totals(current: DataFrame, deltas: DataFrame, keys: Sequence[str], va
         batch.upsert("revenue", add_to_totals(batch.current("revenue", keys_of=orders), orders, ["customer"], "amount"))
     """
     keys = list(keys)
+    refuse_added_later(current, [value])
     total = _total_type(deltas.schema[value].dataType)
     new = deltas.select(*keys, F.col(value).cast(total).alias(value))
     # One SUM over the current total and the deltas, not the current total + the deltas' sum: adding two

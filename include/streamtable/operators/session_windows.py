@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, Window, functions as F
 
 from streamtable.core.timefmt import format_time
 from streamtable.core.window_checks import definition, not_negative
-from streamtable.operators.aggregate import Aggregate, aggregated
+from streamtable.operators.aggregate import Aggregate, aggregated, refuse_added_later
 from streamtable.operators.windows import (
     DEFINITION,
     as_late,
@@ -94,6 +94,7 @@ def aggregate_sessions(
         batch.late(changes.late)
     """
     has_time("aggregate_sessions", records, time)
+    refuse_added_later(current, [a.column for a in aggregates])
     checked = _near_closed(records, current, keys, sessions, stream_time, time).withColumn(
         "_reason", _late_reason(sessions, stream_time, time)
     )

@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame, functions as F
 from pyspark.sql.types import DataType, NumericType, StructType
 
 from streamtable.core.errors import OperatorArgumentError
-from streamtable.operators.aggregate import _total_type, aggregated
+from streamtable.operators.aggregate import _total_type, aggregated, refuse_added_later
 from streamtable.operators.table_join import RETRACT, join_on_keys
 
 
@@ -107,6 +107,7 @@ def aggregate_table(
 
     deltas = entering("old", -1).unionByName(entering("new", 1))
     touched = changed_groups(changes, group_by)
+    refuse_added_later(current, [count, *summed])
     before = join_on_keys(current, touched, group_by, "left_semi").select(
         *[F.col(g).cast(row[g].dataType).alias(g) for g in group_by],
         F.coalesce(F.col(count).cast("long"), F.lit(0).cast("long")).alias(count),

@@ -13,7 +13,10 @@ reprocess that rebuilds the output: the change lives in the pipeline's code, whe
   in the rows the next batches write; an aggregate is not: `aggregate`, `add_to_totals`, windows, sessions and
   `aggregate_table` combine a key's committed value with its new records, so a row updated after the change would
   hold only its later records' part (an hour of 3 orders with the `amount` of the third alone). Their columns are
-  marked `AGGREGATED`, and rows that aggregate into such a column are refused.
+  marked `AGGREGATED`, and rows that aggregate into such a column are refused. A mark is lost when `process` computes
+  the column anew from it (`F.coalesce(...)`, a cast): so `batch.current` marks the columns added later
+  (`ADDED_LATER`) and the operators refuse to combine them (`operators.aggregate.refuse_added_later`), before any
+  expression of the user's.
 """
 
 from __future__ import annotations
@@ -61,9 +64,4 @@ def refuse_aggregates_into_added_columns(ctx: RunContext, table: str, rows: Data
     marked = [f.name for f in rows.schema.fields if f.metadata.get(AGGREGATED)]
     columns = [c for c in marked if c in ctx.added_later(table)] if marked else []
     if columns:
-        name = ctx.pipeline.name
-        raise DeclarationChangedError(
-            f"{name}: {table}'s column(s) {', '.join(columns)} were added after its rows were computed, and process "
-            "aggregates into them: a row updated now would hold only its later records' part; "
-            f"`streamtable reprocess {name} --from-version 0` rebuilds {table} with them"
-        )
+        raise DeclarationChangedError.aggregated_into_added(ctx.pipeline.name, table, columns)

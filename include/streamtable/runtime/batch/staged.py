@@ -35,7 +35,7 @@ from streamtable.core.errors import (
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.schema import Type, spark_ddl
-from streamtable.core.tables import COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE, Table
+from streamtable.core.tables import ADDED_LATER, COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE, Table
 from streamtable.quality import exact
 from streamtable.runtime.batch.changed_code import refuse_aggregates_into_added_columns, same_windows
 from streamtable.runtime.batch.stages import Stages
@@ -211,9 +211,10 @@ class StagedBatch:
     def current(self, table: str, keys_of: DataFrame | None = None) -> DataFrame:
         """The committed content of an output or state store (before this run); with `keys_of`, only the rows whose
         keys equal those of a row of `keys_of` (a keyed lookup: a batch of a few keys reads only their rows)."""
-        if keys_of is None:
-            return self.ctx.snapshot(table)
-        return self.ctx.rows_of_keys(table, keys_of, self._lookups)
+        rows = self.ctx.snapshot(table) if keys_of is None else self.ctx.rows_of_keys(table, keys_of, self._lookups)
+        for column in self.ctx.added_later(table):  # (`batch.changed_code`: the operators refuse to combine them)
+            rows = rows.withMetadata(column, {ADDED_LATER: [self.ctx.pipeline.name, table]})
+        return rows
 
     def upsert(self, table: str, rows: DataFrame, delete: str | None = None, deletes: DataFrame | None = None) -> None:
         """Stage rows that replace the rows with the same keys; remove the rows where column `delete` is true, and

@@ -101,8 +101,8 @@ class StagedBatch:
         bound = self._bound(input_name)
         if not input_table.external:
             changelog = self.ctx.changelog(input_name)
-            if input_table.time_column:  # an earlier release took records without their time: quarantined at read
-                changelog = changelog.where(F.col(input_table.time_column).isNotNull())
+            if not all(c.nullable for c in input_table.columns):  # records taken without a column now required
+                changelog = changelog.where(other_jobs.null_required(input_table).isNull())  # (quarantined at read)
             return changelog.where(F.col(COMMIT_VERSION) <= F.lit(bound)) if bound is not None else changelog.limit(0)
         columns = [c.name for c in input_table.stored_columns] + [COMMIT_VERSION]
         if bound is None:

@@ -268,12 +268,21 @@ def with_reasons(rows: DataFrame, table: Table) -> DataFrame:
     return rows.withColumn(REASON, reason(table, required=F.lit(True)))
 
 
+def null_required(table: Table, required: SparkColumn | None = None) -> SparkColumn:
+    """`COLUMN is null` for the first column the input requires (not `nullable=True`) that is null in a record (where
+    `required`), as ingest says it; else null."""
+    checks = [
+        F.when(F.col(c.name).isNull() if required is None else required & F.col(c.name).isNull(), f"{c.name} is null")
+        for c in table.columns
+        if not c.nullable
+    ]
+    return F.coalesce(*checks) if checks else F.lit(None).cast("string")
+
+
 def reason(table: Table, required: SparkColumn) -> SparkColumn:
     """Why a record breaks the input's declaration, as ingest would say it, or null: the first of a required
     column that is null (where `required`) and the rules broken."""
-    checks = [
-        F.when(required & F.col(c.name).isNull(), F.lit(f"{c.name} is null")) for c in table.columns if not c.nullable
-    ]
+    checks = [null_required(table, required)]
     for rule in table.rules:
         value = F.col(rule.column)
         shown = value.cast("string")
@@ -287,7 +296,7 @@ def reason(table: Table, required: SparkColumn) -> SparkColumn:
             quoted = F.concat(F.lit("'"), shown, F.lit("'")) if isinstance(rule.value[0], str) else shown
             text = F.concat(F.lit(f"{rule.column} is "), quoted, F.lit(f", not one of {allowed}"))
             checks.append(F.when(~value.isin(list(rule.value)), text))
-    return F.coalesce(*checks) if checks else F.lit(None).cast("string")
+    return F.coalesce(*checks)
 
 
 def with_versions(spark: SparkSession, rows: DataFrame, files: dict[str, dict[str, tuple[int, int]]]) -> DataFrame:

@@ -314,12 +314,12 @@ def _records_of(
     table_rows = _changelog(lake, asof.table, 0, max(bounds.values(), default=-1)) if asof else []
     before = [None] + [_utc(b["watermark"]) for b in batches]  # stream time as each batch began: the previous's
     stream_times = {b["batch_id"]: t for b, t in zip(batches, before, strict=False)}
-    time = get_input(declared.stream).time_column
+    required = [c.name for c in get_input(declared.stream).columns if not c.nullable]
     found = []
     for batch, first, last in _consumed_by(batches, declared.stream, starting):
         visible = [g for g in table_rows if g[VERSION] <= bounds[batch["batch_id"]]]
         for r in _changelog(lake, declared.stream, first, last):
-            if time and r.get(time) is None:  # one an earlier release took without its time: quarantined at read
+            if any(r.get(c) is None for c in required):  # taken without a column now required: quarantined at read
                 continue
             if windows and start and not windows.contains(start, r[windows.time]):
                 continue

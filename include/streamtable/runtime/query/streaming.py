@@ -58,12 +58,13 @@ def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame
         .drop("_change_type")
         .withColumn(SOURCE, F.lit(name))
     )
-    time = get_input(name).time_column if name in ctx.pipeline.inputs else None
-    if time is None:
+    declared = get_input(name) if name in ctx.pipeline.inputs else None
+    if declared is None or all(c.nullable for c in declared.columns):
         return records
-    # an earlier release took records without their time (a nullable time column): quarantined here, as ingest now
-    # does, they reach no window, session or total (`Batch.new`), nor a table input's rows (`Batch.table`)
-    return records.withColumn(other_jobs.REASON, F.when(F.col(time).isNull(), F.lit(f"{time} is null")))
+    # a record taken while a column now required was not (not declared then, or nullable; an earlier release took
+    # records without their time): quarantined here, as ingest now does, it reaches no window, session or total
+    # (`Batch.new`), nor a table input's rows (`Batch.table`)
+    return records.withColumn(other_jobs.REASON, other_jobs.null_required(declared))
 
 
 def start_query(

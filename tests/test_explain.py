@@ -138,6 +138,33 @@ def test_a_key_without_a_row_and_an_unknown_provenance(spark, lake):
             assert unknown["records"] == "unknown" and "does not declare" in unknown["records_why"], output.name
 
 
+def test_a_row_of_an_output_compacted_and_vacuumed_is_explained_from_the_changes_left(spark, lake, monkeypatch):
+    """`compact`, then a VACUUM past retention, removed the files of the versions before the compaction, and their
+    change feed with them: explain of every key failed (ArrowInvalid, exit 1; a user's hunt). It explains the row
+    from the changes still there, saying from which version, and lists the records that fed it as before."""
+    from deltalake import DeltaTable
+
+    from streamtable.runtime.commands.compact import compact
+
+    monkeypatch.setenv("STREAMTABLE_MERGE_ON_READ", "1")  # (an insert's change feed is then its data file)
+    for minute, quantity in enumerate((3, 4)):
+        ingest(
+            lake,
+            "inventory_events",
+            [{"store": "berlin", "item": "apples", "quantity": quantity, "event_time": minute}],
+        )
+        run(lake, "inventory")
+    before = explain(lake, "inventory", "berlin", "apples", records=True)
+    compact(lake, "inventory")
+    DeltaTable(lake.table_path("inventory")).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    [current, *older] = explain(lake, "inventory", "berlin", "apples", records=True)
+    assert current["row"] == before[0]["row"] == {"store": "berlin", "item": "apples", "quantity": 7}
+    assert current["records"] == before[0]["records"] and [r["adds"] for r in current["records"]] == [3, 4]
+    since = current["history_since_version"]
+    assert [x["version"] for x in [current, *older]] == [x["version"] for x in before if x["version"] >= since]
+    assert len(before) > 1 + len(older) and "history_since_version" not in before[0]
+
+
 def test_explain_starts_no_spark(lake):
     """In a fresh interpreter: explain of a key of an output, through the command, never imports pyspark."""
     import subprocess

@@ -90,6 +90,35 @@ def changes(table: DeltaTable, key: Mapping[str, object], schema: pa.Schema, sta
     return found.take(order) if order is not None else found
 
 
+def readable_changes(table: DeltaTable, key: Mapping[str, object], schema: pa.Schema) -> tuple[pa.Table, int]:
+    """`changes` since the oldest version whose change files are all still there, and that version (0: every one).
+    A VACUUM removes the files a compaction or a rewrite replaced, and with them the feed of the versions that added
+    them: the feed is readable from a version on (a later start needs fewer files), found by bisection."""
+    try:
+        return changes(table, key, schema), 0
+    except Exception as error:  # (Arrow, delta-rs and the object store each raise their own)
+        if not _file_gone(error):
+            raise
+    low, high = 1, table.version()
+    found = pa.schema(list(schema) + CHANGE_COLUMNS).empty_table(), high + 1
+    while low <= high:
+        middle = (low + high) // 2
+        try:
+            found = changes(table, key, schema, middle), middle
+            high = middle - 1
+        except Exception as error:
+            if not _file_gone(error):
+                raise
+            low = middle + 1
+    return found
+
+
+def _file_gone(error: BaseException) -> bool:
+    """Whether reading the feed failed on a data or change file that is not there (a VACUUM removed it)."""
+    text = str(error)
+    return "not found" in text or "No such file" in text
+
+
 def whole_feed(table: DeltaTable, path: str) -> bool:
     """Whether the table's Change Data Feed holds every change since its first version: the feed is on now and was
     on in version 0, whose log entry is still there (a log cleaned up after a checkpoint starts later)."""
@@ -111,3 +140,22 @@ def rows_left(changes: pa.Table, keys: Sequence[str], schema: pa.Schema) -> pa.T
         if newest.setdefault(key, r[VERSION]) == r[VERSION] and r[CHANGE_TYPE] in ("insert", "update_postimage"):
             kept.append(i)
     return changes.take(pa.array(kept, pa.int64())).select(schema.names)
+
+
+def by_version(changes: pa.Table, keys: tuple[str, ...], full_key: tuple) -> list[tuple[int, dict]]:
+    """The versions that changed the row of `full_key`, newest first, each with the row before and after it."""
+    seen: dict[int, dict] = {}
+    for r in changes.to_pylist():
+        if tuple(r[k] for k in keys) != full_key:
+            continue
+        change = seen.setdefault(r[VERSION], {"at": r[TIMESTAMP]})
+        kind = r.pop(CHANGE_TYPE)
+        r.pop(VERSION), r.pop(TIMESTAMP)
+        change["after" if kind in ("insert", "update_postimage") else "before"] = r
+    found = []
+    for version in sorted(seen, reverse=True):
+        change = seen[version]
+        before, after = change.get("before"), change.get("after")
+        kind = "delete" if after is None else "insert" if before is None else "rewrite" if before == after else "update"
+        found.append((version, change | {"kind": kind, "before": before, "after": after}))
+    return found

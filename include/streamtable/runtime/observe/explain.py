@@ -5,7 +5,8 @@ the output's Delta version and commit time, the change (insert, update, rewrite,
 after, and the batch that made it: pipeline, generation, batch id, mode (run, serve, reprocess, or the `reset` that
 emptied the table), the Airflow run that launched it, the SHA-256 of the pipeline's file as it ran, and the input
 versions it consumed. The first dict (`current`: the change that made the row as it is now) also has each input's
-lag behind the pipeline's live generation (`runtime.observe.status`) and `behind`.
+lag behind the pipeline's live generation (`runtime.observe.status`) and `behind`, and `history_since_version` when a
+VACUUM removed the changes before it.
 
 Which batch made a version is in that version's log entry: the app transaction of its commit
 (`streamtable.<pipeline>.g<generation>`, batch id) and its commit info (`runtime.batch.provenance`); the batch's
@@ -70,17 +71,19 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
     path = path_of(lake, table)
     delta = open_table(path)
     now, changes = schema.empty_table(), pa.schema(list(schema) + row_history.CHANGE_COLUMNS).empty_table()
+    since = 0  # where the history starts: a VACUUM may have removed the feed of older versions
     if delta is not None:  # (another job's table may have no feed since version 0: then no history)
         whole = row_history.whole_feed(delta, path)
-        changes = row_history.changes(delta, wanted, schema) if whole or not spec.external else changes
-        now = _current(spec, delta, wanted, schema, changes if whole else None)
+        if whole or not spec.external:
+            changes, since = row_history.readable_changes(delta, wanted, schema)
+        now = _current(spec, delta, wanted, schema, changes if whole and since == 0 else None)
     owner = registry().writer(table)
     writers = Writers(lake, path, owner)
     lag = _lag(lake, owner) if owner else None
     explained: list[dict] = []
     for full_key in _row_keys(now, changes, keys):
         row = next((r for r in now.to_pylist() if _key_of(r, keys) == full_key), None)
-        versions = _changes_of(changes, keys, full_key)
+        versions = row_history.by_version(changes, keys, full_key)
         lines = [
             _line(table, keys, full_key, version, change, writers) for version, change in versions[: limit or None]
         ]
@@ -88,6 +91,7 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
             lines.insert(0, _line(table, keys, full_key, None, {"after": row, "before": None, "kind": None}, writers))
         lines[0]["current"] = True
         lines[0]["row"] = to_json(row)
+        lines[0] |= {"history_since_version": since} if since else {}  # older changes: gone with their files
         if spec.external and row is None and versions and versions[0][1]["after"] is not None:
             lines[0]["skipped"] = other_job_rows.skipped(spec, versions[0][1]["after"])  # why no pipeline reads it
         if lag is not None:
@@ -128,25 +132,6 @@ def _row_keys(now: pa.Table, changes: pa.Table, keys: tuple[str, ...]) -> list[t
     found = {_key_of(r, keys) for r in now.select(list(keys)).to_pylist()}
     found |= {_key_of(r, keys) for r in changes.select(list(keys)).to_pylist()}
     return sorted(found, key=lambda k: tuple((v is not None, str(v)) for v in k))
-
-
-def _changes_of(changes: pa.Table, keys: tuple[str, ...], full_key: tuple) -> list[tuple[int, dict]]:
-    """The versions that changed the row of `full_key`, newest first, each with the row before and after it."""
-    by_version: dict[int, dict] = {}
-    for r in changes.to_pylist():
-        if _key_of(r, keys) != full_key:
-            continue
-        change = by_version.setdefault(r[row_history.VERSION], {"at": r[row_history.TIMESTAMP]})
-        kind = r.pop(row_history.CHANGE_TYPE)
-        r.pop(row_history.VERSION), r.pop(row_history.TIMESTAMP)
-        change["after" if kind in ("insert", "update_postimage") else "before"] = r
-    found = []
-    for version in sorted(by_version, reverse=True):
-        change = by_version[version]
-        before, after = change.get("before"), change.get("after")
-        kind = "delete" if after is None else "insert" if before is None else "rewrite" if before == after else "update"
-        found.append((version, change | {"kind": kind, "before": before, "after": after}))
-    return found
 
 
 def _line(table: str, keys: tuple[str, ...], full_key: tuple, version: int | None, change: dict, writers) -> dict:

@@ -10,8 +10,10 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 from urllib.parse import unquote
+from uuid import UUID
 
 from streamtable.core.errors import BadInputError
 from streamtable.storage.delta_rs import LogEntry, log_entries, log_entry
@@ -37,6 +39,7 @@ class Commit:
     change_feed: bool | None  # `delta.enableChangeDataFeed` as its metaData action sets it; None: unchanged
     rows: int  # the rows it added, updated or deleted (`metric_rows`; without metrics, as `parse` counts them)
     types: tuple[str, ...] | None = None  # the types of `columns`, as Delta's schema writes them (JSON)
+    vectors: tuple[str, ...] = ()  # the deletion vector files (in the table, or URIs) its adds and removes name
 
 
 _COMMITS: dict[tuple[str, int], Commit] = {}  # commits never change: each is read once per process
@@ -87,7 +90,26 @@ def parse(version: int, entry: LogEntry) -> Commit:
         feed,
         metric_rows(info) if info.get("operationMetrics") else sum(_records(a) for a in data_adds) + int(takes_out),
         _types(metadata),
+        tuple(v for a in adds + removes if (v := vector_file(a.get("deletionVector"))) is not None),
     )
+
+
+Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def vector_file(vector: dict | None) -> str | None:
+    """Where the deletion vector an add or remove names is stored: a path in the table (`u`: a prefix, then its UUID
+    in Z85), an absolute URI (`p`); None for one inline in the log, or none."""
+    if not vector or vector.get("storageType") not in ("u", "p"):
+        return None
+    where = str(vector["pathOrInlineDv"])
+    if vector["storageType"] == "p":
+        return where
+    packed = bytearray()
+    for i in range(len(where) - 20, len(where), 5):
+        packed += reduce(lambda n, ch: n * 85 + Z85.index(ch), where[i : i + 5], 0).to_bytes(4, "big")
+    name = f"deletion_vector_{UUID(bytes=bytes(packed))}.bin"
+    return f"{where[:-20]}/{name}" if len(where) > 20 else name
 
 
 def gone(version: int) -> Commit:

@@ -45,7 +45,7 @@ from streamtable.runtime.committed import Consumed, recorded_windows
 from streamtable.runtime.context import RunContext
 from streamtable.runtime.frames import local_frame
 from streamtable.runtime.inputs import keyed_changes, other_jobs, unique_keys
-from streamtable.storage import delta_rs, external, keyed
+from streamtable.storage import consumed_files, delta_rs, external, keyed
 
 log = logging.getLogger("streamtable")
 
@@ -146,9 +146,9 @@ class StagedBatch:
             # version before the run and at its own (lookups, as `rows`: by the spans of versions of their files, an
             # OPTIMIZE that skipped a version leaving them unordered); a row that breaks the input's rules is absent
             touched = self._records.where(F.col(SOURCE) == input_name).select(*input_table.keys)
-            before, after = (
+            before, after = (  # (the rows consumed where they are now: VACUUM may have removed their files)
                 other_jobs.read_written_rows(self.spark, self.ctx.lake, input_table, version, touched)
-                for version in (earlier, bound)
+                for version in (self._same_rows(input_table, earlier, bound), bound)
             )
             # (computed once: the batch reads its changes several times, each else two reads of the table by key)
             return keyed_changes.changes_between(before, after, input_table).localCheckpoint()
@@ -170,15 +170,24 @@ class StagedBatch:
         holds one row per key at `bound` (`unique_keys`), as the next batch's fold needs it at its version before."""
         rows = self._records.where(F.col(SOURCE) == input_table.name)
         lake, pipeline = self.ctx.lake, self.ctx.pipeline.name
-        unique = unique_keys.keys_unique(self.spark, lake, input_table, earlier, pipeline)
-        # (a key's rows as of the version the runs before consumed, and as of this run's, looked up by key)
-        held, now = (
-            partial(other_jobs.read_held_rows, self.spark, lake, input_table, version) for version in (earlier, bound)
-        )
+        unique = unique_keys.keys_unique(self.spark, lake, input_table, earlier, pipeline, bound)
+
+        # (a key's rows as of the version the runs before consumed, where they are now, and as of this run's version,
+        # looked up by key)
+        def held(keys: DataFrame) -> DataFrame:
+            return other_jobs.read_held_rows(
+                self.spark, lake, input_table, self._same_rows(input_table, earlier, bound), keys
+            )
+
+        now = partial(other_jobs.read_held_rows, self.spark, lake, input_table, bound)
         good = F.col(other_jobs.REASON).isNull()
         changes, unique_after = keyed_changes.fold_change_feed(rows, input_table, good, held, unique, now)
         unique_keys.keep(lake, input_table, bound, unique_after)
         return changes
+
+    def _same_rows(self, input_table: Table, earlier: int, bound: int) -> int:
+        """The version to read the rows of version `earlier` at (`consumed_files.rows_version`)."""
+        return consumed_files.rows_version(input_table, self.ctx.pipeline.name, earlier, bound)
 
     def rows(self, input_name: str, keys_of: DataFrame | None = None) -> DataFrame:
         """A keyed table input's current rows (one per key) as of the version this run consumed; with `keys_of`,
@@ -316,6 +325,9 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
         refused = REFUSED_INPUT.search(text)  # an input it cannot read as declared: not the code's
         if refused:
             raise BadInputError(refused.group(1)) from None
+        gone = consumed_files.missing_file(pipeline.inputs, pipeline.name, str(e))  # a file removed: not the code's
+        if gone is not None:
+            raise gone from e
         raised = RAISED.search(first)  # a check's own message (an operator's `F.raise_error`): said as it is
         file = inspect.getsourcefile(pipeline.process)
         line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == file), None)

@@ -16,14 +16,15 @@ from pyspark.sql import SparkSession, functions as F
 
 from streamtable.core.errors import BadInputError
 from streamtable.core.tables import Table
-from streamtable.storage import external, other_job_log
+from streamtable.storage import consumed_files, external, other_job_log
 from streamtable.storage.lake import Lake
 from streamtable.storage.other_job_summary import keep_at, kept_at
 
 
-def keys_unique(spark: SparkSession, lake: Lake, table: Table, version: int, pipeline: str) -> bool:
+def keys_unique(spark: SparkSession, lake: Lake, table: Table, version: int, pipeline: str, bound: int) -> bool:
     """Whether the table holds at most one row per key (its declared keys, a null equal to a null) at `version`: as
-    kept, else counted from its rows at that version (a read of the table) and kept."""
+    kept, else counted from its rows at that version (a read of the table, where its rows are up to `bound`:
+    `consumed_files.rows_version`) and kept."""
     found = kept(lake, table, version)
     if found is not None:
         return found
@@ -35,7 +36,8 @@ def keys_unique(spark: SparkSession, lake: Lake, table: Table, version: int, pip
             f"refused, its changes could be misread; `streamtable reprocess {pipeline} --input {table.name} "
             f"--from-version {external.latest_version(table)}` reads the table anew"
         )
-    rows = spark.read.format("delta").option("versionAsOf", version).load(path)
+    same = consumed_files.rows_version(table, pipeline, version, bound)  # (its files VACUUMed: a later version's)
+    rows = spark.read.format("delta").option("versionAsOf", same).load(path)
     unique = rows.groupBy(*table.keys).count().where(F.col("count") > 1).isEmpty()
     keep(lake, table, version, unique)
     return unique

@@ -95,6 +95,22 @@ def newest_offsets(lake: Lake, pipeline: Pipeline, generation: int) -> dict[str,
     return {name: offset for name, offset in zip(epoch.sources, last, strict=False) if offset}
 
 
+def newest_batch_starts(lake: Lake, pipeline: Pipeline, generation: int) -> dict[str, int]:
+    """Per source, the first version the current epoch's newest batch read (its start offset: the end offset of the
+    batch before it, else where the epoch started). A query started from the checkpoint has Spark plan that batch
+    again, which reads the deletion vectors of its versions' updates and deletes (`query.streaming`)."""
+    epoch = recorded(lake, pipeline, generation)
+    if epoch is None:
+        return {}
+    folder = join(lake.generation_dir(pipeline.name, generation), epoch.checkpoint)
+    batches = [int(n) for n in lake.store.children(join(folder, "offsets")) if n.isdigit()]
+    before = max(batches, default=0) - 1
+    if before not in batches:
+        return {n: v for n, v in epoch.starting.items() if n in epoch.sources}
+    offsets = read_offsets(lake, folder, before)
+    return {name: consumed_version(offset) + 1 for name, offset in zip(epoch.sources, offsets, strict=False)}
+
+
 def save(lake: Lake, pipeline: str, generation: int, epoch: Epoch) -> None:
     lake.store.write_json(join(lake.generation_dir(pipeline, generation), QUERY), epoch.as_json())
 

@@ -29,7 +29,7 @@ from streamtable.runtime.inputs import other_jobs
 from streamtable.runtime.inputs.changelogs import beat, ensure_inputs
 from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.handler import BatchHandler, Clock, OnProgress, RunReport, Stopping
-from streamtable.storage import other_job_log
+from streamtable.storage import consumed_files, other_job_log
 from streamtable.storage.store import join, spark_path
 
 log = logging.getLogger("streamtable")
@@ -110,9 +110,7 @@ def open_epoch(
     safe, unsafe = checkpoint.change(ctx.pipeline, current.sources, wanted)
     if unsafe:
         raise checkpoint.refuse(ctx.pipeline, ctx.generation, unsafe)
-    safe += [
-        f"the log of input {name} no longer holds the version its last batch read (log retention)" for name in gone
-    ]
+    safe += gone
     last = max((r["batch_id"] for r in ctx.batches()), default=None)
     if last is not None and handler_of(current).commit_staged(last + 1):
         last += 1
@@ -130,14 +128,21 @@ def open_epoch(
 
 
 def _positions_gone(ctx: RunContext) -> list[str]:
-    """The tables of other jobs whose log retention removed the version the checkpoint goes on in (the one the
-    pipeline read last): Spark's read cannot go on from there, a new epoch reads on from the version after it (what
-    the pipeline has not consumed was checked to be there by `read_other_jobs`, which read the positions)."""
-    return [
-        name
-        for name, offset in ctx.positions.items()
-        if name in ctx.pipeline.inputs and other_jobs.log_starts_after(get_input(name), int(offset["reservoirVersion"]))
-    ]
+    """What the checkpoint cannot go on from in the tables of other jobs, in words: the version it goes on in (the one
+    the pipeline read last) that their log retention removed, or a file Spark's plan of its newest batch reads again
+    (`storage.consumed_files`) that their VACUUM removed. A new epoch reads on from the version after the last one
+    consumed (what the pipeline has not consumed was checked to be there by `read_other_jobs`)."""
+    gone = []
+    starts = checkpoint.newest_batch_starts(ctx.lake, ctx.pipeline, ctx.generation) if ctx.positions else {}
+    for name, offset in ctx.positions.items():
+        if name not in ctx.pipeline.inputs:
+            continue
+        table, last = get_input(name), checkpoint.consumed_version(offset)
+        if other_jobs.log_starts_after(table, int(offset["reservoirVersion"])):
+            gone.append(f"the log of input {name} no longer holds the version its last batch read (log retention)")
+        elif ctx.external.get(name, False) and (lost := consumed_files.replan_gone(table, starts.get(name, 0), last)):
+            gone.append(f"input {name} no longer holds what its last batch read: {lost}")
+    return gone
 
 
 def read_other_jobs(ctx: RunContext, starting: dict[str, int]) -> dict[str, int]:

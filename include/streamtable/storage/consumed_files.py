@@ -12,9 +12,9 @@ the first goes on in a new checkpoint (`query.streaming`), the second reads the 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
 
 from streamtable.core.errors import BadInputError, StreamtableError, TableReadError
+from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
 from streamtable.core.tables import Table
 from streamtable.storage.delta_rs import delta_table
@@ -69,24 +69,24 @@ def rows_version(table: Table, pipeline: str, version: int, bound: int) -> int:
 MISSING = re.compile(r"java\.io\.FileNotFoundException:\s*(?:File\s+)?(\S+?)(?:\s+does not exist|$)", re.M)
 
 
-def missing_file(inputs: Collection[str], pipeline: str, text: str) -> StreamtableError | None:
-    """The error to raise for a read that failed on a file gone (Spark's FileNotFoundException in `text`): one of an
-    input of another job's (among `inputs`), its VACUUM removed (BadInputError, with the way out), else one of the
+def missing_file(pipeline: Pipeline, text: str) -> StreamtableError | None:
+    """The error to raise for a read of `pipeline`'s batch that failed on a file gone (Spark's FileNotFoundException in
+    `text`): one of an input of another job's, its VACUUM removed (BadInputError, with the way out), else one of the
     lake (TableReadError); None when `text` names no file gone. A file gone is never the pipeline code's fault."""
     found = MISSING.search(text)
     if found is None:
         return None
     file = found.group(1).removeprefix("file:")
-    for name in inputs:
+    for name in pipeline.inputs:
         table = get_input(name)
         where = location(table) if table.external else None
         if where is not None and file.startswith(where.removeprefix("file:") + "/"):
             return BadInputError(
                 f"input {name} ({where}): file {file.removeprefix(where + '/')} is gone (the table's VACUUM removed "
-                f"it) and the batch read it: refused, its rows would be missed; `streamtable reprocess {pipeline} "
+                f"it) and the batch read it: refused, its rows would be missed; `streamtable reprocess {pipeline.name} "
                 f"--input {name} --from-version {latest_version(table)}` reads the table anew"
             )
-    return TableReadError(f"file {file} is gone and the batch read it (pipeline {pipeline})")
+    return TableReadError(f"file {file} is gone and the batch read it (pipeline {pipeline.name})")
 
 
 def _changes_rows(c: Commit) -> bool:

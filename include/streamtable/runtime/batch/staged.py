@@ -325,7 +325,7 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
         refused = REFUSED_INPUT.search(text)  # an input it cannot read as declared: not the code's
         if refused:
             raise BadInputError(refused.group(1)) from None
-        gone = consumed_files.missing_file(pipeline.inputs, pipeline.name, str(e))  # a file removed: not the code's
+        gone = consumed_files.missing_file(pipeline, str(e))  # a file removed: not the code's
         if gone is not None:
             raise gone from e
         raised = RAISED.search(first)  # a check's own message (an operator's `F.raise_error`): said as it is

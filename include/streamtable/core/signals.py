@@ -45,25 +45,17 @@ class SignalStop:
 
 
 @contextmanager
-def stop_on_sigterm() -> Iterator[SignalStop]:
-    """A `SignalStop` that SIGTERM sets, its handler installed for the block (only the main thread can install one);
-    the previous handler is put back after it."""
-    stop = SignalStop()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        yield stop
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextmanager
 def until_sigterm(stop: threading.Event | None, install: bool = True) -> Iterator[threading.Event | SignalStop]:
     """`stop` when a caller gives one; else a `SignalStop` that SIGTERM sets during the block, when `install` and this
     is the main thread (only it can install a handler), or that nothing sets."""
     if stop is not None:
         yield stop
     elif install and threading.current_thread() is threading.main_thread():
-        with stop_on_sigterm() as stopping:
+        stopping = SignalStop()
+        previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        try:
             yield stopping
+        finally:
+            signal.signal(signal.SIGTERM, previous)  # the handler before the block, back
     else:
         yield SignalStop()

@@ -165,6 +165,11 @@ class Table:
         return ((self.time_column,) if self.time_column else ()) + rest
 
     @property
+    def required(self) -> tuple[str, ...]:
+        """The columns a row must have a value in (those not `nullable=True`)."""
+        return tuple(c.name for c in self.columns if not c.nullable)
+
+    @property
     def stored_columns(self) -> tuple[Column, ...]:
         """Columns as stored in Delta, including the ingest bookkeeping of inputs."""
         if self.kind != "input":

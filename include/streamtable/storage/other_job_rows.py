@@ -48,8 +48,7 @@ def current_rows(table: Table, where: Where = None) -> pa.Table:
 def _fitting(table: Table, rows: pa.Table) -> pa.Table:
     """The rows a pipeline reads of these: not those it skips (`skipped`), so a key whose row written last breaks a
     rule has no row."""
-    required = [c.name for c in table.columns if not c.nullable]
-    if not table.rules and not any(rows.column(name).null_count for name in required):
+    if not table.rules and not any(rows.column(name).null_count for name in table.required):
         return rows
     return rows.filter(pa.array([skipped(table, row) is None for row in rows.to_pylist()], pa.bool_()))
 

@@ -101,7 +101,7 @@ class StagedBatch:
         bound = self._bound(input_name)
         if not input_table.external:
             changelog = self.ctx.changelog(input_name)
-            if not all(c.nullable for c in input_table.columns):  # records taken without a column now required
+            if input_table.required:  # records taken without a column now required
                 changelog = changelog.where(other_jobs.null_required(input_table).isNull())  # (quarantined at read)
             return changelog.where(F.col(COMMIT_VERSION) <= F.lit(bound)) if bound is not None else changelog.limit(0)
         columns = [c.name for c in input_table.stored_columns] + [COMMIT_VERSION]

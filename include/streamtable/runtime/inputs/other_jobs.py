@@ -272,9 +272,8 @@ def null_required(table: Table, required: SparkColumn | None = None) -> SparkCol
     """`COLUMN is null` for the first column the input requires (not `nullable=True`) that is null in a record (where
     `required`), as ingest says it; else null."""
     checks = [
-        F.when(F.col(c.name).isNull() if required is None else required & F.col(c.name).isNull(), f"{c.name} is null")
-        for c in table.columns
-        if not c.nullable
+        F.when(F.col(name).isNull() if required is None else required & F.col(name).isNull(), f"{name} is null")
+        for name in table.required
     ]
     return F.coalesce(*checks) if checks else F.lit(None).cast("string")
 

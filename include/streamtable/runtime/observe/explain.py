@@ -299,7 +299,7 @@ def _records_of(
     table_rows = _changelog(lake, asof.table, 0, max(bounds.values(), default=-1)) if asof else []
     before = [None] + [_utc(b["watermark"]) for b in batches]  # stream time as each batch began: the previous's
     stream_times = {b["batch_id"]: t for b, t in zip(batches, before, strict=False)}
-    required = [c.name for c in get_input(declared.stream).columns if not c.nullable]
+    required = get_input(declared.stream).required
     found = []
     for batch, first, last in _consumed_by(batches, declared.stream, starting):
         visible = [g for g in table_rows if g[VERSION] <= bounds[batch["batch_id"]]]

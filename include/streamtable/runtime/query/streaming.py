@@ -59,7 +59,7 @@ def input_stream(ctx: RunContext, name: str, starting_version: int) -> DataFrame
         .withColumn(SOURCE, F.lit(name))
     )
     declared = get_input(name) if name in ctx.pipeline.inputs else None
-    if declared is None or all(c.nullable for c in declared.columns):
+    if declared is None or not declared.required:
         return records
     # a record taken while a column now required was not (not declared then, or nullable; an earlier release took
     # records without their time): quarantined here, as ingest now does, it reaches no window, session or total

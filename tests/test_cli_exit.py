@@ -111,6 +111,18 @@ def test_show_into_a_closed_pipe_ends_quietly(lake):
     assert proc.returncode == 0 and proc.stdout.count("\n") == 1 and proc.stderr == "", proc.stderr
 
 
+def test_a_run_whose_reader_closed_the_pipe_says_so_in_one_line(lake):
+    """`streamtable run P | true`: the report has no reader; one line says so (no traceback), and the run's commit
+    stands: the next run finds nothing new."""
+    ingest(lake, "text_lines", [{"line": "a b", "event_time": "2026-01-01T00:00:00Z"}])
+    command = f"{CLI} run word_count --lake {lake.root} | true; exit ${{PIPESTATUS[0]}}"
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "closed the pipe" in proc.stderr and "Traceback" not in proc.stderr
+    again = json.loads(cli(lake, "run", "word_count").stdout)
+    assert again["batches"] == 0, again
+
+
 def test_version_prints_the_package_version():
     """`streamtable --version` prints `streamtable X.Y.Z`, the one version the package metadata also carries."""
     import importlib.metadata

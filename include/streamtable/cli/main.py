@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             code = args.func(args)  # None, or the exit code of a command that did part of its work (ingest DIR)
+            sys.stdout.flush()  # here: a reader gone is told below, not by a traceback of the interpreter's last flush
         finally:
             if status is not None:
                 status.close()
@@ -84,6 +85,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"streamtable: {e}", file=sys.stderr)
         return exit_code(e)
+    except BrokenPipeError:  # `run ... | head`: the reader left; what the command committed stays committed
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the last flush cannot fail again
+        print(
+            f"streamtable: {args.command}: its output's reader closed the pipe, so its last lines were not printed; "
+            "the work it committed stays committed (`streamtable status` shows it)",
+            file=sys.stderr,
+        )
+        return 1
     except Exception as e:  # anything else is a bug or an environment problem: still one line
         if args.debug:
             raise

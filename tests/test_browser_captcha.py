@@ -185,6 +185,9 @@ def test_window_edges_and_late_records_across_runs(spark, lake):
     for (b, s), n in windows(lake).items():
         assert explained(lake, b, s) == provenance([run1, run2], want, b, s) and len(explained(lake, b, s)[0]) == n
     assert explained(lake, "b1", epoch) == [[(0, 0, 0), (0, 1, 0)], [(1, 0, 1)]]  # 4.5 s came late for [0, 5)
+    # [6, 11) has no row: both its records (8 s, 9 s) came after it closed; explain lists them under `late`
+    only_late = [[], [(1, 1, 1), (1, 2, 1)]]
+    assert explained(lake, "b1", epoch + 6) == provenance([run1, run2], want, "b1", epoch + 6) == only_late
 
 
 def test_malformed_log_lines_are_quarantined_at_ingest_and_extra_fields_kept(lake):

@@ -16,7 +16,7 @@ of a release that recorded none of this, or of another writer, say so (`mode` nu
 
 With `records`, the input records that fed the current row where the pipeline declares them (`Pipeline.records`:
 a re-keyed sum's group is a function of the record and, for an as-of join, of the table versions the batch
-consumed; a window's row also lists under `late` the records that came after it closed); elsewhere
+consumed; a window's row, or one missing because all its records came late, lists those under `late`); elsewhere
 `"records": "unknown"` and why.
 """
 
@@ -101,7 +101,8 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
         explained.extend(lines)
     if not explained:  # no row and no history: say so, with the inputs' lag (is it not there yet?)
         none = {"table": table, "key": to_json(wanted), "current": True, "row": None, "change": None, "version": None}
-        explained.append(none | (lag or {}) | (input_records(lake, owner, table, None, none) if records else {}))
+        full = wanted if len(wanted) == len(keys) else None  # a window's row may be missing for its late records
+        explained.append(none | (lag or {}) | (input_records(lake, owner, table, None, none, full) if records else {}))
     return explained
 
 
@@ -224,9 +225,12 @@ def _lag(lake: Lake, pipeline: Pipeline) -> dict:
 # ------------------------------------------------------------------------------------------------- records
 
 
-def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | None, current: dict) -> dict:
+def input_records(
+    lake: Lake, owner: Pipeline | None, table: str, row: dict | None, current: dict, key: dict | None = None
+) -> dict:
     """`records`: the input records that fed the current row, each with the batch that consumed it, as the pipeline
-    declares them (`Pipeline.records`); or "unknown" and `records_why`."""
+    declares them (`Pipeline.records`); or "unknown" and `records_why`. A window's row that does not exist, asked by
+    its whole `key`, lists under `late` the records that came after its window closed (why there is no row)."""
     declared = next((r for r in owner.records if r.output == table), None) if owner else None
     if owner is None or declared is None:
         return {
@@ -234,8 +238,9 @@ def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | No
             "records_why": f"the pipeline that writes {table} does not declare which records make a row "
             "(Pipeline(records=...) names them for an output whose rows are sums of a stream's records)",
         }
-    if row is None:
-        return {"records": [], "records_why": "the row does not exist"}
+    absent = {"records": [], "records_why": "the row does not exist"}
+    if row is None and not (declared.windows and key):
+        return absent
     external = [t for t in (declared.stream, declared.asof and declared.asof.table) if t and _is_external(t)]
     if external:
         return {
@@ -244,7 +249,7 @@ def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | No
             "with their lines, nor always in a change feed explain could read",
         }
     generation = lake.generation(owner.name)
-    if current.get("generation") != generation:
+    if row is not None and current.get("generation") != generation:
         return {
             "records": UNKNOWN,
             "records_why": f"the row was written by generation {current.get('generation')}, "
@@ -262,7 +267,9 @@ def input_records(lake: Lake, owner: Pipeline | None, table: str, row: dict | No
     if unlike:
         return {"records": UNKNOWN, "records_why": unlike}
     starting = dict(epoch.starting) if epoch.number == 0 else {}
-    found = _records_of(lake, declared, row, batches, starting, _graces(committed, table))
+    found = _records_of(lake, declared, row or key or {}, batches, starting, _graces(committed, table))
+    if row is None:  # every record of the window came late (or none came): no row, and why
+        return absent | {"late": [to_json(r) for r in found if r.get("late")]}
     return {
         "records": [to_json(r) for r in found if not r.get("late")],
         **({"late": [to_json(r) for r in found if r.get("late")]} if declared.windows else {}),

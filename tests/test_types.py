@@ -409,3 +409,86 @@ def test_every_type_round_trips_through_ingest_a_pipeline_and_show(spark, types_
         query(lake, "n_by_price", "0.125")
     with pytest.raises(BadInputError, match="is not a date"):
         query(lake, "price_by_day", "2026-1-31")
+
+
+def test_a_staged_value_that_would_not_commit_as_itself_is_refused_before_any_output_commits(tmp_path):
+    """A merge-on-read commit (Spark's MERGE) rounded 0.625 into DECIMAL(12, 2) as 0.63, exit 0, where delta-rs
+    refused it; a DOUBLE sum past its range was committed as Infinity, which `show` printed as JSON no reader takes.
+    The batch's staged rows are now checked whole, before any output commits: both are refused in one line."""
+    import pyarrow.parquet as pq
+
+    from streamtable.core.errors import OutputTypeError
+    from streamtable.storage.staged_rows import refuse_misfits
+
+    declared = arrow_schema((Column("k", Type.STRING), Column("amt", Type.decimal(12, 2)), Column("d", Type.DOUBLE)))
+    cases = {
+        "fits": ([Decimal("0.600")], [1.5], None),
+        "nulls": ([None], [None], None),
+        "rounded": ([Decimal("0.625")], [1.5], "column amt (decimal128(12, 2)) cannot hold a value of this batch"),
+        "infinite": ([Decimal("0.60")], [float("inf")], "column d (double) holds NaN or Infinity in this batch"),
+        "nan": ([Decimal("0.60")], [float("nan")], "column d (double) holds NaN or Infinity in this batch"),
+    }
+    for name, (amounts, doubles, refusal) in cases.items():
+        staged = tmp_path / name / "half_out"
+        staged.mkdir(parents=True)
+        given = {"k": ["a"], "amt": pa.array(amounts, pa.decimal128(38, 3)), "d": pa.array(doubles, pa.float64())}
+        pq.write_table(pa.table(given), staged / "part-0.parquet")
+        if refusal is None:
+            refuse_misfits(str(staged), declared)
+            continue
+        with pytest.raises(OutputTypeError) as e:
+            refuse_misfits(str(staged), declared)
+        assert str(e.value).startswith(f"half_out: {refusal}"), e.value
+        assert ("F.round(column, s)" in str(e.value)) == (name == "rounded")  # a scale's advice: round it
+
+
+TWO_TOTALS = """
+from streamtable import Column, Pipeline, Type, add_to_totals, changelog, table
+
+IN = changelog("two_in", [Column("k", Type.STRING), Column("n", Type.INT), Column("event_time", Type.TIMESTAMP)])
+
+
+def process(batch):
+    rows = batch.new("two_in").select("k", "n")
+    batch.upsert("two_long", add_to_totals(batch.current("two_long"), rows, ["k"], "n"))
+    batch.upsert("two_int", add_to_totals(batch.current("two_int"), rows, ["k"], "n"))
+
+
+PIPELINE = Pipeline(
+    name="two",
+    doc="one total as a LONG and as an INT",
+    streams=("two_in",),
+    outputs=(
+        table("two_long", [Column("k", Type.STRING), Column("n", Type.LONG)], keys=["k"]),
+        table("two_int", [Column("k", Type.STRING), Column("n", Type.INT)], keys=["k"]),
+    ),
+    process=process,
+)
+"""
+
+
+def test_a_batch_one_output_of_which_cannot_hold_its_total_publishes_none_of_them(spark, tmp_path, monkeypatch):
+    """Before, the LONG total committed 4000000000 and the INT one then refused the batch, at every later run too:
+    two outputs of one pipeline disagreed for good."""
+    from streamtable.core.errors import OutputTypeError
+    from streamtable.ingest.files import ingest_lines
+    from streamtable.runtime.commands.lifecycle import run
+    from streamtable.storage.lake import Lake
+    from streamtable.storage.reader import rows
+
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "two.py").write_text(TWO_TOTALS)
+    monkeypatch.setenv(registry.ENV, str(folder))
+    registry.current.cache_clear()
+    lake = Lake(tmp_path / "lake")
+    record = {"k": "a", "n": 2_000_000_000, "event_time": "2026-03-01T10:00:00Z"}
+    try:
+        ingest_lines(lake, "two_in", [json.dumps(record)])
+        run(lake, "two")
+        ingest_lines(lake, "two_in", [json.dumps(record | {"event_time": "2026-03-01T10:01:00Z"})])
+        with pytest.raises(OutputTypeError, match=r"^two_int: column n \(int32\) cannot hold a value of this batch"):
+            run(lake, "two")
+        assert rows(lake, "two_long") == rows(lake, "two_int") == [{"k": "a", "n": 2_000_000_000}]
+    finally:
+        registry.current.cache_clear()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamtable.core.errors import OutputTypeError
 from streamtable.storage.store import parquet_dataset
@@ -34,6 +35,35 @@ def staged_rows(
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
+def refuse_misfits(path: str, schema: pa.Schema) -> None:
+    """Raise OutputTypeError when a staged value would not be committed as itself into `schema`: one its declared type
+    cannot hold (a total past its DECIMAL's digits, more decimals than its scale, past an INT), or a floating value
+    that is no number (NaN, or ±Infinity: a DOUBLE sum past its range; JSON has neither). Only the columns Spark
+    staged as another type, and the floating ones, are read: a batch is checked whole before any output commits."""
+    dataset = parquet_dataset(path)
+    staged = dataset.schema
+    doubtful = [
+        f
+        for f in schema
+        if f.name in staged.names and (staged.field(f.name).type != f.type or pa.types.is_floating(f.type))
+    ]
+    if not doubtful:
+        return
+    wanted = pa.schema(doubtful)
+    for batch in dataset.to_batches(columns=wanted.names):
+        try:
+            fitted = batch.cast(wanted)
+        except pa.ArrowInvalid as e:
+            raise OutputTypeError(_misfit(path, batch, wanted, e)) from None
+        for field in (f for f in wanted if pa.types.is_floating(f.type)):
+            if pc.any(pc.invert(pc.is_finite(fitted.column(field.name)))).as_py():
+                raise OutputTypeError(
+                    f"{_table(path)}: column {field.name} ({field.type}) holds NaN or Infinity in this batch (a "
+                    "DOUBLE past its range, such as a sum of very large values): nothing published; declare it "
+                    "DECIMAL(38, s) to keep the digits, or keep the values in range"
+                )
+
+
 def committing_staged(staged: str, schema: pa.Schema, commit: Callable[[pa.RecordBatchReader], object]) -> None:
     """`commit` of the staged rows as `schema`, failing with their OutputTypeError, in its one line: raised in a reader
     that delta-rs consumes, it reaches Python inside a DeltaError's text, among Arrow's and a traceback's."""
@@ -54,8 +84,17 @@ def _misfit(path: str, batch: pa.RecordBatch, schema: pa.Schema, error: pa.Arrow
             batch.column(field.name).cast(field.type)
         except pa.ArrowInvalid:
             misfits.append(f"{field.name} ({field.type})")
-    return (
-        f"{path.rstrip('/').rsplit('/', 1)[-1]}: column {', '.join(misfits)} cannot hold a value of this batch "
-        f"({error}): declare it wider (a total of DECIMAL(p, s) is a DECIMAL(38, s)); `streamtable reprocess "
-        "PIPELINE --from-version 0` applies a changed type"
+    fix = (
+        "round it to the column's scale yourself (F.round(column, s)), or declare more decimals"
+        if "Rescaling" in str(error)
+        else "declare it wider (a total of DECIMAL(p, s) is a DECIMAL(38, s))"
     )
+    return (
+        f"{_table(path)}: column {', '.join(misfits)} cannot hold a value of this batch ({error}): {fix}; "
+        "`streamtable reprocess PIPELINE --from-version 0` applies a changed type"
+    )
+
+
+def _table(path: str) -> str:
+    """The table a staged change is for: its folder's name."""
+    return path.rstrip("/").rsplit("/", 1)[-1]

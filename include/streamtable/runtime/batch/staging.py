@@ -11,8 +11,9 @@ import logging
 
 from pyspark.sql import DataFrame, functions as F
 
-from streamtable.core.errors import PipelineCodeError, QualityGateError
+from streamtable.core.errors import OutputTypeError, PipelineCodeError, QualityGateError
 from streamtable.core.faults import crash_point
+from streamtable.core.schema import arrow_schema
 from streamtable.quality import exact
 from streamtable.runtime.batch import gate, provenance
 from streamtable.runtime.batch.stages import Stages
@@ -22,6 +23,7 @@ from streamtable.runtime.context import RunContext
 from streamtable.storage import delta_rs, keyed, merge_on_read, other_job_quarantine
 from streamtable.storage.lake import BATCHES
 from streamtable.storage.lease import check_held
+from streamtable.storage.staged_rows import refuse_misfits
 from streamtable.storage.store import join, parquet_dataset, spark_path
 
 log = logging.getLogger("streamtable")
@@ -110,6 +112,17 @@ class Staging:
         for change in self.changes:
             if change["mode"] == "upsert" and change["rows"] > 1:
                 self._refuse_shared_keys(change)
+            if change["rows"] and any(t.name == change["table"] for t in self.ctx.pipeline.outputs):
+                self._refuse_misfits(change)
+
+    def _refuse_misfits(self, change: dict) -> None:
+        """Fail the batch, publishing nothing, when a staged value would not commit as itself (`refuse_misfits`):
+        before, the outputs committed first kept the batch while a later one refused it, at every later try too."""
+        try:
+            refuse_misfits(change["path"], arrow_schema(self.ctx.pipeline.output(change["table"]).columns))
+        except OutputTypeError:
+            self.discard()
+            raise
 
     def _refuse_shared_keys(self, change: dict) -> None:
         """Fail the batch, publishing nothing, when an upsert's rows share a key: the MERGE would insert each row of a

@@ -56,10 +56,10 @@ def test_long_and_int_take_json_integers_in_range_only():
     assert typed(Type.LONG, "-9223372036854775808") == -(2**63)
     assert typed(Type.INT, "2147483647") == 2**31 - 1
     assert refused(Type.LONG, "1.0") == "c should be a long, got 1.0"
-    assert refused(Type.INT, "1e2") == "c should be a int, got 1E+2"
+    assert refused(Type.INT, "1e2") == "c should be an int, got 1E+2"
     assert "does not fit a 64-bit integer" in refused(Type.LONG, "9223372036854775808")
     assert "does not fit a 32-bit integer" in refused(Type.INT, "-2147483649")
-    assert "should be a int" in refused(Type.INT, "true")
+    assert "should be an int" in refused(Type.INT, "true")
 
 
 def test_decimal_is_exact_from_a_number_or_a_string_of_digits_never_through_a_float():
@@ -113,7 +113,7 @@ def test_arrays_maps_and_structs_nest_to_any_depth_and_name_the_wrong_value():
     assert refused(deep, '[{"a": [{"x": null}]}]') == "c[0].a[0].x is null"
     assert refused(deep, '[{"a": [{"x": "1"}]}]') == 'c[0].a[0].x should be a double, got "1"'
     assert refused(Type.map(DEC), '{"k": 1.55}') == "c.k 1.55 does not fit a decimal(3,1) exactly"
-    assert "should be a array<long>" in refused(Type.array(Type.LONG), '{"a": 1}')
+    assert "should be an array<long>" in refused(Type.array(Type.LONG), '{"a": 1}')
     assert "should be a map<string, long>" in refused(Type.map(Type.LONG), "[1]")
     # a key named twice has no one value: the record is refused, at any depth, never read as its last value
     assert refused(Type.map(Type.LONG), '{"k": 1, "k": 2}') == 'malformed JSON: the key "k" appears twice in one object'
@@ -220,6 +220,29 @@ def test_a_rule_whose_value_its_column_never_compares_with_is_refused_where_it_i
     t = changelog("rule_probe", columns, rules=[*ok, one_of("who", ["ann"]), non_empty("who")])
     record = {"who": "ann", "day": "2026-03-01", "amount": "0.05", "event_time": "2026-03-01T00:00:00Z"}
     assert parse_record(t, json.dumps(record))["amount"] == Decimal("0.05")
+
+
+def test_a_float_bound_of_a_decimal_column_s_rule_is_the_decimal_it_was_written_as():
+    """`at_least("price", 0.1)` quarantined a price of 0.10 ("price is 0.10, below 0.1"): the exact decimal was
+    compared with the float 0.1000000000000000055...; `one_of("size", [1.1])` refused 1.1 ("size is Decimal('1.1')")."""
+    columns = [
+        Column("price", Type.decimal(10, 2)),
+        Column("size", Type.decimal(4, 1)),
+        Column("event_time", Type.TIMESTAMP),
+    ]
+    prices = changelog("prices_probe", columns, rules=[at_least("price", 0.1), one_of("size", [0.5, 1.1, 2.0])])
+
+    def reason(price: str, size: str) -> str | None:
+        record = {"price": price, "size": size, "event_time": "2026-03-01T00:00:00Z"}
+        try:
+            parse_record(prices, json.dumps(record))
+        except RecordError as e:
+            return str(e)
+        return None
+
+    assert reason("0.10", "1.1") is None and reason("0.1", "2") is None and reason("5.00", "0.5") is None
+    assert reason("0.09", "1.1") == "price is 0.09, below 0.1"
+    assert reason("0.10", "1.2") == "size is 1.2, not one of 0.5, 1.1, 2.0"
 
 
 def test_a_table_named_as_no_path_can_be_is_refused_where_it_is_declared():

@@ -105,7 +105,8 @@ def typed_value(name: str, type_: Type, value: object) -> object:
         return {k: typed_value(f"{name}.{k}", type_.item, v) for k, v in value.items()}
     if kind == "struct" and isinstance(value, dict):
         return typed_fields(value, type_.fields, f"{name}.")
-    raise RecordError(f"{name} should be a {type_.value}, got {_preview(value)}")
+    article = "an" if type_.value[0] in "aeiou" else "a"  # an int, an array<string>
+    raise RecordError(f"{name} should be {article} {type_.value}, got {_preview(value)}")
 
 
 def typed_fields(record: dict, columns: tuple, prefix: str) -> dict:

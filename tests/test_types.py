@@ -100,6 +100,10 @@ def test_date_binary_boolean_and_timestamp():
     assert "is not base64" in refused(Type.BINARY, '"AA H/"')
     assert typed(Type.BOOLEAN, "false") is False
     assert typed(Type.TIMESTAMP, "0").year == 1970
+    from streamtable.core.timefmt import format_time  # every year of four digits: `1-01-01T...` is no ISO-8601
+
+    early = typed(Type.TIMESTAMP, '"0001-01-01T00:00:00.123456Z"')
+    assert format_time(early) == "0001-01-01T00:00:00.123Z" and format_time(early.replace(year=999))[:4] == "0999"
 
 
 def test_arrays_maps_and_structs_nest_to_any_depth_and_name_the_wrong_value():

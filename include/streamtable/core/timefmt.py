@@ -33,7 +33,7 @@ def format_time(value: datetime) -> str:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"  # (strftime's %Y: `1-01-01`)
 
 
 def as_utc(value: datetime) -> datetime:

@@ -253,7 +253,12 @@ def _check(registry: Registry) -> None:
     reserved = set(SYSTEM) | set(registry.inputs)
     for pipeline in list(registry.pipelines.values()):
         where = registry.origins[("pipeline", pipeline.name)]
-        problems = [f"reads the unknown input {n!r}" for n in pipeline.inputs if n not in registry.inputs]
+        problems = [
+            f"reads the unknown input {n!r} (an input is found as a variable of a pipeline file: assign its "
+            f"declaration, `{n.upper()} = changelog({n!r}, ...)`)"
+            for n in pipeline.inputs
+            if n not in registry.inputs
+        ]
         problems += [
             f"reads {n!r} as a stream, which declares no time column (time_column=None): a stream's records need "
             "their event time; read it in tables= or declare its time column"

@@ -42,6 +42,22 @@ def test_three_runs_count_each_record_once_and_a_bad_one_is_quarantined(streamta
     assert bad["table"] == "text_lines" and "event_time" in bad["reason"]
 
 
+def test_records_piped_as_python_values_keep_their_microseconds(streamtable_driver):
+    """`pipe` wrote a `datetime` with milliseconds only: a click 0.2 ms after alice's move to asia, and 0.3 ms before
+    her move to europe, counted for europe (both moves read as at 10:00:00.000), where `streamtable ingest` of the
+    same times counts it for asia."""
+    driver = streamtable_driver("clicks_per_region")
+    at = datetime(2026, 3, 1, 10, tzinfo=UTC)
+    moves = [("asia", 0), ("europe", 500)]
+    driver.pipe(
+        "user_regions",
+        [{"user": "alice", "region": r, "event_time": at + timedelta(microseconds=us)} for r, us in moves],
+    )
+    driver.pipe("user_clicks", [{"user": "alice", "clicks": 1, "event_time": at + timedelta(microseconds=200)}])
+    driver.run()
+    assert driver.output("clicks_per_region") == [{"region": "asia", "clicks": 1}]
+
+
 def test_the_wall_clock_emits_ticks_and_a_back_dated_close_is_late(streamtable_driver):
     start = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
     driver = streamtable_driver("presence_notifications", wall_clock=start)

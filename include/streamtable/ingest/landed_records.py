@@ -137,7 +137,13 @@ def parquet_lines(table: Table, parquet: pq.ParquetFile, name: str) -> Iterator[
 def _parquet_rows(parquet: pq.ParquetFile, names: list[str] | None) -> Iterator[bytes]:
     for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=names):
         for row in batch.to_pylist():
-            yield _json_text(_json_ready(row)).encode("utf-8", "surrogateescape") + b"\n"
+            yield record_line(row).encode("utf-8", "surrogateescape") + b"\n"
+
+
+def record_line(record: object) -> str:
+    """A record (a dict of Python values) as the JSON line ingest reads back as itself: a time to the microsecond
+    (UTC when it has no zone), a decimal's exact digits, a date `YYYY-MM-DD`, binary as base64."""
+    return _json_text(_json_ready(record))
 
 
 def _json_ready(value: object) -> object:

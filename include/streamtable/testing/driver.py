@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -12,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from streamtable.core import registry
 from streamtable.core.errors import UnknownPipelineError
-from streamtable.core.values import to_json
 from streamtable.ingest.files import ingest_lines
+from streamtable.ingest.landed_records import record_line
 from streamtable.ingest.ticks import emit
 from streamtable.runtime.commands.lifecycle import reprocess, run
 from streamtable.storage.lake import Lake
@@ -121,7 +120,7 @@ class PipelineDriver:
         """Append `records` (dicts, or raw JSON lines) to the input changelog as one ingest does: each is validated
         against the input's columns and rules, and a bad one goes to `quarantine`; returns ingest's summary
         (`appended`, `quarantined`, `version`). Piping the same records twice appends them twice."""
-        lines = [r if isinstance(r, str) else json.dumps(r, default=to_json) for r in records]
+        lines = [r if isinstance(r, str) else record_line(dict(r)) for r in records]  # times to the microsecond
         return ingest_lines(self.lake, input, lines, ingest_id=f"test-driver-{uuid.uuid4().hex}").as_dict()
 
     def run(self) -> dict:

@@ -33,10 +33,10 @@ GUIDE = ROOT / "docs" / "your-own-pipeline.md"
 BUILT_IN = ROOT / "include" / "streamtable" / "pipelines"
 
 
-def guide_file(title: str) -> str:
-    """The text of the guide's block fenced with `title="~/..."`."""
-    m = re.search(rf'^```\w+ title="{re.escape(title)}"\n(.*?)^```$', GUIDE.read_text(), re.S | re.M)
-    assert m, f"the guide has no block titled {title}"
+def guide_file(title: str, page: Path = GUIDE) -> str:
+    """The text of the guide's (or `page`'s) block fenced with `title="~/..."`."""
+    m = re.search(rf'^```\w+ title="{re.escape(title)}"\n(.*?)^```$', page.read_text(), re.S | re.M)
+    assert m, f"{page.name} has no block titled {title}"
     return m.group(1)
 
 
@@ -670,15 +670,21 @@ def test_the_guides_join_and_windowed_aggregates_run_as_the_guide_says(spark, tm
 
 
 def test_airflow_makes_every_dag_of_a_user_pipeline_and_reports_a_broken_file(airflow_home, folder, tmp_path):
+    """The DAG folder holds install.md's two files, as a team's does: the second reports the broken file (Airflow's
+    safe mode skipped it, silently, while it did not name a DAG)."""
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "typo.py").write_text("from streamtable import Pipeline\nPIPELINE = Pipeline(\n")
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    for name in ("streamtable_dags.py", "pipeline_errors.py"):
+        (dags / name).write_text(guide_file(f"~/airflow/dags/{name}", ROOT / "docs" / "install.md"))
     env = airflow_env(airflow_home) | {registry.ENV: f"{folder}{os.pathsep}{broken}"}
     proc = run_python(
         f"""
 import json
 from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(dag_folder={str(DAGS)!r})
+bag = DagBag(dag_folder={str(dags)!r})
 orders = bag.get_dag("orders")
 print("RESULT " + json.dumps({{
     "errors": {{str(k): str(v) for k, v in bag.import_errors.items()}},
@@ -691,7 +697,7 @@ print("RESULT " + json.dumps({{
         env,
     )
     result = last_json(proc)
-    assert list(result["errors"]) == [str(DAGS / "pipeline_errors.py")]
+    assert list(result["errors"]) == [str(dags / "pipeline_errors.py")]
     [error] = result["errors"].values()
     assert f"{broken / 'typo.py'}:2: SyntaxError" in error
     for dag_id in ("orders", "stream_orders", "reprocess_daily_orders", "clicks_per_region", "stream_word_count"):
@@ -711,19 +717,19 @@ def test_the_airflow_variable_names_the_pipeline_folders_over_the_env_and_the_sp
 
 
 @pytest.mark.slow
-def test_the_variable_set_with_the_airflow_cli_makes_the_folders_dags(fresh_airflow_home, folder):
+def test_the_variable_set_with_the_airflow_cli_makes_the_folders_dags(fresh_airflow_home, folder, tmp_path):
     """`airflow variables set streamtable_pipelines DIR`, `airflow dags reserialize`: `airflow dags list` shows DIR's
     DAGs. The Variable is in the metadata DB, which a process without the dag-processor's supervisor (reserialize,
     list, test) does not see through the Task SDK; no env names the folder here."""
-    env = airflow_env(fresh_airflow_home)
+    env = airflow_env(fresh_airflow_home, tmp_path / "lake")
     env.pop(registry.ENV, None)
 
-    def airflow(*args: str) -> str:
+    def airflow(*args: str, ok: bool = True) -> str:
         proc = subprocess.run(
             [str(BIN / "airflow"), *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
         )
-        assert proc.returncode == 0, f"airflow {' '.join(args)}: {proc.stdout[-3000:]}{proc.stderr[-3000:]}"
-        return proc.stdout
+        assert (proc.returncode == 0) == ok, f"airflow {' '.join(args)}: {proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        return proc.stdout + proc.stderr
 
     airflow("variables", "set", "streamtable_pipelines", str(folder))
     airflow("dags", "reserialize")
@@ -731,6 +737,11 @@ def test_the_variable_set_with_the_airflow_cli_makes_the_folders_dags(fresh_airf
     assert {"orders", "stream_orders", "reprocess_daily_orders", "clicks_per_region"} <= listed, sorted(listed)
     # and a parse in a process of its own (what `airflow dags test` does) hands the folder to the Spark jobs
     assert_run_task_gets_the_folder(env, folder)
+    # the reprocess form's check reads the declarations in its task's process: it knows the folder's pipeline (it said
+    # "unknown pipeline 'orders'" to every request, as the stream's watchdog did to every poll)
+    request = json.dumps({"pipeline": "orders", "from_version": 9})
+    refused = airflow("dags", "test", "reprocess", "-c", request, ok=False)
+    assert "refused: orders, orders's primary input, has no data yet" in refused, refused[-3000:]
 
 
 def assert_run_task_gets_the_folder(env: dict[str, str], folder: Path) -> None:

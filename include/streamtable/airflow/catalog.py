@@ -75,6 +75,19 @@ def pipelines_env() -> dict[str, str]:
     return {PIPELINES_ENV: folders} if folders else {}
 
 
+def load_dag_folders() -> None:
+    """Make this task process's registry its DAG's: the pipeline folders (the Variable's, else the env's) in
+    `STREAMTABLE_PIPELINES`, as `pipelines_env` gives a Spark job. A task that reads declarations in its own process
+    (`pending`, a request's check, the look-back of a daily reprocess, a stream's watchdog) knew only the built-in
+    pipelines where the Variable named the folders: every pipeline of the team's was "unknown"."""
+    env = pipelines_env()
+    if env and os.environ.get(PIPELINES_ENV) != env[PIPELINES_ENV]:
+        os.environ.update(env)
+        from streamtable.core.registry import current
+
+        current.cache_clear()
+
+
 @cache
 def registered() -> dict:
     """The registry (built-in and user pipelines, and the user files that failed to load), as JSON.

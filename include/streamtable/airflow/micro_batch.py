@@ -20,7 +20,7 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, task
 
 from streamtable.airflow.assets import micro_batch_schedule, output_assets
-from streamtable.airflow.catalog import pipelines_env, registered_pipelines
+from streamtable.airflow.catalog import load_dag_folders, registered_pipelines
 from streamtable.airflow.daily import daily_dags
 from streamtable.airflow.tasks import LAKE, StreamtableSubmitOperator, streamtable_task
 from streamtable.core.pipeline import schedule_parts
@@ -87,7 +87,7 @@ def micro_batch_dags(defaults: Defaults) -> list[DAG]:
             **defaults(*(["on_data"] if on_data else [])),
         ) as dag:
             first: list[Any] = [emit_ticks_task()] if pipeline["ticks"] else []
-            first += [pending(pipeline["name"], LAKE, pipelines_env())]
+            first += [pending(pipeline["name"], LAKE)]
             chain = [*first, run_task(pipeline["name"])]
             for before, after in zip(chain, chain[1:], strict=False):
                 before >> after
@@ -110,12 +110,10 @@ def run_task(pipeline: str) -> StreamtableSubmitOperator:
 
 
 @task.short_circuit(task_id="pending")
-def pending(pipeline: str, lake: str, folders: dict[str, str]) -> bool:
+def pending(pipeline: str, lake: str) -> bool:
     """Whether `streamtable run PIPELINE` would start Spark now (`streamtable.runtime.commands.idle.spark_needed`):
     the run is skipped when it would not."""
-    import os
-
-    os.environ.update(folders)  # the registry of the DAG's pipeline folders (the Variable's, when it set them)
+    load_dag_folders()  # the registry of the DAG's pipeline folders (the Variable's, when it set them)
     from streamtable.core.registry import get_pipeline
     from streamtable.runtime.commands.idle import spark_needed
     from streamtable.runtime.observe.status import pipeline_status

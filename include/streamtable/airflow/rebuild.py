@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, task
 
-from streamtable.airflow.catalog import pipeline_names
+from streamtable.airflow.catalog import load_dag_folders, pipeline_names
 from streamtable.airflow.daily import daily_dags
 from streamtable.airflow.tasks import LAKE, streamtable_task
 
@@ -146,6 +146,7 @@ def request_dag(
 
             from streamtable.core.errors import StreamtableError
 
+            load_dag_folders()  # the team's pipelines, where the Variable names their folders
             try:
                 args, summary = check(lake, params)
             except StreamtableError as e:
@@ -233,6 +234,7 @@ def since(pipeline: str, lake: str, params=None, dag_run=None, ti=None) -> str:
     from streamtable.requests import lookback_arguments
     from streamtable.storage.lake import Lake
 
+    load_dag_folders()
     hours = params.get("lookback_hours")
     if hours is None:
         raw = Variable.get(LOOKBACK_VARIABLE, default=str(DEFAULT_LOOKBACK_HOURS))

@@ -66,8 +66,10 @@ class StreamServeOperator(SparkSubmitOperator):
     # Returns the final report, which Airflow pushes as XCom: BaseOperator.execute returns Any, but the provider
     # annotates SparkSubmitOperator.execute `-> None` (it returns nothing), which no override may widen.
     def execute(self, context: Any) -> dict | None:  # type: ignore[override]
+        from streamtable.airflow.catalog import load_dag_folders
         from streamtable.airflow.supervise import start_guardian
 
+        load_dag_folders()  # the watchdog reads the pipeline's status in this process: it must know the pipeline
         self._stall, self._killed = None, False
         self._done = threading.Event()
         timeout_s, grace_s = float(self.stall_timeout_s), float(self.stop_grace_s)

@@ -648,3 +648,12 @@ def test_a_version_that_changes_a_column_s_type_is_refused_before_a_read_crosses
         "which Delta's streaming read cannot read across: refused; `streamtable reprocess h_b --input h_cust "
         "--from-version 2` reads it from the version after, once the table has one"
     )
+    # the other job puts the type back (version 2): that is a second crossing, so the way out is after it, not at it
+    # (the line named version 2, whose reprocess was refused in its turn, naming a version 3 that did not exist)
+    write_deltalake(path, totals(pa.decimal128(38, 2)), mode="overwrite", schema_mode="overwrite")
+    with pytest.raises(BadInputError) as refused:
+        check_history(table, "h_b", 0, stream=False)
+    assert str(refused.value).endswith(
+        "`streamtable reprocess h_b --input h_cust --from-version 3` reads it from the version after 2, which also "
+        "changes its columns, once the table has one"
+    )

@@ -250,18 +250,22 @@ def check_history(table: Table, pipeline: str, first: int, stream: bool, delta: 
         raise _log_lost(table, pipeline, first, stream, latest) from None
     columns = pa.schema(before.schema().to_arrow()).names
     types = dict(zip(columns, schema_types(before.schema().to_json()), strict=True))
+    crossings: list[tuple[Commit, str]] = []  # the versions a streaming read cannot cross, and what each did
     for c in read:
         gone = [name for name in columns if name not in (c.columns or columns)]
         retyped = _retyped_by(c, types)
         if gone or retyped:
-            change = f"drops or renames column {', '.join(gone)}" if gone else _retyped(retyped, types, c)
-            raise BadInputError(
-                f"{where}: version {c.version} ({c.operation}) {change}, which Delta's streaming read cannot read "
-                f"across: refused; {restart} {c.version + 1}` reads it from the version after"
-                + (", once the table has one" if c.version == latest else "")
-            )
+            crossings.append((c, f"drops or renames column {', '.join(gone)}" if gone else _retyped(retyped, types, c)))
         columns = list(c.columns or columns)
         types = _types_after(c, types)
+    if crossings:  # refused at the first; read on after the last (a type changed back is a second crossing)
+        (first_crossed, change), last = crossings[0], crossings[-1][0].version
+        raise BadInputError(
+            f"{where}: version {first_crossed.version} ({first_crossed.operation}) {change}, which Delta's streaming "
+            f"read cannot read across: refused; {restart} {last + 1}` reads it from the version after"
+            + (f" {last}, which also changes its columns" if last != first_crossed.version else "")
+            + (", once the table has one" if last == latest else "")
+        )
     live = set(delta.file_uris())  # a file of the latest version is there (else the table is broken, not late)
     for c in read:
         for file in c.brought:

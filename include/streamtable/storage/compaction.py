@@ -44,6 +44,16 @@ def compact(spark: SparkSession | None, path: str) -> dict[str, int]:
     return {"files_before": before, "files_after": len(delta_rs.delta_table(path).file_uris())}
 
 
+def purge_before_overwrite(spark: SparkSession, path: str) -> None:
+    """Purge the deletion vectors of the table at `path` (if it may have any) before an overwrite removes its files:
+    delta-rs derives such an overwrite's change feed from the files it removes and, where one carries a deletion
+    vector, gives the rows the vector deleted instead of the live ones (`explain` misread a reprocess's or a reset's
+    swap of a merge-on-read output). Spark's own change feed reads it right either way."""
+    table = delta_rs.open_table(path)
+    if table is not None and merge_on_read.has_deletion_vectors(table):
+        spark.sql(f"REORG TABLE {merge_on_read.sql_path(path)} APPLY (PURGE)").collect()
+
+
 def _spark_compact(spark: SparkSession, path: str) -> None:
     """Purge the deletion vectors of the table at `path`, then merge its small files (two commits, each atomic)."""
     table = merge_on_read.sql_path(path)

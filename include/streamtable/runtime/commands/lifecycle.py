@@ -27,7 +27,7 @@ from streamtable.runtime.frames import arrow_frame
 from streamtable.runtime.inputs.changelogs import KeptChangelogs
 from streamtable.runtime.query.handler import RunReport
 from streamtable.runtime.query.streaming import drain, serve
-from streamtable.storage import delta_rs
+from streamtable.storage import compaction, delta_rs
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.external import path_of
 from streamtable.storage.lake import Lake
@@ -228,6 +228,7 @@ def finish_swap(lake: Lake, pipeline: Pipeline) -> None:
     live.prepare()
     about = provenance.swap_metadata(pipeline, live.generation, reset=bool(swap.get("reset")))  # for `explain`
     for table in pipeline.outputs:
+        compaction.purge_before_overwrite(live.spark, live.path(table.name))  # so delta-rs reads its feed right
         live.overwrite(table.name, rows(table), about)
     late = None if swap.get("reset") else shadow.path(LATE_EVENTS.name)  # delta-rs: other pipelines append to it
     delta_rs.replace_rows(live.path(LATE_EVENTS.name), late, "pipeline", pipeline.name)

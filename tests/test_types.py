@@ -475,22 +475,16 @@ from streamtable import Column, Pipeline, Type, add_to_totals, changelog, table
 IN = changelog("two_in", [Column("k", Type.STRING), Column("n", Type.INT), Column("event_time", Type.TIMESTAMP)])
 
 
+TOTALS = {"two_long": Type.LONG, "two_int": Type.INT}  # committed in this order
+
+
 def process(batch):
-    rows = batch.new("two_in").select("k", "n")
-    batch.upsert("two_long", add_to_totals(batch.current("two_long"), rows, ["k"], "n"))
-    batch.upsert("two_int", add_to_totals(batch.current("two_int"), rows, ["k"], "n"))
+    for name in TOTALS:
+        batch.upsert(name, add_to_totals(batch.current(name), batch.new("two_in"), ["k"], "n"))
 
 
-PIPELINE = Pipeline(
-    name="two",
-    doc="one total as a LONG and as an INT",
-    streams=("two_in",),
-    outputs=(
-        table("two_long", [Column("k", Type.STRING), Column("n", Type.LONG)], keys=["k"]),
-        table("two_int", [Column("k", Type.STRING), Column("n", Type.INT)], keys=["k"]),
-    ),
-    process=process,
-)
+OUTPUTS = tuple(table(name, [Column("k", Type.STRING), Column("n", kind)], keys=["k"]) for name, kind in TOTALS.items())
+PIPELINE = Pipeline(name="two", doc="a total as a LONG and an INT", streams=("two_in",), outputs=OUTPUTS, process=process)
 """
 
 

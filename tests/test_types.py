@@ -484,7 +484,7 @@ def process(batch):
 
 
 OUTPUTS = tuple(table(name, [Column("k", Type.STRING), Column("n", kind)], keys=["k"]) for name, kind in TOTALS.items())
-PIPELINE = Pipeline(name="two", doc="a total as a LONG and an INT", streams=("two_in",), outputs=OUTPUTS, process=process)
+PIPELINE = Pipeline(name="two", doc="LONG and INT totals", streams=("two_in",), outputs=OUTPUTS, process=process)
 """
 
 

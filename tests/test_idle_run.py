@@ -80,7 +80,7 @@ def test_a_version_that_records_no_row_counts_still_goes_to_spark_and_status_cou
     p = "word_count"
     ingest(lake, "text_lines", [{"line": "a b", "event_time": "2026-01-01T00:00:00Z"}])
     run(lake, p)
-    assert pending.function(p, lake.root, {}) is False
+    assert pending.function(p, lake.root) is False
     ingest(lake, "text_lines", [{"line": "b c", "event_time": "2026-01-01T00:01:00Z"}])
     strip_log_entry(lake, "text_lines", "operationMetrics")
     ingest(
@@ -94,7 +94,7 @@ def test_a_version_that_records_no_row_counts_still_goes_to_spark_and_status_cou
     [lag] = status["inputs"]
     assert lag["versions_behind"] == 2 and lag["latest_version"] == lag["consumed_version"] + 2, lag
     assert not nothing_to_consume(lake, get_pipeline(p), lake.generation(p))
-    assert pending.function(p, lake.root, {}) is True
+    assert pending.function(p, lake.root) is True
     ran = run(lake, p)
     assert (ran.batches, ran.records) == (1, 3)
     assert idle_run(lake, get_pipeline(p), lake.generation(p)) is not None
@@ -106,7 +106,7 @@ def test_a_wall_clock_pipeline_always_runs_spark(spark, lake):
     generate(lake, p, 24, commits=1)
     run(lake, p)
     assert not nothing_to_consume(lake, get_pipeline(p), lake.generation(p))
-    assert pending.function(p, lake.root, {}) is True
+    assert pending.function(p, lake.root) is True
 
 
 def test_pending_skips_a_run_only_when_the_run_would_start_no_spark(spark, lake):
@@ -115,17 +115,17 @@ def test_pending_skips_a_run_only_when_the_run_would_start_no_spark(spark, lake)
     its tables, finishes the swap, applies or names the change); an interval in which nothing landed does not."""
     p = "word_count"
     pipeline = get_pipeline(p)
-    assert pending.function(p, lake.root, {}) is True  # never ran, no input yet: the run makes its tables
+    assert pending.function(p, lake.root) is True  # never ran, no input yet: the run makes its tables
     ingest(lake, "text_lines", [{"line": "a b", "event_time": "2026-01-01T00:00:00Z"}])
     run(lake, p)
-    assert (pending.function(p, lake.root, {}), spark_needed(lake, pipeline)) == (False, False)
+    assert (pending.function(p, lake.root), spark_needed(lake, pipeline)) == (False, False)
 
     lake.start_swap(p, lake.generation(p), reset=True)  # a reset killed after it marked its swap
-    assert pending.function(p, lake.root, {}) is True
+    assert pending.function(p, lake.root) is True
     said = pipeline_status(lake, p).as_dict()  # and status says so (it said nothing of a swap that kept failing)
     assert (said["behind"], said["swap"]) == (True, {"generation": lake.generation(p), "reset": True})
     run(lake, p)  # finishes it
-    assert lake.pending_swap(p) is None and pending.function(p, lake.root, {}) is False
+    assert lake.pending_swap(p) is None and pending.function(p, lake.root) is False
     assert "swap" not in pipeline_status(lake, p).as_dict()
     # a changed declaration: tests/test_declaration.py
 

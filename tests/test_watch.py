@@ -89,9 +89,9 @@ def test_pending_runs_a_pipeline_that_never_ran_and_one_whose_input_holds_record
     from streamtable.storage.lake import Lake
 
     lake = Lake(tmp_path / "lake")
-    assert pending.function("word_count", lake.root, {}) is True  # nothing ingested, never ran
+    assert pending.function("word_count", lake.root) is True  # nothing ingested, never ran
     ingest(lake, "text_lines", [{"line": "a b", "event_time": "2026-01-01T00:00:00Z"}])
-    assert pending.function("word_count", lake.root, {}) is True
+    assert pending.function("word_count", lake.root) is True
 
 
 def test_a_schedule_is_a_cron_on_data_or_both_and_ticks_need_the_clock():

@@ -11,6 +11,7 @@ its logging, and turns what it raises into one line and the exit code.
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import signal
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"streamtable: {e}", file=sys.stderr)
         return exit_code(e)
     except BrokenPipeError:  # `run ... | head`: the reader left; what the command committed stays committed
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the last flush cannot fail again
+        sys.stdout = io.StringIO()  # what is left to print goes nowhere: the last flush cannot fail again
         print(
             f"streamtable: {args.command}: its output's reader closed the pipe, so its last lines were not printed; "
             "the work it committed stays committed (`streamtable status` shows it)",

@@ -14,6 +14,7 @@ from typing import Any
 
 from streamtable.core.errors import DeclarationError
 from streamtable.core.schema import NOT_KEYS, Column, Type
+from streamtable.core.values import bound_as_written, shown_in_reason
 
 S, L, TS, D = Type.STRING, Type.LONG, Type.TIMESTAMP, Type.DOUBLE
 NAME = re.compile(r"[a-z][a-z0-9_]*")  # a pipeline's or a table's name: in DAG ids, Airflow assets and paths
@@ -72,22 +73,11 @@ class Rule:
             return None
         if self.kind == "non_empty" and v == "":
             return f"{self.column} is empty"
-        if self.kind == "at_least" and v < _as_written(self.value, v):
+        if self.kind == "at_least" and v < bound_as_written(self.value, v):
             return f"{self.column} is {v}, below {self.value}"
-        if self.kind == "one_of" and v not in tuple(_as_written(allowed, v) for allowed in self.value):
-            return f"{self.column} is {_shown(v)}, not one of {', '.join(map(_shown, self.value))}"
+        if self.kind == "one_of" and v not in tuple(bound_as_written(allowed, v) for allowed in self.value):
+            return f"{self.column} is {shown_in_reason(v)}, not one of {', '.join(map(shown_in_reason, self.value))}"
         return None
-
-
-def _as_written(bound: Any, value: Any) -> Any:
-    """A rule's float `bound` as the decimal it was written as when it is compared with a DECIMAL column's `value`:
-    `at_least("price", 0.1)` is 0.1, never the float's 0.1000000000000000055..., which 0.10 is below."""
-    return Decimal(repr(bound)) if isinstance(value, Decimal) and isinstance(bound, float) else bound
-
-
-def _shown(value: Any) -> str:
-    """A value in a rule's reason: text quoted, a number or time as written (`1.1`, not `Decimal('1.1')`)."""
-    return repr(value) if isinstance(value, str) else str(value)
 
 
 @dataclass(frozen=True)

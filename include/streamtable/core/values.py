@@ -205,3 +205,14 @@ def _shown_scalar(value: object) -> object:
     if isinstance(value, datetime):
         return format_time(value)
     return value
+
+
+def bound_as_written(bound: object, value: object) -> object:
+    """A rule's float `bound` as the decimal it was written as when it is compared with a DECIMAL column's `value`:
+    `at_least("price", 0.1)` is 0.1, never the float's 0.1000000000000000055..., which 0.10 is below."""
+    return Decimal(repr(bound)) if isinstance(value, Decimal) and isinstance(bound, float) else bound
+
+
+def shown_in_reason(value: object) -> str:
+    """A value in a rule's reason: text quoted, a number or time as written (`1.1`, not `Decimal('1.1')`)."""
+    return repr(value) if isinstance(value, str) else str(value)

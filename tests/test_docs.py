@@ -81,7 +81,7 @@ RUN_ELSEWHERE = {
     ".venv/bin/python -m pytest -q ~/my_pipelines/test_orders.py": (
         "tests/test_testing_driver.py::test_the_guides_test_of_its_pipeline_passes (in this process)"
     ),
-    "STREAMTABLE_PIPELINES=~/my_pipelines .venv/bin/airflow dags test orders": (
+    "airflow dags test orders": (
         "tests/test_user_pipelines.py::test_the_guide_pipeline_runs_under_airflow_dag_test"
     ),
     "make setup": "CI: .ci/run runs `make setup` (and `make test` runs it first)",

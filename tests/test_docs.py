@@ -81,9 +81,7 @@ RUN_ELSEWHERE = {
     ".venv/bin/python -m pytest -q ~/my_pipelines/test_orders.py": (
         "tests/test_testing_driver.py::test_the_guides_test_of_its_pipeline_passes (in this process)"
     ),
-    "airflow dags test orders": (
-        "tests/test_user_pipelines.py::test_the_guide_pipeline_runs_under_airflow_dag_test"
-    ),
+    "airflow dags test orders": ("tests/test_user_pipelines.py::test_the_guide_pipeline_runs_under_airflow_dag_test"),
     "make setup": "CI: .ci/run runs `make setup` (and `make test` runs it first)",
     ".venv/bin/airflow dags test clicks_per_region": "tests/test_dags.py::test_make_demo (scripts/demo.sh runs it)",
     ".venv/bin/airflow standalone": "nothing: a server that runs until stopped; "

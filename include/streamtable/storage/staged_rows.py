@@ -50,11 +50,7 @@ def refuse_misfits(path: str, schema: pa.Schema) -> None:
     if not doubtful:
         return
     wanted = pa.schema(doubtful)
-    for batch in dataset.to_batches(columns=wanted.names):
-        try:
-            fitted = batch.cast(wanted)
-        except pa.ArrowInvalid as e:
-            raise OutputTypeError(_misfit(path, batch, wanted, e)) from None
+    for fitted in staged_rows(path, wanted):  # its cast raises the OutputTypeError of a value a type cannot hold
         for field in (f for f in wanted if pa.types.is_floating(f.type)):
             if pc.any(pc.invert(pc.is_finite(fitted.column(field.name)))).as_py():
                 raise OutputTypeError(

@@ -84,6 +84,8 @@ def explain(lake: str | Lake, table: str, *key: str, limit: int | None = 10, rec
     for full_key in _row_keys(now, changes, keys):
         row = next((r for r in now.to_pylist() if _key_of(r, keys) == full_key), None)
         versions = row_history.by_version(changes, keys, full_key)
+        if spec.external and row is not None and versions and versions[0][1]["after"] is None:
+            versions[0] = _written_last_again(*versions[0], row)
         lines = [
             _line(table, keys, full_key, version, change, writers) for version, change in versions[: limit or None]
         ]
@@ -114,6 +116,12 @@ def _current(spec: Table, delta: DeltaTable, key: dict, schema: pa.Schema, whole
     if whole is not None:
         return row_history.rows_left(whole, spec.sort_columns, schema)
     return row_history.current_rows(delta, key, schema)
+
+
+def _written_last_again(version: int, change: dict, row: dict) -> tuple[int, dict]:
+    """A delete of another job's newest row of a key whose older row is left: that row is the key's again, an update
+    from the deleted one, as a pipeline's table input reads it."""
+    return version, change | {"kind": "update", "after": row}
 
 
 def command(lake: str, table: str) -> str:

@@ -118,3 +118,23 @@ def test_a_holder_that_lost_its_lease_raises_at_its_check(lake):
     assert lake.holder("p")["command"] == "reset"
     second.release()
     assert lake.holder("p") is None
+
+
+def test_a_holder_resumed_after_a_ttl_learns_at_its_check_that_it_lost_the_lease(lake):
+    """A process stopped (SIGSTOP, a paused VM) for a whole TTL and resumed: its check ran before its renewing thread
+    did, found the lease held, and its batch committed on top of the new holder's reprocess. The check renews an
+    overdue lease first: taken over, it raises; not taken over, it holds on."""
+    first = Lease(lake.store, lake.lock_path("p"), "run", ttl=0.5)
+    first.acquire()
+    first._stop.set()  # its renewing thread does not run (as in a stopped process)
+    assert first._thread is not None
+    first._thread.join()
+    time.sleep(0.6)
+    first.check()  # overdue, nobody took it: renewed now
+    assert lake.holder("p")["command"] == "run"
+    second = Lease(lake.store, lake.lock_path("p"), "reprocess", ttl=0.5)
+    second.acquire()  # takes it over after the TTL
+    with pytest.raises(LeaseLostError):
+        first.check()
+    first.release()
+    second.release()

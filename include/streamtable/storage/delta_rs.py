@@ -24,7 +24,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from streamtable.core.errors import TableReadError
-from streamtable.storage.lease import Lease
+from streamtable.storage.lease import Lease, check_held
 from streamtable.storage.staged_rows import committing_staged
 from streamtable.storage.store import Store, describe, join, read_path, storage_options
 
@@ -216,6 +216,7 @@ def retrying(commit: Callable[[], T], what: str) -> T:
     delta-rs's conflict check counts as deleting what an append read. Any other error is raised at once.
     """
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        check_held()  # a holder stopped mid-commit while another took its lease over: it stops, with that cause
         try:
             return commit()
         except CommitFailedError as error:

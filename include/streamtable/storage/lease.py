@@ -12,8 +12,9 @@ A lease is one small JSON object in the lake's store: `{command, pid, host, sinc
   S3-compatible store; a released object is free to the next put).
 
 A holder whose renewal fails (its lease was taken over: it stalled for a whole TTL) has lost it: `check()` raises
-`LeaseLostError` in the holder's thread at its next check (before each commit), and `Lake.lock` raises it when
-its block ends. What a stalled holder may still write in the moment before it checks is guarded by Delta itself:
+`LeaseLostError` in the holder's thread at its next check (before each commit and each commit's retry; a renewal
+overdue is made there first, so a process resumed after being stopped for a TTL learns it at once), and `Lake.lock`
+raises it when its block ends. What a stalled holder may still write in the moment before it checks is guarded by Delta itself:
 every commit is a put-if-absent of its log entry (delta-rs, and Delta Spark on a local lake), and every batch
 commits with its app transaction (`txnAppId`, `txnVersion`), so a batch the new holder commits again is skipped.
 
@@ -132,6 +133,8 @@ class Lease:
         self._renewals = 0
         self._since = ""
         self._lost = False
+        self._renewed_at = time.monotonic()  # (monotonic: it runs on while the process is stopped)
+        self._renewing = threading.Lock()  # the renewing thread's and a check's renewals, one at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -172,7 +175,7 @@ class Lease:
                 return False
             if not entry.get("released") and _alive_here(entry):
                 log.warning("took over the lease %s from %s (not renewed for %.0f s)", self.path, entry, self.ttl)
-        self._etag = etag
+        self._etag, self._renewed_at = etag, time.monotonic()
         self._start_renewing()
         return True
 
@@ -196,27 +199,33 @@ class Lease:
 
     def renew(self) -> bool:
         """Renew the lease now; False (and lost) when another took it over."""
-        if self._etag is None or self._lost:
-            return False
-        self._renewals += 1
-        try:
-            etag = self.store.compare_and_swap(self.path, self._body(), self._etag)
-        except Exception as error:  # a store that does not answer: try again at the next renewal
-            log.warning("renewing the lease %s failed: %s", self.path, error)
+        with self._renewing:
+            if self._etag is None or self._lost:
+                return False
+            self._renewals += 1
+            began = time.monotonic()
+            try:
+                etag = self.store.compare_and_swap(self.path, self._body(), self._etag)
+            except Exception as error:  # a store that does not answer: try again at the next renewal
+                log.warning("renewing the lease %s failed: %s", self.path, error)
+                return True
+            if etag is None:
+                self._lost = True
+                log.error("lost the lease %s: another process took it over", self.path)
+                return False
+            self._etag, self._renewed_at = etag, began
             return True
-        if etag is None:
-            self._lost = True
-            log.error("lost the lease %s: another process took it over", self.path)
-            return False
-        self._etag = etag
-        return True
 
     @property
     def lost(self) -> bool:
         return self._lost
 
     def check(self) -> None:
-        """Raise LeaseLostError if the lease was taken over (the holder must stop writing)."""
+        """Raise LeaseLostError if the lease was taken over (the holder must stop writing). A renewal overdue (the
+        process was stopped, or starved: its renewing thread did not run) is made now, so a holder resumed after a
+        whole TTL learns at its check, not at its thread's next renewal, that another took the lease over."""
+        if not self._lost and time.monotonic() - self._renewed_at > self.ttl / 2:
+            self.renew()
         if self._lost:
             raise LeaseLostError(f"the lease {self.path} ({self.command}) was taken over by another process")
 

@@ -150,6 +150,7 @@ class Staging:
     def commit(self, stages: Stages) -> tuple[list[dict], BatchSummary]:
         """Apply the staged changes (each idempotent for this batch), then the batch's progress row."""
         ctx = self.ctx
+        check_held()  # (a holder that lost its lease finds the staged files its successor committed gone)
         changes, summary = self._read_manifest()
         mode = "reprocess" if ctx.shadow else "serve" if ctx.kept is not None else "run"
         about = provenance.batch_metadata(

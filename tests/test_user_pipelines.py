@@ -574,6 +574,58 @@ def test_a_double_staged_into_a_decimal_or_integer_column_is_refused_at_its_line
     assert rows(lake, "half_prices") == []
 
 
+KEPT_READINGS = '''"""kept_readings: each reading kept, its time or ratio in a column of another type."""
+
+from streamtable import Column, Pipeline, Type, changelog, table
+
+S, DB, TS = Type.STRING, Type.DOUBLE, Type.TIMESTAMP
+READINGS = changelog("readings", [Column("id", S), Column("ratio", DB), Column("event_time", TS)])
+
+
+def process(batch) -> None:
+    from pyspark.sql import functions as F
+
+    kept = batch.new("readings").select("id", F.col(@GIVEN@).alias("kept"))
+    batch.upsert("kept_readings", kept)
+
+
+PIPELINE = Pipeline(
+    name="kept_readings",
+    doc=__doc__,
+    streams=("readings",),
+    outputs=(table("kept_readings", [Column("id", S), Column("kept", @DECLARED@)], keys=["id"]),),
+    process=process,
+)
+'''
+
+
+@pytest.mark.parametrize(
+    ("given", "declared", "why"),
+    [
+        ("event_time", "Type.LONG", "a timestamp in the rows process gave, declared BIGINT: a time is not a number"),
+        ("event_time", "S", "a timestamp in the rows process gave, declared STRING: a timestamp has no one text form"),
+        ("ratio", "S", "a double in the rows process gave, declared STRING: a double has no one text form"),
+    ],
+    ids=["time-long", "time-string", "double-string"],
+)
+def test_a_value_that_the_two_commits_convert_differently_is_refused_at_its_line(
+    spark, use_folder, tmp_path, given, declared, why
+):
+    """A time kept in a LONG column was committed as microseconds, and as seconds once STREAMTABLE_MERGE_ON_READ was
+    set (Spark's MERGE casts it); a time or a double kept in a STRING column took two text forms (`1e+20` and
+    `1.0E20`): a lake switched to merge-on-read held both in one column, exit 0. Refused at the call's line."""
+    path = use_folder / "kept_readings.py"
+    path.write_text(KEPT_READINGS.replace("@GIVEN@", repr(given)).replace("@DECLARED@", declared))
+    registry.current.cache_clear()
+    lake = Lake(tmp_path / "lake")
+    ingest_lines(lake, "readings", ['{"id": "a", "ratio": 1e20, "event_time": "2026-03-01T10:05:00Z"}'])
+    with pytest.raises(PipelineCodeError) as e:
+        run(lake, "kept_readings")
+    line = KEPT_READINGS.splitlines().index('    batch.upsert("kept_readings", kept)') + 1
+    assert str(e.value).startswith(f"{path}:{line}: kept_readings's column kept is {why}"), str(e.value)
+    assert rows(lake, "kept_readings") == []
+
+
 def test_the_explain_command_printed_for_a_users_table_names_its_folder_and_works_without_the_variable(
     use_folder, tmp_path
 ):

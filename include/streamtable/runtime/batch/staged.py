@@ -14,16 +14,13 @@ from __future__ import annotations
 import inspect
 import logging
 import re
-import sys
 import traceback
 from collections.abc import Collection
 from datetime import datetime
 from decimal import Decimal
 from functools import partial, reduce
-from types import FrameType
 
 from pyspark.sql import DataFrame, functions as F
-from pyspark.sql.types import BooleanType, DataType, DoubleType, FloatType, NumericType
 
 from streamtable.core.errors import (
     INPUT_REFUSED,
@@ -34,9 +31,10 @@ from streamtable.core.errors import (
 )
 from streamtable.core.pipeline import Pipeline
 from streamtable.core.registry import get_input
-from streamtable.core.schema import Type, spark_ddl
+from streamtable.core.schema import spark_ddl
 from streamtable.core.tables import ADDED_LATER, COMMIT_VERSION, LATE_EVENTS, QUARANTINE, SOURCE, Table
 from streamtable.quality import exact
+from streamtable.runtime.batch import conversions
 from streamtable.runtime.batch.changed_code import refuse_aggregates_into_added_columns, same_windows
 from streamtable.runtime.batch.stages import Stages
 from streamtable.runtime.batch.staging import Staging
@@ -229,7 +227,7 @@ class StagedBatch:
         """Stage rows that replace the rows with the same keys; remove the rows where column `delete` is true, and
         those whose keys are the keys of a row of `deletes` (a key also in `rows` is kept: the upsert wins)."""
         spec = self.ctx.pipeline.output(table)
-        _refuse_inexact_columns(self.ctx.pipeline, spec, rows)
+        conversions.refuse_silent_casts(self.ctx.pipeline, spec, rows)
         windows = same_windows(self.ctx, table, rows, self._committed_windows)
         if windows is not None:
             self._windows[table] = windows
@@ -238,12 +236,12 @@ class StagedBatch:
         staged = rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_rs.DELETE))
         if deletes is not None:
             staged = staged.unionByName(_tombstones(spec, deletes.join(rows, list(spec.keys), "left_anti")))
-        self._staging.stage(table, "upsert", staged, at=_call_site(self.ctx.pipeline))
+        self._staging.stage(table, "upsert", staged, at=conversions.call_site(self.ctx.pipeline))
 
     def append(self, table: str, rows: DataFrame) -> None:
         """Stage rows appended to a stream output."""
         spec = self.ctx.pipeline.output(table)
-        _refuse_inexact_columns(self.ctx.pipeline, spec, rows)
+        conversions.refuse_silent_casts(self.ctx.pipeline, spec, rows)
         self._staging.stage(table, "append", rows.select(*[c.name for c in spec.columns]))
 
     def late(self, rows: DataFrame) -> None:
@@ -335,52 +333,6 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
             raise
         what = raised.group(1) if raised else f"{type(e).__name__}: {first}"
         raise PipelineCodeError(f"{file}:{line}: {what} (pipeline {pipeline.name})") from e
-
-
-def _refuse_inexact_columns(pipeline: Pipeline, spec: Table, rows: DataFrame) -> None:
-    """Fail at the call's line when `rows` give a column of `spec` values that its commit would change without a word
-    (`_inexact`)."""
-    given = {f.name: f.dataType for f in rows.schema.fields}
-    for column in spec.columns:
-        kind = given.get(column.name)
-        why = _inexact(kind, column.type) if kind is not None else None
-        if kind is not None and why is not None:
-            raise PipelineCodeError(
-                f"{_call_site(pipeline)}: {spec.name}'s column {column.name} is a {kind.simpleString()} in the rows "
-                f"process gave, declared {column.type.ddl}: {why} (pipeline {pipeline.name})"
-            )
-
-
-def _inexact(given: DataType, declared: Type) -> str | None:
-    """Why the commit's cast of `given` values to `declared` would change them without a word, and what to do: a
-    number or boolean read as microseconds (days) since the epoch where Spark's cast reads seconds; a float or double
-    rounded half to even into a decimal, or cut to an integer by Spark's MERGE (delta-rs's cast fails on it). None
-    when the cast keeps them or fails loudly."""
-    if declared.kind in ("timestamp", "date") and isinstance(given, NumericType | BooleanType):
-        return (
-            "a number is not a time (Spark casts one as seconds, the commit would read microseconds); convert it "
-            "with F.timestamp_seconds, F.timestamp_millis or F.date_from_unix_date"
-        )
-    if declared.kind == "decimal" and isinstance(given, FloatType | DoubleType):
-        return (
-            f"a {given.simpleString()} is not exact (the commit would round it half to even); cast it to the decimal "
-            f'yourself (F.col(...).cast("{declared.ddl.lower()}") rounds half up, as Spark does)'
-        )
-    if declared.kind in ("int", "long") and isinstance(given, FloatType | DoubleType):
-        return (
-            f"a {given.simpleString()} is not an integer (a merge-on-read commit would drop its fraction, another "
-            f'would fail on it); make it one yourself (F.round(...).cast("{declared.ddl.lower()}"), or F.floor)'
-        )
-    return None
-
-
-def _call_site(pipeline: Pipeline) -> str:
-    """`FILE:LINE` of the innermost call in the pipeline's own file on this thread's stack (its name if none)."""
-    file = inspect.getsourcefile(pipeline.process)
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename != file:
-        frame = frame.f_back
-    return f"{file}:{frame.f_lineno}" if frame is not None else f"pipeline {pipeline.name}"
 
 
 def _tombstones(spec: Table, keys_of: DataFrame) -> DataFrame:

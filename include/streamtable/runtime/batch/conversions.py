@@ -1,0 +1,95 @@
+"""The conversions a commit would make without a word, refused at the `upsert` or `append` line that asks for one.
+
+An output's rows are committed with the declared column types: delta-rs casts staged Parquet with Arrow, a
+merge-on-read commit with Spark's MERGE. Where the two casts disagree (a time into a LONG is microseconds to Arrow and
+seconds to Spark, a DOUBLE into a STRING is `1e+20` to one and `1.0E20` to the other), or where either changes the
+value (a DOUBLE rounded into a decimal), a table's values would depend on how it is committed, and one switched to
+merge-on-read would hold both: such a column is refused, with the function that converts it as meant.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from types import FrameType
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    NumericType,
+    StringType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from streamtable.core.errors import PipelineCodeError
+from streamtable.core.pipeline import Pipeline
+from streamtable.core.schema import Type
+from streamtable.core.tables import Table
+
+TIMES = (TimestampType, TimestampNTZType, DateType)
+
+
+def refuse_silent_casts(pipeline: Pipeline, spec: Table, rows: DataFrame) -> None:
+    """Fail at the call's line when `rows` give a column of `spec` values that its commit would change, or convert
+    one way or another by how it is committed (`silent_cast`)."""
+    given = {f.name: f.dataType for f in rows.schema.fields}
+    for column in spec.columns:
+        kind = given.get(column.name)
+        why = silent_cast(kind, column.type) if kind is not None else None
+        if kind is not None and why is not None:
+            raise PipelineCodeError(
+                f"{call_site(pipeline)}: {spec.name}'s column {column.name} is a {kind.simpleString()} in the rows "
+                f"process gave, declared {column.type.ddl}: {why} (pipeline {pipeline.name})"
+            )
+
+
+def silent_cast(given: DataType, declared: Type) -> str | None:
+    """Why the commit's cast of `given` values to `declared` would change them without a word, or give them another
+    form under merge-on-read, and what to do; None when every commit casts them alike or fails loudly."""
+    if declared.kind in ("timestamp", "date") and isinstance(given, NumericType | BooleanType):
+        return (
+            "a number is not a time (Spark casts one as seconds, the commit would read microseconds); convert it "
+            "with F.timestamp_seconds, F.timestamp_millis or F.date_from_unix_date"
+        )
+    if declared.kind in ("timestamp", "date") and isinstance(given, StringType):
+        return (
+            "a string is not a time (Spark and the default commit read different forms of one); parse it with "
+            "F.to_timestamp or F.to_date and its format"
+        )
+    if declared.kind == "decimal" and isinstance(given, FloatType | DoubleType):
+        return (
+            f"a {given.simpleString()} is not exact (the commit would round it half to even); cast it to the decimal "
+            f'yourself (F.col(...).cast("{declared.ddl.lower()}") rounds half up, as Spark does)'
+        )
+    if declared.kind in ("int", "long") and isinstance(given, FloatType | DoubleType):
+        return (
+            f"a {given.simpleString()} is not an integer (a merge-on-read commit would drop its fraction, another "
+            f'would fail on it); make it one yourself (F.round(...).cast("{declared.ddl.lower()}"), or F.floor)'
+        )
+    if declared.kind in ("int", "long") and isinstance(given, TIMES):
+        return (
+            "a time is not a number (the default commit counts microseconds or days since the epoch, a merge-on-read "
+            "commit seconds or fails); make it the number you mean: F.unix_micros, F.unix_millis, F.unix_seconds or "
+            "F.unix_date"
+        )
+    if declared.kind == "string" and isinstance(given, TimestampType | TimestampNTZType | FloatType | DoubleType):
+        return (
+            f"a {given.simpleString()} has no one text form (the default commit writes `1e+20` and `... 10:05:00."
+            "000000Z`, a merge-on-read commit `1.0E20` and `... 10:05:00`); write the text yourself: F.date_format "
+            "with a pattern, or F.format_string"
+        )
+    return None
+
+
+def call_site(pipeline: Pipeline) -> str:
+    """`FILE:LINE` of the innermost call in the pipeline's own file on this thread's stack (its name if none)."""
+    file = inspect.getsourcefile(pipeline.process)
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename != file:
+        frame = frame.f_back
+    return f"{file}:{frame.f_lineno}" if frame is not None else f"pipeline {pipeline.name}"

@@ -30,6 +30,7 @@ BATCHES_SCHEMA = pa.schema(  # a generation's committed batches (`summary.commit
         ("metrics", pa.map_(pa.string(), pa.int64())),  # the whole-number ones (what earlier releases read)
         ("metric_values", pa.map_(pa.string(), pa.string())),  # every metric, as exact text (none in earlier rows)
         ("windows", pa.map_(pa.string(), pa.string())),  # per output, the windows that made its rows (`changed_code`)
+        ("input_records", pa.map_(pa.string(), pa.int64())),  # per input, its records (none in earlier rows)
     ]
 )
 

@@ -66,6 +66,7 @@ class BatchSummary:
             "metrics": [(k, v) for k, v in self.metrics.items() if isinstance(v, int) and -(2**63) <= v < 2**63],
             "metric_values": [(name, exact.text(value)) for name, value in self.metrics.items()],
             "windows": list(self.windows.items()),
+            "input_records": list(self.input_records.items()),
         }
 
 

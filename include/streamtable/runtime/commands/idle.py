@@ -83,7 +83,8 @@ def committed_report(
 ) -> RunReport:
     """The report of a run whose `batches` (progress rows, none for an idle run) the generation committed: their
     records and changes, the stream time and lineage of everything it committed, and who ran them if not this run."""
-    committed = committed_batches(lake, pipeline.name, generation, ["stream_time", "input_versions"])
+    columns = ["batch_id", "stream_time", "input_versions", "input_records"]
+    committed = committed_batches(lake, pipeline.name, generation, columns)
     changes: dict[str, int] = {}
     for batch in batches:
         for table, rows in batch["output_rows"].items():
@@ -93,8 +94,18 @@ def committed_report(
         generation,
         batches=len(batches),
         records=sum(b["input_rows"] for b in batches),
+        inputs=_input_records(committed, {b["batch_id"] for b in batches}),
         stream_time=max((r["stream_time"] for r in committed if r["stream_time"]), default=None),
         changes=changes,
         lineage=Consumed.of(committed).lineage(lake, pipeline, lake.table_path),
         served_by=served_by,
     )
+
+
+def _input_records(committed: list[dict], batch_ids: set[int]) -> dict[str, int]:
+    """Per input, the records (a table's: changes) of these committed batches (none kept by an earlier release)."""
+    inputs: dict[str, int] = {}
+    for row in committed:
+        for name, count in row["input_records"] or () if row["batch_id"] in batch_ids else ():
+            inputs[name] = inputs.get(name, 0) + count
+    return inputs

@@ -213,6 +213,7 @@ def test_serve_and_run_take_turns_a_run_during_serve_is_served_and_sigterm_finis
         ingest(lake, "text_lines", handed)
         handed_report = run(lake, P)  # serve holds the pipeline: its next batch is the run's (no Spark started here)
         assert (handed_report.batches, handed_report.records, handed_report.changes) == (1, 2, {"word_counts": 3})
+        assert handed_report.inputs == {"text_lines": 2}  # (it was {} beside its 2 records)
         assert handed_report.served_by["command"] == "serve" and handed_report.served_by["pid"] == served.proc.pid
         assert table(lake, "word_counts", "word", "count") == expected([r["line"] for r in first + second + handed])
         assert served.next_output()["progress"]["batch_id"] == 2
@@ -267,6 +268,23 @@ def test_serve_killed_then_served_again_loses_and_duplicates_nothing(lake):
     assert table(lake, "word_counts", "word", "count") == expected([r["line"] for b in batches for r in b])
     assert sum(b["input_rows"] for b in history(lake, P)) == 3  # each record in exactly one committed batch
     assert [r["word"] for r in rows(lake, "word_counts")] == ["four", "one", "three", "two"]
+
+
+def test_a_sigterm_while_serve_starts_ends_it_with_exit_0_and_no_batch(lake):
+    """A serve stopped while its Spark started (the lease already its own, so a run reported it as the server) was
+    killed by the signal, exit -15 and no report: Airflow's task and a supervisor read that as a crash."""
+    ingest(lake, "text_lines", lines("one two"))
+    served = Served(lake, "--interval", "1 second")
+    try:
+        deadline = time.time() + 120
+        while (lake.holder(P) or {}).get("command") != "serve" and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # (its Spark takes seconds to start)
+        assert served.stop() == 0, "".join(served.stderr[-40:])
+        assert served.next_output(timeout=5)["batches"] == 0
+    finally:
+        served.kill()
+    assert history(lake, P) == []
 
 
 def test_status_read_while_a_reprocess_swaps_in_a_new_generation_reports_the_new_one(lake, monkeypatch):

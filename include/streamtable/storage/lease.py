@@ -14,9 +14,9 @@ A lease is one small JSON object in the lake's store: `{command, pid, host, sinc
 A holder whose renewal fails (its lease was taken over: it stalled for a whole TTL) has lost it: `check()` raises
 `LeaseLostError` in the holder's thread at its next check (before each commit and each commit's retry; a renewal
 overdue is made there first, so a process resumed after being stopped for a TTL learns it at once), and `Lake.lock`
-raises it when its block ends. What a stalled holder may still write in the moment before it checks is guarded by Delta itself:
-every commit is a put-if-absent of its log entry (delta-rs, and Delta Spark on a local lake), and every batch
-commits with its app transaction (`txnAppId`, `txnVersion`), so a batch the new holder commits again is skipped.
+raises it when its block ends. What a stalled holder may still write in the moment before it checks is guarded by
+Delta itself: every commit is a put-if-absent of its log entry (delta-rs, and Delta Spark on a local lake), and every
+batch commits with its app transaction (`txnAppId`, `txnVersion`), so a batch the new holder commits again is skipped.
 
 TTL: `STREAMTABLE_LEASE_SECONDS` (default 30 s). A holder that dies is taken over by the next waiter after the TTL;
 `holder()` reports a lease of a dead process on this host as free at once.

@@ -26,7 +26,7 @@ from streamtable.runtime.context import RunContext
 from streamtable.runtime.frames import arrow_frame
 from streamtable.runtime.inputs.changelogs import KeptChangelogs
 from streamtable.runtime.query.handler import RunReport
-from streamtable.runtime.query.streaming import drain, serve
+from streamtable.runtime.query.streaming import drain, serve, stop_on_signals
 from streamtable.storage import compaction, delta_rs
 from streamtable.storage.delta_rs import table_version
 from streamtable.storage.external import path_of
@@ -58,10 +58,11 @@ def run_continuously(lake: Lake, name: str, interval: str, stop_timeout_s: float
     """`serve`: one run per micro-batch until SIGTERM, holding the pipeline's lock."""
     pipeline = get_pipeline(name)
     with lake.lock(name, "serve"):
+        stop = stop_on_signals()  # (held now: a SIGTERM while Spark starts ends it with exit 0, no batch begun)
         generation = live_generation(lake, pipeline)
         declaration.check_writers(lake, pipeline)
         ctx = live_context(lake, pipeline, generation, KeptChangelogs())
-        return serve(ctx, interval, stop_timeout_s, on_progress=on_progress)
+        return serve(ctx, interval, stop_timeout_s, on_progress=on_progress, stop=stop)
 
 
 def live_context(lake: Lake, pipeline: Pipeline, generation: int, kept: KeptChangelogs | None = None) -> RunContext:

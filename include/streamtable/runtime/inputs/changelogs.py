@@ -64,7 +64,7 @@ class KeptChangelogs:
         elif kept.version < version:
             kept.parts.append(read_changelog(spark, path, kept.version + 1, version).persist())
             kept.version = version
-        return reduce(DataFrame.unionByName, kept.parts)
+        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), kept.parts)  # (columns added since)
 
 
 def ensure_inputs(lake: Lake, names: tuple[str, ...]) -> None:

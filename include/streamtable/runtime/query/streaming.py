@@ -30,6 +30,7 @@ from streamtable.runtime.inputs.changelogs import beat, ensure_inputs
 from streamtable.runtime.query import checkpoint
 from streamtable.runtime.query.handler import BatchHandler, Clock, OnProgress, RunReport, Stopping
 from streamtable.storage import consumed_files, other_job_log
+from streamtable.storage.lease import check_held
 from streamtable.storage.store import join, spark_path
 
 log = logging.getLogger("streamtable")
@@ -178,12 +179,14 @@ def begin(
     starting: dict[str, int],
     processing_time: str | None = None,
     on_progress: OnProgress | None = None,
+    report: RunReport | None = None,
 ) -> tuple[RunReport, StreamingQuery, BatchHandler]:
     """Make the generation ready (`ready`) and start its query (`start_query`), as one run of the other jobs' logs:
-    where each starts is read once (`RunContext.log_starts`), for these checks and the first batch."""
+    where each starts is read once (`RunContext.log_starts`), for these checks and the first batch. Its batches add
+    to `report` (a new one when None)."""
     with other_job_log.one_run(ctx.log_starts):
         first = ready(ctx, clock, starting)
-        report = RunReport(ctx.pipeline.name, ctx.generation)
+        report = report or RunReport(ctx.pipeline.name, ctx.generation)
         query, handler = start_query(ctx, report, clock, starting, processing_time, on_progress, first)
     return report, query, handler
 
@@ -204,19 +207,29 @@ def serve(
     stop_timeout_s: float,
     clock: Clock = system_clock,
     on_progress: OnProgress | None = None,
+    stop: SignalStop | None = None,
 ) -> RunReport:
-    """Run one micro-batch per `interval` until SIGTERM/SIGINT; then finish the batch in flight and return.
+    """Run one micro-batch per `interval` until SIGTERM/SIGINT (`stop`, set before the query starts: no batch); then
+    finish the batch in flight and return.
 
     A batch that has not finished `stop_timeout_s` after the signal is abandoned: the process exits
-    with code 3 and the batch runs again from the checkpoint on the next start.
+    with code 3 and the batch runs again from the checkpoint on the next start. A query that an input's new columns
+    stopped (Delta's streaming source ends on a change of its table's schema) is started again, as the next `run`
+    would apply them; once more only after it committed a batch.
     """
-    report, query, handler = begin(ctx, clock, {}, interval, on_progress)
-    stop = SignalStop()  # not a threading.Event: its set() in a handler can wait forever for its own wait's lock
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(HEARTBEAT_EVERY_S) and query.isActive:
-        if ctx.pipeline.wall_clock:
-            beat(ctx.heartbeat_path, clock())
+    stop = stop or stop_on_signals()
+    report, restarted_at = RunReport(ctx.pipeline.name, ctx.generation), None
+    if stop.is_set():
+        return report
+    while True:
+        report, query, handler = begin(ctx, clock, {}, interval, on_progress, report)
+        while not stop.wait(HEARTBEAT_EVERY_S) and query.isActive:
+            if ctx.pipeline.wall_clock:
+                beat(ctx.heartbeat_path, clock())
+        if stop.is_set() or not _schema_changed(query, handler) or restarted_at == report.batches:
+            break
+        log.warning("%s: an input's columns changed under the query: starting it again", ctx.pipeline.name)
+        restarted_at = report.batches
     deadline = threading.Timer(stop_timeout_s, _abandon, (ctx.pipeline.name, stop_timeout_s))
     deadline.daemon = True
     deadline.start()
@@ -228,6 +241,7 @@ def serve(
     try:
         await_query(query, handler)
     except Exception as e:
+        check_held()  # stopped while another process took the lease over: that is why Spark's log was taken
         if not isinstance(e, StreamtableError):  # Spark's read failed: a table of another job changed under the query
             with other_job_log.one_run(other_job_log.LogStarts()):  # (the logs read anew, as by a run)
                 read_other_jobs(ctx, {})  # (a column renamed, say): its one line, as `run` says it before it starts
@@ -236,6 +250,23 @@ def serve(
         deadline.cancel()
     report.lineage = ctx.lineage()
     return report
+
+
+def stop_on_signals() -> SignalStop:
+    """A stop that SIGTERM and SIGINT set from now on (not a threading.Event: its set() in a handler can wait forever
+    for its own wait's lock)."""
+    stop = SignalStop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _schema_changed(query: StreamingQuery, handler: BatchHandler) -> bool:
+    """Whether the query ended because an input's table changed its schema under it (not a batch's error)."""
+    if query.isActive or handler.error is not None:
+        return False
+    error = query.exception()
+    return error is not None and "[DELTA_SCHEMA_CHANGED" in str(error)
 
 
 def _recorded_batch(query: StreamingQuery) -> int:

@@ -585,7 +585,7 @@ READINGS = changelog("readings", [Column("id", S), Column("ratio", DB), Column("
 def process(batch) -> None:
     from pyspark.sql import functions as F
 
-    kept = batch.new("readings").select("id", F.col(@GIVEN@).alias("kept"))
+    kept = batch.new("readings").select("id", (@GIVEN@).alias("kept"))
     batch.upsert("kept_readings", kept)
 
 
@@ -602,20 +602,33 @@ PIPELINE = Pipeline(
 @pytest.mark.parametrize(
     ("given", "declared", "why"),
     [
-        ("event_time", "Type.LONG", "a timestamp in the rows process gave, declared BIGINT: a time is not a number"),
-        ("event_time", "S", "a timestamp in the rows process gave, declared STRING: a timestamp has no one text form"),
-        ("ratio", "S", "a double in the rows process gave, declared STRING: a double has no one text form"),
+        ('F.col("event_time")', "Type.LONG", "a timestamp in the rows process gave, declared BIGINT: a time is not"),
+        ('F.col("event_time")', "S", "a timestamp in the rows process gave, declared STRING: a timestamp has no one"),
+        ('F.col("ratio")', "S", "a double in the rows process gave, declared STRING: a double has no one text form"),
+        (
+            'F.col("ratio").cast("decimal(30,10)")',
+            "S",
+            "a decimal(30,10) in the rows process gave, declared STRING: a decimal(30,10) has no one text form",
+        ),
+        ('F.lit("0x10")', "Type.LONG", "a string in the rows process gave, declared BIGINT: a string is not a number"),
+        (
+            'F.array("event_time")',
+            "Type.array(Type.LONG)",
+            "a array<timestamp> in the rows process gave, declared ARRAY<BIGINT>: an element of it is a timestamp: a "
+            "time is not a number",
+        ),
     ],
-    ids=["time-long", "time-string", "double-string"],
+    ids=["time-long", "time-string", "double-string", "decimal-string", "hex-long", "nested"],
 )
 def test_a_value_that_the_two_commits_convert_differently_is_refused_at_its_line(
     spark, use_folder, tmp_path, given, declared, why
 ):
     """A time kept in a LONG column was committed as microseconds, and as seconds once STREAMTABLE_MERGE_ON_READ was
-    set (Spark's MERGE casts it); a time or a double kept in a STRING column took two text forms (`1e+20` and
-    `1.0E20`): a lake switched to merge-on-read held both in one column, exit 0. Refused at the call's line."""
+    set (Spark's MERGE casts it); a time, a double or a decimal of 10 decimals kept in a STRING column took two text
+    forms (`1e+20` and `1.0E20`); `"0x10"` into a LONG was 16, and failed under merge-on-read; inside an array, the
+    same: a lake switched to merge-on-read held both forms in one column, exit 0. Refused at the call's line."""
     path = use_folder / "kept_readings.py"
-    path.write_text(KEPT_READINGS.replace("@GIVEN@", repr(given)).replace("@DECLARED@", declared))
+    path.write_text(KEPT_READINGS.replace("@GIVEN@", given).replace("@DECLARED@", declared))
     registry.current.cache_clear()
     lake = Lake(tmp_path / "lake")
     ingest_lines(lake, "readings", ['{"id": "a", "ratio": 1e20, "event_time": "2026-03-01T10:05:00Z"}'])

@@ -138,3 +138,32 @@ def test_a_holder_resumed_after_a_ttl_learns_at_its_check_that_it_lost_the_lease
         first.check()
     first.release()
     second.release()
+
+
+def test_a_commit_refused_after_the_lease_was_taken_over_says_the_lease_was_lost(lake, tmp_path):
+    """An ingest stopped mid-write while another took its lease and committed the same ingest: its resumed commit
+    failed with delta-rs's "Concurrent transaction failed", which reads as a bug. It says the lease was lost."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    from streamtable.storage.delta_rs import write
+
+    path = str(tmp_path / "table")
+    write_deltalake(path, pa.table({"a": [1]}))
+    opened = DeltaTable(path)  # the stopped writer's view
+    once = CommitProperties(app_transactions=[Transaction("ingest-x", 1)])
+    write_deltalake(path, pa.table({"a": [2]}), mode="append", commit_properties=once)  # its successor's commit
+    with pytest.raises(CommitFailedError):  # no lease held: delta-rs's error as it is
+        write(DeltaTable(path, version=0), pa.table({"a": [2]}), mode="append", commit_properties=once)
+    first = Lease(lake.store, lake.lock_path("t"), "ingest", ttl=0.5)
+    first.acquire()
+    first._stop.set()  # stopped: its renewals do not run
+    assert first._thread is not None
+    first._thread.join()
+    second = Lease(lake.store, lake.lock_path("t"), "ingest", ttl=0.5)
+    second.acquire()
+    with pytest.raises(LeaseLostError):
+        write(opened, pa.table({"a": [2]}), mode="append", commit_properties=once)
+    first.release()
+    second.release()

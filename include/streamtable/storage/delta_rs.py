@@ -119,10 +119,16 @@ def unreadable(path: str, error: BaseException, version: int | None = None) -> T
 
 
 def write(target: str | DeltaTable, data: Any, **options: Any) -> None:
-    """`write_deltalake` to a path (with its storage options) or to an open table (which has its own)."""
+    """`write_deltalake` to a path (with its storage options) or to an open table (which has its own). A commit
+    refused while a lease this process held was taken over says that (`LeaseLostError`): another process committed
+    what this one was writing."""
     if isinstance(target, str):
         options.setdefault("storage_options", storage_options(target))
-    write_deltalake(target, data, **options)
+    try:
+        write_deltalake(target, data, **options)
+    except CommitFailedError:
+        check_held()
+        raise
 
 
 @dataclass(frozen=True)

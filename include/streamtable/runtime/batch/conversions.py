@@ -9,10 +9,6 @@ merge-on-read would hold both: such a column is refused, with the function that 
 
 from __future__ import annotations
 
-import inspect
-import sys
-from types import FrameType
-
 from pyspark.sql import DataFrame
 from pyspark.sql.types import (
     ArrayType,
@@ -40,16 +36,16 @@ TIMES = (TimestampType, TimestampNTZType, DateType)
 DECIMAL_PLAIN_SCALE = 6  # Arrow writes a decimal of more decimals in scientific notation when it is small
 
 
-def refuse_silent_casts(pipeline: Pipeline, spec: Table, rows: DataFrame) -> None:
-    """Fail at the call's line when `rows` give a column of `spec` values that its commit would change, or convert
-    one way or another by how it is committed (`silent_cast`)."""
+def refuse_silent_casts(pipeline: Pipeline, spec: Table, rows: DataFrame, at: str) -> None:
+    """Fail at the call's line (`at`, FILE:LINE) when `rows` give a column of `spec` values that its commit would
+    change, or convert one way or another by how it is committed (`silent_cast`)."""
     given = {f.name: f.dataType for f in rows.schema.fields}
     for column in spec.columns:
         kind = given.get(column.name)
         why = silent_cast(kind, column.type) if kind is not None else None
-        if kind is not None and why is not None:
+        if why is not None:
             raise PipelineCodeError(
-                f"{call_site(pipeline)}: {spec.name}'s column {column.name} is a {kind.simpleString()} in the rows "
+                f"{at}: {spec.name}'s column {column.name} is a {kind.simpleString()} in the rows "
                 f"process gave, declared {column.type.ddl}: {why} (pipeline {pipeline.name})"
             )
 
@@ -130,12 +126,3 @@ def _textless(given: DataType) -> bool:
     if isinstance(given, DecimalType):
         return given.scale > DECIMAL_PLAIN_SCALE
     return isinstance(given, TimestampType | TimestampNTZType | FloatType | DoubleType)
-
-
-def call_site(pipeline: Pipeline) -> str:
-    """`FILE:LINE` of the innermost call in the pipeline's own file on this thread's stack (its name if none)."""
-    file = inspect.getsourcefile(pipeline.process)
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename != file:
-        frame = frame.f_back
-    return f"{file}:{frame.f_lineno}" if frame is not None else f"pipeline {pipeline.name}"

@@ -14,11 +14,13 @@ from __future__ import annotations
 import inspect
 import logging
 import re
+import sys
 import traceback
 from collections.abc import Collection
 from datetime import datetime
 from decimal import Decimal
 from functools import partial, reduce
+from types import FrameType
 
 from pyspark.sql import DataFrame, functions as F
 
@@ -226,8 +228,8 @@ class StagedBatch:
     def upsert(self, table: str, rows: DataFrame, delete: str | None = None, deletes: DataFrame | None = None) -> None:
         """Stage rows that replace the rows with the same keys; remove the rows where column `delete` is true, and
         those whose keys are the keys of a row of `deletes` (a key also in `rows` is kept: the upsert wins)."""
-        spec = self.ctx.pipeline.output(table)
-        conversions.refuse_silent_casts(self.ctx.pipeline, spec, rows)
+        spec, at = self.ctx.pipeline.output(table), _call_site(self.ctx.pipeline)
+        conversions.refuse_silent_casts(self.ctx.pipeline, spec, rows, at)
         windows = same_windows(self.ctx, table, rows, self._committed_windows)
         if windows is not None:
             self._windows[table] = windows
@@ -236,12 +238,12 @@ class StagedBatch:
         staged = rows.select(*[c.name for c in spec.columns], flag.cast("boolean").alias(delta_rs.DELETE))
         if deletes is not None:
             staged = staged.unionByName(_tombstones(spec, deletes.join(rows, list(spec.keys), "left_anti")))
-        self._staging.stage(table, "upsert", staged, at=conversions.call_site(self.ctx.pipeline))
+        self._staging.stage(table, "upsert", staged, at=at)
 
     def append(self, table: str, rows: DataFrame) -> None:
         """Stage rows appended to a stream output."""
         spec = self.ctx.pipeline.output(table)
-        conversions.refuse_silent_casts(self.ctx.pipeline, spec, rows)
+        conversions.refuse_silent_casts(self.ctx.pipeline, spec, rows, _call_site(self.ctx.pipeline))
         self._staging.stage(table, "append", rows.select(*[c.name for c in spec.columns]))
 
     def late(self, rows: DataFrame) -> None:
@@ -333,6 +335,15 @@ def run_process(pipeline: Pipeline, batch: StagedBatch) -> None:
             raise
         what = raised.group(1) if raised else f"{type(e).__name__}: {first}"
         raise PipelineCodeError(f"{file}:{line}: {what} (pipeline {pipeline.name})") from e
+
+
+def _call_site(pipeline: Pipeline) -> str:
+    """`FILE:LINE` of the innermost call in the pipeline's own file on this thread's stack (its name if none)."""
+    file = inspect.getsourcefile(pipeline.process)
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename != file:
+        frame = frame.f_back
+    return f"{file}:{frame.f_lineno}" if frame is not None else f"pipeline {pipeline.name}"
 
 
 def _tombstones(spec: Table, keys_of: DataFrame) -> DataFrame:

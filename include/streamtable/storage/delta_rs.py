@@ -222,10 +222,10 @@ def retrying(commit: Callable[[], T], what: str) -> T:
     delta-rs's conflict check counts as deleting what an append read. Any other error is raised at once.
     """
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
-        check_held()  # a holder stopped mid-commit while another took its lease over: it stops, with that cause
         try:
             return commit()
         except CommitFailedError as error:
+            check_held()  # refused because the process that took this one's lease over committed: stop, saying so
             if attempt == COMMIT_ATTEMPTS:
                 log.warning("%s: commit refused %d times in a row, giving up: %s", what, attempt, describe(error))
                 raise

@@ -42,7 +42,9 @@ def refuse_silent_casts(pipeline: Pipeline, spec: Table, rows: DataFrame, at: st
     given = {f.name: f.dataType for f in rows.schema.fields}
     for column in spec.columns:
         kind = given.get(column.name)
-        why = silent_cast(kind, column.type) if kind is not None else None
+        if kind is None:
+            continue
+        why = silent_cast(kind, column.type)
         if why is not None:
             raise PipelineCodeError(
                 f"{at}: {spec.name}'s column {column.name} is a {kind.simpleString()} in the rows "
